@@ -1,0 +1,181 @@
+/*
+ * custream.h: the C face of custream.Stream.
+ *
+ * One struct (the memory of every custream.Stream object), one function table that the
+ * extension exports in a capsule, and one import function, after CPython's datetime.h and
+ * NumPy's import_array(). Needs Python.h and nothing from CUDA: the handle type below is
+ * the same type as CUDA's CUstream and cudaStream_t, so a consumer that includes cuda.h or
+ * cuda_runtime.h passes it straight through.
+ *
+ * In C or C++:
+ *
+ *     #include "custream.h"               // include dir: custream.get_include()
+ *     PyMODINIT_FUNC PyInit_mine(void) {
+ *         if (custream_import() < 0) return NULL;
+ *         ...
+ *     }
+ *     CustreamStream *s = (CustreamStream *)Custream_AsStream(obj);   // new reference
+ *     cudaMemsetAsync(p, 0, n, s->handle);
+ *
+ * Every Custream_* wrapper imports the table on first use if custream_import() was not
+ * called, so Cython modules need no import call at all.
+ *
+ * Evolution is append-only: new table entries and new struct fields go at the end.
+ * CUSTREAM_ABI_VERSION changes only when something already published changes layout or
+ * meaning; custream_import() refuses a mismatch, and Cython's `check_size error` refuses a
+ * struct of another size.
+ *
+ * This header is the single source of the layout: the Rust definition (src/layout.rs) is
+ * generated from it by bindgen, and a test fails when the two drift.
+ */
+#ifndef CUSTREAM_H
+#define CUSTREAM_H
+
+#include <Python.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CUSTREAM_ABI_VERSION 1
+#define CUSTREAM_CAPSULE_NAME "custream._custream._C_API"
+
+/* CUstream / cudaStream_t, without the CUDA headers. */
+typedef struct CUstream_st *custream_handle_t;
+
+/* The default-stream tokens: never destroyed, resolved against the current context at each use. */
+#define CUSTREAM_NULL_STREAM ((custream_handle_t)0x0)
+#define CUSTREAM_LEGACY_DEFAULT_STREAM ((custream_handle_t)0x1)
+#define CUSTREAM_PER_THREAD_DEFAULT_STREAM ((custream_handle_t)0x2)
+
+/* CustreamStream.flags: fixed when the object is made. */
+#define CUSTREAM_FLAG_OWNED 0x1u        /* custream created the stream and destroys it on close */
+#define CUSTREAM_FLAG_DEFAULT 0x2u      /* handle is 0, 1 or 2 */
+#define CUSTREAM_FLAG_NON_BLOCKING 0x4u /* created with CU_STREAM_NON_BLOCKING (owned streams) */
+
+/* CustreamStream.state: written atomically by custream; read it with Custream_IsClosed(). */
+#define CUSTREAM_STATE_CLOSED 0x80000000u   /* close() was called: handle accessors raise */
+#define CUSTREAM_STATE_RELEASED 0x40000000u /* the stream was destroyed or its owner released */
+#define CUSTREAM_STATE_USERS 0x3fffffffu    /* driver calls on the handle in flight */
+
+#define CUSTREAM_DEVICE_UNKNOWN (-1)
+
+/* Called exactly once, with the GIL held, when a stream wrapped with a deleter is closed or
+ * deallocated. Never called during interpreter finalization nor in a child process after
+ * fork(): there the handle is left to the process's exit. */
+typedef void (*custream_deleter_t)(void *ctx, custream_handle_t handle);
+
+typedef struct CustreamStream {
+    PyObject_HEAD
+    custream_handle_t handle;   /* the CUDA stream; fixed for the object's life */
+    PyObject *protocol;         /* the (0, handle) tuple __cuda_stream__() returns; fixed */
+    uint32_t flags;             /* CUSTREAM_FLAG_* */
+    uint32_t state;             /* CUSTREAM_STATE_*; atomic */
+    int32_t device;             /* device ordinal, CUSTREAM_DEVICE_UNKNOWN until resolved
+                                   (always, for default streams); written once, atomically */
+    int32_t priority;           /* as created (owned streams); 0 otherwise */
+    uint32_t fork_generation;   /* the process's fork count when made: a child never
+                                   destroys what its parent made */
+    uint32_t reserved;
+    PyObject *owner;            /* kept alive until close; NULL after it */
+    custream_deleter_t deleter; /* with deleter_ctx: a C owner's release; NULL if none */
+    void *deleter_ctx;
+    void *context;              /* CUcontext retained for an owned stream's life */
+    PyObject *weakreflist;
+} CustreamStream;
+
+typedef struct CustreamCAPI {
+    uint32_t abi_version;   /* CUSTREAM_ABI_VERSION the extension was built with */
+    uint32_t api_size;      /* sizeof(CustreamCAPI) in the extension; grows append-only */
+    uint32_t stream_size;   /* sizeof(CustreamStream) in the extension */
+    uint32_t reserved;
+    PyTypeObject *StreamType;
+    /* Each returns NULL (or -1) with a Python exception set on failure. */
+    PyObject *(*as_stream)(PyObject *obj);
+    PyObject *(*from_handle)(custream_handle_t handle, int device, PyObject *owner);
+    PyObject *(*from_handle_with_deleter)(custream_handle_t handle, int device,
+                                          custream_deleter_t deleter, void *ctx);
+    int (*check)(PyObject *obj); /* 1 if obj is a custream.Stream, else 0; never fails */
+    int (*synchronize)(PyObject *stream);  /* releases the GIL while it waits */
+    int (*handle_checked)(PyObject *stream, custream_handle_t *out); /* raises if closed */
+} CustreamCAPI;
+
+/* One table per translation unit: each extension module imports its own. */
+static const CustreamCAPI *custream_capi = NULL;
+
+/* Fetch the table. 0 on success; -1 with ImportError set on failure. */
+static int custream_import(void) {
+    const CustreamCAPI *api;
+    if (custream_capi != NULL) return 0;
+    api = (const CustreamCAPI *)PyCapsule_Import(CUSTREAM_CAPSULE_NAME, 0);
+    if (api == NULL) return -1;
+    if (api->abi_version != CUSTREAM_ABI_VERSION) {
+        PyErr_Format(PyExc_ImportError,
+                     "custream C API version mismatch: this module was compiled against "
+                     "custream.h ABI %d but the installed custream provides ABI %d; "
+                     "rebuild this module against the installed custream",
+                     (int)CUSTREAM_ABI_VERSION, (int)api->abi_version);
+        return -1;
+    }
+    if (api->api_size < sizeof(CustreamCAPI) || api->stream_size != sizeof(CustreamStream)) {
+        PyErr_Format(PyExc_ImportError,
+                     "custream C API layout mismatch: compiled against a table of %d bytes "
+                     "and a Stream of %d bytes, the installed custream has %d and %d; "
+                     "rebuild this module against the installed custream",
+                     (int)sizeof(CustreamCAPI), (int)sizeof(CustreamStream),
+                     (int)api->api_size, (int)api->stream_size);
+        return -1;
+    }
+    custream_capi = api;
+    return 0;
+}
+
+/* Whether close() was called. Needs no table, takes no lock, never fails. */
+static inline int Custream_IsClosed(const CustreamStream *s) {
+#if defined(__GNUC__) || defined(__clang__)
+    return (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) & CUSTREAM_STATE_CLOSED) != 0;
+#else
+    return (*(volatile const uint32_t *)&s->state & CUSTREAM_STATE_CLOSED) != 0;
+#endif
+}
+
+/* The raw handle: one load, no check. Use Custream_HandleChecked where the stream may be closed. */
+static inline custream_handle_t Custream_Handle(const CustreamStream *s) { return s->handle; }
+
+#define CUSTREAM_API_OR(fail) \
+    if (custream_capi == NULL && custream_import() < 0) return fail
+
+static inline PyObject *Custream_AsStream(PyObject *obj) {
+    CUSTREAM_API_OR(NULL);
+    return custream_capi->as_stream(obj);
+}
+static inline PyObject *Custream_FromHandle(custream_handle_t handle, int device, PyObject *owner) {
+    CUSTREAM_API_OR(NULL);
+    return custream_capi->from_handle(handle, device, owner);
+}
+static inline PyObject *Custream_FromHandleWithDeleter(custream_handle_t handle, int device,
+                                                       custream_deleter_t deleter, void *ctx) {
+    CUSTREAM_API_OR(NULL);
+    return custream_capi->from_handle_with_deleter(handle, device, deleter, ctx);
+}
+static inline int Custream_Check(PyObject *obj) {
+    CUSTREAM_API_OR(-1);
+    return custream_capi->check(obj);
+}
+static inline int Custream_Synchronize(PyObject *stream) {
+    CUSTREAM_API_OR(-1);
+    return custream_capi->synchronize(stream);
+}
+static inline int Custream_HandleChecked(PyObject *stream, custream_handle_t *out) {
+    CUSTREAM_API_OR(-1);
+    return custream_capi->handle_checked(stream, out);
+}
+
+#undef CUSTREAM_API_OR
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUSTREAM_H */

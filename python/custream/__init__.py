@@ -1,0 +1,56 @@
+"""custream: one CUDA stream object for Python, Cython and C.
+
+``custream.Stream`` speaks the CUDA Stream Protocol (``__cuda_stream__``) in both
+directions: any producer (cuda.core, CuPy, PyTorch, numba-cuda, rmm) can be handed to
+``custream.as_stream``, and every consumer accepts a ``custream.Stream``. Cython code
+``cimport``s the same object (``from custream cimport Stream``) and C code includes
+``custream.h``; ``get_include()`` gives the folder for both.
+
+Importing custream never loads the CUDA driver; anything that needs it raises
+``CudaUnavailableError`` on a machine without one.
+"""
+
+from custream._custream import (
+    ABI_VERSION,
+    LEGACY_DEFAULT_STREAM,
+    PER_THREAD_DEFAULT_STREAM,
+    CudaError,
+    CudaUnavailableError,
+    Event,
+    Stream,
+    as_stream,
+    device_count,
+    device_info,
+    driver_library_candidates,
+    driver_version,
+    is_available,
+    live_stream_count,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ABI_VERSION",
+    "LEGACY_DEFAULT_STREAM",
+    "PER_THREAD_DEFAULT_STREAM",
+    "CudaError",
+    "CudaUnavailableError",
+    "Event",
+    "Stream",
+    "as_stream",
+    "device_count",
+    "device_info",
+    "driver_library_candidates",
+    "driver_version",
+    "get_include",
+    "is_available",
+    "live_stream_count",
+]
+
+
+def get_include() -> str:
+    """The folder holding ``custream.h`` and the ``.pxd`` files: add it to a C or Cython
+    build's include path (``setup_helpers`` does this for setuptools, CMake and meson)."""
+    import os
+
+    return os.path.dirname(os.path.abspath(__file__))

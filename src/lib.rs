@@ -1,0 +1,97 @@
+//! custream: one CUDA stream object for Python, Cython and C.
+//!
+//! The Python-facing names are all registered here, in `_custream`; `custream/__init__.py`
+//! re-exports them.
+
+pub mod capi;
+pub mod driver;
+pub mod errors;
+pub mod event;
+pub mod ffi;
+pub mod layout;
+pub mod lifecycle;
+pub mod protocol;
+pub mod stream;
+pub mod stream_type;
+
+use pyo3::prelude::*;
+
+use errors::IntoPyResult;
+
+/// Return ``obj`` as a custream.Stream: a Stream as is, otherwise a borrowed Stream over
+/// the handle ``obj.__cuda_stream__()`` returns, keeping ``obj`` alive as its owner.
+#[pyfunction]
+fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    protocol::as_stream(obj)
+}
+
+/// True if the CUDA driver loads and initializes (there is at least one device). Never raises.
+#[pyfunction]
+fn is_available() -> bool {
+    driver::init().is_ok() && driver::device_count().map(|n| n > 0).unwrap_or(false)
+}
+
+/// The CUDA driver's version as an int, e.g. 13000 for CUDA 13.0.
+#[pyfunction]
+fn driver_version(py: Python<'_>) -> PyResult<i32> {
+    driver::driver_version().py(py)
+}
+
+/// The number of CUDA devices.
+#[pyfunction]
+fn device_count(py: Python<'_>) -> PyResult<i32> {
+    driver::device_count().py(py)
+}
+
+/// Name, total memory in bytes and compute capability of a device, for reports.
+#[pyfunction]
+fn device_info(py: Python<'_>, device: i32) -> PyResult<(String, usize, (i32, i32))> {
+    Ok((
+        driver::device_name(device).py(py)?,
+        driver::device_total_memory(device).py(py)?,
+        driver::compute_capability(device).py(py)?,
+    ))
+}
+
+/// The library names custream looks for when it loads the CUDA driver.
+#[pyfunction]
+fn driver_library_candidates() -> Vec<String> {
+    driver::library_candidates()
+}
+
+/// The number of custream.Stream objects alive in this process (for leak tests).
+#[pyfunction]
+fn live_stream_count() -> isize {
+    stream::LIVE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Registered with atexit: from here on no Stream or Event calls into the driver.
+#[pyfunction]
+fn _finalize() {
+    driver::set_finalizing();
+}
+
+#[pymodule]
+fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    driver::install_fork_handler();
+    m.add("Stream", stream_type::create(py)?)?;
+    m.add_class::<event::Event>()?;
+    m.add("CudaError", py.get_type::<errors::CudaError>())?;
+    m.add("CudaUnavailableError", py.get_type::<errors::CudaUnavailableError>())?;
+    m.add("LEGACY_DEFAULT_STREAM", 1u8)?;
+    m.add("PER_THREAD_DEFAULT_STREAM", 2u8)?;
+    m.add("ABI_VERSION", layout::CUSTREAM_ABI_VERSION)?;
+    m.add_function(wrap_pyfunction!(as_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(is_available, m)?)?;
+    m.add_function(wrap_pyfunction!(driver_version, m)?)?;
+    m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(device_info, m)?)?;
+    m.add_function(wrap_pyfunction!(driver_library_candidates, m)?)?;
+    m.add_function(wrap_pyfunction!(live_stream_count, m)?)?;
+    let finalize = wrap_pyfunction!(_finalize, m)?;
+    py.import("atexit")?.call_method1("register", (&finalize,))?;
+    m.add_function(finalize)?;
+    m.add("_C_API", capi::capsule(py)?)?;
+    Ok(())
+}

@@ -1,0 +1,113 @@
+//! The CUDA Stream Protocol, consumer side: `as_stream(obj)` and the rules a producer's
+//! `__cuda_stream__()` result must follow (DESIGN.md, "The protocol"). No driver call here.
+
+use pyo3::exceptions::{PyDeprecationWarning, PyTypeError, PyValueError};
+use pyo3::ffi;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyInt, PyTuple};
+
+use crate::stream::{self, Parts};
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type().fully_qualified_name().map(|n| n.to_string()).unwrap_or_else(|_| "<unknown type>".into())
+}
+
+/// A stream handle given as a Python int: an `int` (not `bool`) in [0, 2**64).
+/// `what` says where the value came from, for the error message.
+pub fn handle_from_int(value: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
+    if !value.is_instance_of::<PyInt>() || value.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be an int, got {}",
+            type_name(value)
+        )));
+    }
+    // SAFETY: value is an int; the conversion sets OverflowError for out-of-range values.
+    let h = unsafe { ffi::PyLong_AsUnsignedLongLong(value.as_ptr()) };
+    if h == u64::MAX && PyErr::occurred(value.py()) {
+        drop(PyErr::fetch(value.py()));
+        return Err(PyValueError::new_err(format!(
+            "{what} {} is out of range: a stream handle is in [0, 2**64)",
+            value.repr().map(|r| r.to_string()).unwrap_or_default()
+        )));
+    }
+    Ok(h)
+}
+
+/// Check a producer's result and return the handle; `owner_type` names the producer.
+fn parse_result(result: &Bound<'_, PyAny>, owner_type: &str) -> PyResult<u64> {
+    let tuple = result.cast::<PyTuple>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{owner_type}.__cuda_stream__() must return a tuple (version, handle), got {}",
+            type_name(result)
+        ))
+    })?;
+    if tuple.len() != 2 {
+        return Err(PyValueError::new_err(format!(
+            "{owner_type}.__cuda_stream__() must return a 2-tuple (version, handle), got a tuple of length {}",
+            tuple.len()
+        )));
+    }
+    let version = tuple.get_item(0)?;
+    if !version.is_exact_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "{owner_type}.__cuda_stream__() returned version {} of type {}: the version must be the int 0",
+            version.repr()?,
+            type_name(&version)
+        )));
+    }
+    if version.extract::<i64>().ok() != Some(0) {
+        return Err(PyValueError::new_err(format!(
+            "{owner_type}.__cuda_stream__() returned version {}: custream understands protocol version 0 only",
+            version.repr()?
+        )));
+    }
+    handle_from_int(&tuple.get_item(1)?, &format!("the handle returned by {owner_type}.__cuda_stream__()"))
+}
+
+/// `custream.as_stream(obj)`: a Stream as is, else a borrowed Stream over the handle that
+/// `obj.__cuda_stream__()` gives, keeping `obj` alive as its owner.
+pub fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: obj is alive.
+    if unsafe { stream::is_stream(obj.as_ptr()) } {
+        return Ok(obj.clone());
+    }
+    let py = obj.py();
+    let attr = match obj.getattr(intern!(py, "__cuda_stream__")) {
+        Ok(attr) => attr,
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyAttributeError>(py) => {
+            let hint = if obj.is_instance_of::<PyInt>() {
+                "; to wrap a raw handle use custream.Stream.from_handle(handle, owner=...)"
+            } else {
+                ""
+            };
+            return Err(PyTypeError::new_err(format!(
+                "as_stream() expected a custream.Stream or an object with a __cuda_stream__() method, got {}{hint}",
+                type_name(obj)
+            )));
+        }
+        Err(e) => return Err(e),
+    };
+    let owner_type = type_name(obj);
+    let result = if attr.is_callable() {
+        attr.call0()?
+    } else {
+        PyErr::warn(
+            py,
+            &py.get_type::<PyDeprecationWarning>(),
+            &std::ffi::CString::new(format!(
+                "{owner_type}.__cuda_stream__ is an attribute; the CUDA Stream Protocol makes it a method"
+            ))
+            .unwrap_or_default(),
+            1,
+        )?;
+        attr
+    };
+    let handle = parse_result(&result, &owner_type)?;
+    let mut parts = Parts::borrowed(handle, None, Some(obj.clone()));
+    // A plain (0, int) tuple from the producer is immutable and can be our own cache.
+    if result.is_exact_instance_of::<PyTuple>() && result.cast::<PyTuple>()?.get_item(1)?.is_exact_instance_of::<PyInt>() {
+        parts.protocol = Some(result.cast_into::<PyTuple>()?);
+    }
+    stream::make(py, parts)
+}

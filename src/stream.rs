@@ -1,0 +1,326 @@
+//! The Stream object itself: its memory is `CustreamStream` from pxd/custream.h (through
+//! src/layout.rs), so Cython and C read the same fields Rust writes. This file makes,
+//! uses and releases such objects; src/stream_type.rs gives them their Python face.
+
+use std::os::raw::c_void;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicI32, AtomicIsize, AtomicPtr, Ordering};
+
+use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyInt, PyTuple};
+
+use crate::driver::{self, CUcontext, CUstream, DriverError};
+use crate::errors::{closed_error, IntoPyResult};
+use crate::layout::{
+    custream_deleter_t, CustreamStream, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_NON_BLOCKING,
+    CUSTREAM_FLAG_OWNED,
+};
+use crate::lifecycle::{Lifecycle, Release};
+
+/// The Stream type object, made once when the module is initialized.
+pub static STREAM_TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(null_mut());
+
+/// Live Stream objects in this process (allocated and not yet deallocated).
+pub static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+pub fn stream_type() -> *mut ffi::PyTypeObject {
+    STREAM_TYPE.load(Ordering::Acquire)
+}
+
+/// Whether `obj` is a custream.Stream (the type is final, so this is an identity test).
+///
+/// # Safety
+/// `obj` must be a live object.
+pub unsafe fn is_stream(obj: *mut ffi::PyObject) -> bool {
+    let tp = stream_type();
+    !tp.is_null() && ffi::Py_TYPE(obj) == tp
+}
+
+pub fn is_default_token(handle: u64) -> bool {
+    handle <= 2
+}
+
+/// Everything a new Stream object holds.
+pub struct Parts<'py> {
+    pub handle: u64,
+    pub flags: u32,
+    pub device: i32,
+    pub priority: i32,
+    pub owner: Option<Bound<'py, PyAny>>,
+    pub deleter: custream_deleter_t,
+    pub deleter_ctx: *mut c_void,
+    pub context: CUcontext,
+    /// The (0, handle) tuple, when the caller already has one (e.g. from a producer).
+    pub protocol: Option<Bound<'py, PyTuple>>,
+}
+
+impl<'py> Parts<'py> {
+    pub fn borrowed(handle: u64, device: Option<i32>, owner: Option<Bound<'py, PyAny>>) -> Self {
+        let default = is_default_token(handle);
+        Parts {
+            handle,
+            flags: if default { CUSTREAM_FLAG_DEFAULT } else { 0 },
+            device: if default { CUSTREAM_DEVICE_UNKNOWN } else { device.unwrap_or(CUSTREAM_DEVICE_UNKNOWN) },
+            priority: 0,
+            owner,
+            deleter: None,
+            deleter_ctx: null_mut(),
+            context: null_mut(),
+            protocol: None,
+        }
+    }
+}
+
+/// A Stream object as a raw pointer to its struct, valid while the object is alive.
+#[derive(Clone, Copy)]
+pub struct StreamRef(pub *mut CustreamStream);
+
+impl StreamRef {
+    /// # Safety
+    /// `obj` must be a live custream.Stream.
+    pub unsafe fn of(obj: *mut ffi::PyObject) -> Self {
+        StreamRef(obj.cast())
+    }
+
+    pub fn as_ptr(self) -> *mut ffi::PyObject {
+        self.0.cast()
+    }
+
+    fn lifecycle(self) -> Lifecycle<'static> {
+        // SAFETY: the object outlives every use the methods make of it.
+        unsafe { Lifecycle::from_ptr(&raw mut (*self.0).state) }
+    }
+
+    pub fn handle(self) -> u64 {
+        unsafe { (*self.0).handle as u64 }
+    }
+
+    pub fn flags(self) -> u32 {
+        unsafe { (*self.0).flags }
+    }
+
+    pub fn is_owned(self) -> bool {
+        self.flags() & CUSTREAM_FLAG_OWNED != 0
+    }
+
+    pub fn is_default(self) -> bool {
+        self.flags() & CUSTREAM_FLAG_DEFAULT != 0
+    }
+
+    pub fn is_non_blocking_flag(self) -> bool {
+        self.flags() & CUSTREAM_FLAG_NON_BLOCKING != 0
+    }
+
+    pub fn priority_field(self) -> i32 {
+        unsafe { (*self.0).priority }
+    }
+
+    pub fn is_closed(self) -> bool {
+        self.lifecycle().is_closed()
+    }
+
+    fn device_cell(self) -> &'static AtomicI32 {
+        unsafe { AtomicI32::from_ptr(&raw mut (*self.0).device) }
+    }
+
+    /// The device if known without a driver call.
+    pub fn known_device(self) -> Option<i32> {
+        match self.device_cell().load(Ordering::Acquire) {
+            CUSTREAM_DEVICE_UNKNOWN => None,
+            d => Some(d),
+        }
+    }
+
+    fn owner_cell(self) -> &'static AtomicPtr<ffi::PyObject> {
+        unsafe { AtomicPtr::from_ptr(&raw mut (*self.0).owner) }
+    }
+
+    pub fn owner<'py>(self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
+        let p = self.owner_cell().load(Ordering::Acquire);
+        // SAFETY: the owner is only cleared under the GIL, which the caller holds.
+        (!p.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, p) })
+    }
+
+    /// The cached (0, handle) tuple, a new reference.
+    pub fn protocol<'py>(self, py: Python<'py>) -> Bound<'py, PyTuple> {
+        unsafe { Bound::from_borrowed_ptr(py, (*self.0).protocol).cast_into_unchecked() }
+    }
+
+    fn check_process(self) -> Result<(), DriverError> {
+        if unsafe { (*self.0).fork_generation } != driver::fork_generation() {
+            Err(DriverError::Forked)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Fails with the closed-stream error naming `what`.
+    pub fn ensure_open(self, what: &str) -> PyResult<()> {
+        if self.is_closed() {
+            Err(closed_error(what))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Run a driver call on the handle, holding the stream open for its duration: a close()
+    /// meanwhile takes effect when the call returns. `what` names the operation in errors.
+    pub fn use_handle<R>(
+        self,
+        py: Python<'_>,
+        what: &str,
+        f: impl FnOnce(CUstream) -> Result<R, DriverError>,
+    ) -> PyResult<R> {
+        self.check_process().py(py)?;
+        self.lifecycle().enter().map_err(|_| closed_error(what))?;
+        let result = f(self.handle() as usize as CUstream);
+        if self.lifecycle().leave() == Release::Now {
+            // The close() that raced this call left the release to us; its errors have no
+            // caller to go to.
+            let _ = self.release(py);
+        }
+        result.py(py)
+    }
+
+    /// The device, resolving it through the driver for borrowed streams. Default-stream
+    /// tokens are resolved against the current context every time; others are cached.
+    pub fn device(self, py: Python<'_>) -> PyResult<i32> {
+        if let Some(d) = self.known_device() {
+            return Ok(d);
+        }
+        let d = self.use_handle(py, "device", driver::stream_device)?;
+        if !self.is_default() {
+            let _ = self.device_cell().compare_exchange(CUSTREAM_DEVICE_UNKNOWN, d, Ordering::AcqRel, Ordering::Acquire);
+        }
+        Ok(d)
+    }
+
+    /// The context the stream's work runs in.
+    pub fn context(self, py: Python<'_>) -> PyResult<CUcontext> {
+        let ctx = unsafe { (*self.0).context };
+        if !ctx.is_null() {
+            return Ok(ctx.cast());
+        }
+        self.use_handle(py, "context", driver::stream_context)
+    }
+
+    /// close(): idempotent; the first call releases (now, or when calls in flight end).
+    pub fn close(self, py: Python<'_>) -> PyResult<()> {
+        match self.lifecycle().close() {
+            Release::Now => self.release(py).py(py),
+            Release::NotYours => Ok(()),
+        }
+    }
+
+    /// Destroy what we own, call the C deleter, drop the owner. Runs once per object, with
+    /// the GIL held. In a forked child or during finalization the driver and the deleter are
+    /// left alone: the handle belongs to a dead parent or to the process's exit.
+    fn release(self, py: Python<'_>) -> Result<(), DriverError> {
+        let s = self.0;
+        let (handle, device) = (self.handle() as usize as CUstream, unsafe { (*s).device });
+        let context = std::mem::replace(unsafe { &mut (*s).context }, null_mut());
+        let deleter = unsafe { (*s).deleter.take() };
+        let deleter_ctx = std::mem::replace(unsafe { &mut (*s).deleter_ctx }, null_mut());
+        let owner = self.owner_cell().swap(null_mut(), Ordering::AcqRel);
+        let may_call = self.check_process().is_ok() && !driver::is_finalizing();
+
+        let mut result = Ok(());
+        if self.is_owned() && !context.is_null() && may_call {
+            result = driver::destroy_stream(context.cast(), handle);
+            let released = driver::release_primary_context(device);
+            result = result.and(released);
+        }
+        if let (Some(deleter), true) = (deleter, may_call) {
+            // SAFETY: the deleter's contract (custream.h): called once, GIL held.
+            unsafe { deleter(deleter_ctx, handle.cast()) };
+        }
+        if !owner.is_null() {
+            // SAFETY: we held this reference since the object was made.
+            drop(unsafe { Bound::from_owned_ptr(py, owner) });
+        }
+        result
+    }
+
+    /// Release everything once, without raising: for deallocation and tp_clear.
+    pub fn close_quietly(self, py: Python<'_>) {
+        if self.lifecycle().close() == Release::Now {
+            let _ = self.release(py);
+        }
+    }
+}
+
+/// Make a Stream object from its parts. On failure nothing the parts hold is released:
+/// that stays with the caller.
+pub fn make<'py>(py: Python<'py>, parts: Parts<'py>) -> PyResult<Bound<'py, PyAny>> {
+    let protocol = match parts.protocol {
+        Some(t) => t,
+        None => PyTuple::new(py, [PyInt::new(py, 0u8).into_any(), PyInt::new(py, parts.handle).into_any()])?,
+    };
+    let tp = stream_type();
+    if tp.is_null() {
+        return Err(PyValueError::new_err("custream is not initialized"));
+    }
+    // SAFETY: tp is our type; PyType_GenericAlloc zeroes the struct and tracks it for the GC.
+    let obj = unsafe { ffi::PyType_GenericAlloc(tp, 0) };
+    if obj.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    let s = obj.cast::<CustreamStream>();
+    unsafe {
+        (*s).handle = parts.handle as usize as _;
+        (*s).protocol = protocol.into_ptr();
+        (*s).flags = parts.flags;
+        (*s).state = 0;
+        (*s).device = parts.device;
+        (*s).priority = parts.priority;
+        (*s).fork_generation = driver::fork_generation();
+        (*s).owner = parts.owner.map_or(null_mut(), Bound::into_ptr);
+        (*s).deleter = parts.deleter;
+        (*s).deleter_ctx = parts.deleter_ctx;
+        (*s).context = parts.context.cast();
+        (*s).weakreflist = null_mut();
+    }
+    LIVE.fetch_add(1, Ordering::Relaxed);
+    Ok(unsafe { Bound::from_owned_ptr(py, obj) })
+}
+
+/// A new owned stream in `device`'s primary context (default: the current context's
+/// device, else 0). The thread's current context is the same before and after.
+pub fn create<'py>(py: Python<'py>, device: Option<i32>, non_blocking: bool, priority: i32) -> PyResult<Bound<'py, PyAny>> {
+    let device = match device {
+        Some(d) => d,
+        None => driver::current_device().py(py)?.unwrap_or(0),
+    };
+    let count = driver::device_count().py(py)?;
+    if device >= count {
+        return Err(PyValueError::new_err(format!(
+            "device {device} does not exist: this machine has {count} CUDA device{}",
+            if count == 1 { "" } else { "s" }
+        )));
+    }
+    let context = driver::retain_primary_context(device).py(py)?;
+    let handle = match driver::create_stream(context, non_blocking, priority) {
+        Ok(h) => h,
+        Err(e) => {
+            let _ = driver::release_primary_context(device);
+            return Err(e).py(py);
+        }
+    };
+    let parts = Parts {
+        handle: handle as usize as u64,
+        flags: CUSTREAM_FLAG_OWNED | if non_blocking { CUSTREAM_FLAG_NON_BLOCKING } else { 0 },
+        device,
+        priority,
+        owner: None,
+        deleter: None,
+        deleter_ctx: null_mut(),
+        context,
+        protocol: None,
+    };
+    make(py, parts).inspect_err(|_| {
+        let _ = driver::destroy_stream(context, handle);
+        let _ = driver::release_primary_context(device);
+    })
+}

@@ -1,0 +1,460 @@
+//! The Python face of the Stream object: a type built with PyType_FromSpec whose
+//! `tp_basicsize` is `sizeof(CustreamStream)`, so Cython's `check_size error` and the C API
+//! see exactly the layout pxd/custream.h declares. pyo3's #[pyclass] layout is not a C ABI,
+//! which is why this type is assembled from slots by hand.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::mem::offset_of;
+use std::ptr::null_mut;
+use std::sync::atomic::Ordering;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+
+use crate::driver;
+use crate::event::Event;
+use crate::ffi::{boundary, bool_arg, device_arg, i32_arg, Signature};
+use crate::layout::CustreamStream;
+use crate::protocol::{self, handle_from_int};
+use crate::stream::{self, Parts, StreamRef, STREAM_TYPE};
+
+const DOC: &CStr = c"Stream(*, device=None, non_blocking=True, priority=0)
+--
+
+A CUDA stream shared by Python, Cython and C, speaking the CUDA Stream Protocol.
+
+``Stream()`` creates an owned stream in the device's primary context (``device`` defaults to
+the current context's device, else 0) and leaves the thread's current context as it was.
+``Stream.from_handle(handle, owner=...)`` and ``custream.as_stream(obj)`` wrap a stream
+somebody else made, keeping its owner alive. ``close()`` (or leaving a ``with`` block)
+destroys an owned stream and lets go of a borrowed one's owner; after it, every handle
+accessor raises ValueError.";
+
+unsafe fn slf(obj: *mut ffi::PyObject) -> StreamRef {
+    StreamRef::of(obj)
+}
+
+// ---- slots ------------------------------------------------------------------------------
+
+static NEW_SIG: Signature = Signature {
+    name: "Stream",
+    positional: &[],
+    keyword_only: &["device", "non_blocking", "priority"],
+    required: 0,
+};
+
+unsafe extern "C" fn tp_new(_tp: *mut ffi::PyTypeObject, args: *mut ffi::PyObject, kwargs: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    boundary(|py| {
+        let [device, non_blocking, priority] = NEW_SIG.parse_tuple_dict::<3>(py, args, kwargs)?;
+        let device = device_arg(device.as_ref(), "Stream")?;
+        let non_blocking = bool_arg(non_blocking.as_ref(), "Stream", "non_blocking", true)?;
+        let priority = i32_arg(priority.as_ref(), "Stream", "priority", 0)?;
+        Ok(stream::create(py, device, non_blocking, priority)?.into_ptr())
+    })
+}
+
+unsafe extern "C" fn tp_dealloc(obj: *mut ffi::PyObject) {
+    ffi::PyObject_GC_UnTrack(obj.cast());
+    let s = slf(obj);
+    if !(*s.0).weakreflist.is_null() {
+        ffi::PyObject_ClearWeakRefs(obj);
+    }
+    let py = Python::assume_attached();
+    // A panic must not unwind into CPython's deallocator; there is no caller to tell.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.close_quietly(py)));
+    let protocol = std::mem::replace(&mut (*s.0).protocol, null_mut());
+    if !protocol.is_null() {
+        ffi::Py_DECREF(protocol);
+    }
+    let tp = ffi::Py_TYPE(obj);
+    ffi::PyObject_GC_Del(obj.cast());
+    ffi::Py_DECREF(tp.cast());
+    stream::LIVE.fetch_sub(1, Ordering::Relaxed);
+}
+
+unsafe extern "C" fn tp_traverse(obj: *mut ffi::PyObject, visit: ffi::visitproc, arg: *mut c_void) -> c_int {
+    let s = obj.cast::<CustreamStream>();
+    for p in [(*s).owner, (*s).protocol, ffi::Py_TYPE(obj).cast()] {
+        if !p.is_null() {
+            let r = visit(p, arg);
+            if r != 0 {
+                return r;
+            }
+        }
+    }
+    0
+}
+
+unsafe extern "C" fn tp_clear(obj: *mut ffi::PyObject) -> c_int {
+    // Only cyclic garbage is cleared: release it now, as deallocation would.
+    let py = Python::assume_attached();
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| slf(obj).close_quietly(py)));
+    0
+}
+
+unsafe extern "C" fn tp_repr(obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    boundary(|py| {
+        let s = slf(obj);
+        let what = match s.handle() {
+            0 => "null (default) stream".to_owned(),
+            1 => "LEGACY_DEFAULT_STREAM".to_owned(),
+            2 => "PER_THREAD_DEFAULT_STREAM".to_owned(),
+            h => format!("handle={h:#x}"),
+        };
+        let device = match (s.is_default(), s.known_device()) {
+            (true, _) => " device=current".to_owned(),
+            (false, Some(d)) => format!(" device={d}"),
+            (false, None) => String::new(),
+        };
+        let how = if s.is_closed() {
+            " closed".to_owned()
+        } else if s.is_owned() {
+            " owned".to_owned()
+        } else if let Some(owner) = s.owner(py) {
+            format!(" borrowed from {}", owner.get_type().fully_qualified_name()?)
+        } else if !(*s.0).deleter.is_none() {
+            " borrowed with deleter".to_owned()
+        } else {
+            " borrowed".to_owned()
+        };
+        Ok(pyo3::types::PyString::new(py, &format!("<custream.Stream {what}{device}{how}>")).into_ptr())
+    })
+}
+
+unsafe extern "C" fn tp_hash(obj: *mut ffi::PyObject) -> ffi::Py_hash_t {
+    // The handle, as int's own hash of it, so equal streams hash alike; -1 is reserved.
+    let h = slf(obj).handle() as ffi::Py_hash_t;
+    if h == -1 {
+        -2
+    } else {
+        h
+    }
+}
+
+unsafe extern "C" fn tp_richcompare(a: *mut ffi::PyObject, b: *mut ffi::PyObject, op: c_int) -> *mut ffi::PyObject {
+    if !stream::is_stream(b) || !(op == ffi::Py_EQ || op == ffi::Py_NE) {
+        return ffi::Py_NewRef(ffi::Py_NotImplemented());
+    }
+    let equal = slf(a).handle() == slf(b).handle();
+    ffi::Py_NewRef(if equal == (op == ffi::Py_EQ) { ffi::Py_True() } else { ffi::Py_False() })
+}
+
+// ---- methods ----------------------------------------------------------------------------
+
+unsafe extern "C" fn cuda_stream(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    let s = slf(obj);
+    if s.is_closed() {
+        return boundary(|_| Err(crate::errors::closed_error("__cuda_stream__()")));
+    }
+    ffi::Py_NewRef((*s.0).protocol)
+}
+
+static FROM_HANDLE_SIG: Signature = Signature {
+    name: "from_handle",
+    positional: &["handle"],
+    keyword_only: &["owner", "device"],
+    required: 1,
+};
+
+unsafe extern "C" fn from_handle(
+    _cls: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    boundary(|py| {
+        let [handle, owner, device] = FROM_HANDLE_SIG.parse_fastcall::<3>(py, args, nargs, kwnames)?;
+        let handle = handle_from_int(handle.as_ref().expect("required"), "from_handle() handle")?;
+        let device = device_arg(device.as_ref(), "from_handle")?;
+        if device.is_some() && stream::is_default_token(handle) {
+            return Err(PyValueError::new_err(format!(
+                "from_handle() device cannot be given for the default-stream token {handle:#x}: \
+                 it always means the default stream of the current context"
+            )));
+        }
+        let owner = owner.filter(|o| !o.is_none());
+        Ok(stream::make(py, Parts::borrowed(handle, device, owner))?.into_ptr())
+    })
+}
+
+unsafe extern "C" fn synchronize(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    boundary(|py| {
+        slf(obj).use_handle(py, "synchronize()", |h| {
+            let h = h as usize;
+            py.detach(move || driver::stream_synchronize(h as driver::CUstream))
+        })?;
+        Ok(ffi::Py_NewRef(ffi::Py_None()))
+    })
+}
+
+unsafe extern "C" fn query(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    boundary(|py| {
+        let done = slf(obj).use_handle(py, "query()", driver::stream_query)?;
+        Ok(ffi::Py_NewRef(if done { ffi::Py_True() } else { ffi::Py_False() }))
+    })
+}
+
+unsafe extern "C" fn wait(obj: *mut ffi::PyObject, other: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    boundary(|py| {
+        let s = slf(obj);
+        let other = Bound::from_borrowed_ptr(py, other);
+        if let Ok(event) = other.cast::<Event>() {
+            event.get().use_event(py, "wait()", |ev| Ok(s.use_handle(py, "wait()", |h| driver::stream_wait_event(h, ev))))??;
+            return Ok(ffi::Py_NewRef(ffi::Py_None()));
+        }
+        let upstream = protocol::as_stream(&other).map_err(|e| {
+            if e.is_instance_of::<PyTypeError>(py) {
+                PyTypeError::new_err(format!(
+                    "wait() expected a custream.Event, a custream.Stream or an object with __cuda_stream__(), got {}",
+                    other.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                ))
+            } else {
+                e
+            }
+        })?;
+        let up = StreamRef::of(upstream.as_ptr());
+        if up.handle() == s.handle() && !s.is_default() {
+            s.ensure_open("wait()")?;
+            return Ok(ffi::Py_NewRef(ffi::Py_None()));
+        }
+        let context = up.context(py)?;
+        up.use_handle(py, "wait()", |uh| {
+            let ev = driver::event_create(context, false)?;
+            let waited = driver::event_record(ev, uh).and_then(|_| {
+                Ok(s.use_handle(py, "wait()", |h| driver::stream_wait_event(h, ev)))
+            });
+            let destroyed = driver::event_destroy(context, ev);
+            waited.and_then(|inner| destroyed.map(|_| inner))
+        })??;
+        Ok(ffi::Py_NewRef(ffi::Py_None()))
+    })
+}
+
+static RECORD_SIG: Signature = Signature {
+    name: "record",
+    positional: &["event"],
+    keyword_only: &[],
+    required: 0,
+};
+
+unsafe extern "C" fn record(
+    obj: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    boundary(|py| {
+        let s = slf(obj);
+        let [event] = RECORD_SIG.parse_fastcall::<1>(py, args, nargs, kwnames)?;
+        let event = match event.filter(|e| !e.is_none()) {
+            Some(e) => e.cast_into::<Event>().map_err(|e| {
+                PyTypeError::new_err(format!(
+                    "record() event must be a custream.Event or None, got {}",
+                    e.into_inner().get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                ))
+            })?,
+            None => {
+                s.ensure_open("record()")?;
+                Bound::new(py, Event::for_stream(py, s)?)?
+            }
+        };
+        event.get().use_event(py, "record()", |ev| Ok(s.use_handle(py, "record()", |h| driver::event_record(ev, h))))??;
+        Ok(event.into_ptr())
+    })
+}
+
+unsafe extern "C" fn close(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    boundary(|py| {
+        slf(obj).close(py)?;
+        Ok(ffi::Py_NewRef(ffi::Py_None()))
+    })
+}
+
+unsafe extern "C" fn enter(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    boundary(|_| {
+        slf(obj).ensure_open("__enter__()")?;
+        Ok(ffi::Py_NewRef(obj))
+    })
+}
+
+unsafe extern "C" fn exit(obj: *mut ffi::PyObject, _args: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    boundary(|py| {
+        slf(obj).close(py)?;
+        Ok(ffi::Py_NewRef(ffi::Py_False()))
+    })
+}
+
+unsafe extern "C" fn reduce(_obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    boundary(|_| -> PyResult<*mut ffi::PyObject> {
+        Err(PyTypeError::new_err(
+            "cannot pickle custream.Stream: a CUDA stream handle is only meaningful in the process \
+             that made it; send the device ordinal and make a stream on the other side",
+        ))
+    })
+}
+
+// ---- getters ----------------------------------------------------------------------------
+
+fn bool_ptr(b: bool) -> *mut ffi::PyObject {
+    unsafe { ffi::Py_NewRef(if b { ffi::Py_True() } else { ffi::Py_False() }) }
+}
+
+unsafe extern "C" fn get_handle(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    let s = slf(obj);
+    if s.is_closed() {
+        return boundary(|_| Err(crate::errors::closed_error("handle")));
+    }
+    // The int already in the (0, handle) tuple: no allocation.
+    ffi::Py_NewRef(ffi::PyTuple_GetItem((*s.0).protocol, 1))
+}
+
+unsafe extern "C" fn get_device(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    boundary(|py| Ok(slf(obj).device(py)?.into_pyobject(py)?.into_ptr()))
+}
+
+unsafe extern "C" fn get_owned(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    bool_ptr(slf(obj).is_owned())
+}
+
+unsafe extern "C" fn get_owner(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    let py = Python::assume_attached();
+    match slf(obj).owner(py) {
+        Some(o) => o.into_ptr(),
+        None => ffi::Py_NewRef(ffi::Py_None()),
+    }
+}
+
+unsafe extern "C" fn get_is_default(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    bool_ptr(slf(obj).is_default())
+}
+
+unsafe extern "C" fn get_non_blocking(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    boundary(|py| {
+        let s = slf(obj);
+        let nb = if s.is_owned() {
+            s.is_non_blocking_flag()
+        } else if s.is_default() {
+            false
+        } else {
+            s.use_handle(py, "non_blocking", driver::stream_flags)? & driver::STREAM_NON_BLOCKING != 0
+        };
+        Ok(bool_ptr(nb))
+    })
+}
+
+unsafe extern "C" fn get_priority(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    boundary(|py| {
+        let s = slf(obj);
+        let p = if s.is_owned() || s.is_default() {
+            s.priority_field()
+        } else {
+            s.use_handle(py, "priority", driver::stream_priority)?
+        };
+        Ok(p.into_pyobject(py)?.into_ptr())
+    })
+}
+
+unsafe extern "C" fn get_closed(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    bool_ptr(slf(obj).is_closed())
+}
+
+// ---- the type ---------------------------------------------------------------------------
+
+fn method(name: &'static CStr, meth: ffi::PyMethodDefPointer, flags: c_int, doc: &'static CStr) -> ffi::PyMethodDef {
+    ffi::PyMethodDef { ml_name: name.as_ptr(), ml_meth: meth, ml_flags: flags, ml_doc: doc.as_ptr() }
+}
+
+fn getter(
+    name: &'static CStr,
+    get: unsafe extern "C" fn(*mut ffi::PyObject, *mut c_void) -> *mut ffi::PyObject,
+    doc: &'static CStr,
+) -> ffi::PyGetSetDef {
+    ffi::PyGetSetDef { name: name.as_ptr(), get: Some(get), set: None, doc: doc.as_ptr(), closure: null_mut() }
+}
+
+fn leak<T>(v: Vec<T>) -> *mut T {
+    Box::leak(v.into_boxed_slice()).as_mut_ptr()
+}
+
+/// Build the Stream type (once per process) and remember it.
+pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+    let existing = STREAM_TYPE.load(Ordering::Acquire);
+    if !existing.is_null() {
+        return Ok(unsafe { Bound::from_borrowed_ptr(py, existing.cast()).cast_into_unchecked() });
+    }
+    use ffi::PyMethodDefPointer as M;
+    let noargs = ffi::METH_NOARGS;
+    let methods = leak(vec![
+        method(c"__cuda_stream__", M { PyCFunction: cuda_stream }, noargs,
+            c"__cuda_stream__($self, /)\n--\n\nThe CUDA Stream Protocol: (0, handle), both ints."),
+        method(c"from_handle", M { PyCFunctionFastWithKeywords: from_handle }, ffi::METH_CLASS | ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+            c"from_handle($cls, handle, *, owner=None, device=None)\n--\n\nWrap an existing CUDA stream handle (an int) without calling the driver.\n\n``owner`` is kept alive until the stream is closed or deallocated; ``device``\nspares a driver call when ``.device`` is read. 0, 1 and 2 are the default-stream\ntokens (null, legacy, per-thread)."),
+        method(c"synchronize", M { PyCFunction: synchronize }, noargs,
+            c"synchronize($self, /)\n--\n\nWait for all work on the stream; the GIL is released while waiting."),
+        method(c"query", M { PyCFunction: query }, noargs,
+            c"query($self, /)\n--\n\nTrue if all work on the stream is done, False if some is pending."),
+        method(c"wait", M { PyCFunction: wait }, ffi::METH_O,
+            c"wait($self, other, /)\n--\n\nMake later work on this stream wait for ``other``: a custream.Event, or the\nwork queued so far on a custream.Stream or any ``__cuda_stream__`` object."),
+        method(c"record", M { PyCFunctionFastWithKeywords: record }, ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+            c"record($self, /, event=None)\n--\n\nRecord ``event`` (a new custream.Event if None) on this stream and return it."),
+        method(c"close", M { PyCFunction: close }, noargs,
+            c"close($self, /)\n--\n\nDestroy an owned stream, or release a borrowed one's owner or deleter.\nIdempotent and thread-safe; afterwards every handle accessor raises ValueError."),
+        method(c"__enter__", M { PyCFunction: enter }, noargs, c"Return the stream; leaving the block closes it."),
+        method(c"__exit__", M { PyCFunction: exit }, ffi::METH_VARARGS, c"Close the stream."),
+        method(c"__reduce__", M { PyCFunction: reduce }, noargs, c"Streams cannot be pickled."),
+        ffi::PyMethodDef::zeroed(),
+    ]);
+    let getset = leak(vec![
+        getter(c"handle", get_handle, c"The CUstream handle as an int (0, 1 and 2 are default-stream tokens)."),
+        getter(c"device", get_device, c"The device ordinal; for default streams, that of the current context."),
+        getter(c"owned", get_owned, c"True if custream created the stream and destroys it on close."),
+        getter(c"owner", get_owner, c"The object kept alive for a borrowed stream, or None."),
+        getter(c"is_default", get_is_default, c"True for the default-stream tokens 0, 1 and 2."),
+        getter(c"non_blocking", get_non_blocking, c"True if the stream does not synchronize with the legacy default stream."),
+        getter(c"priority", get_priority, c"The stream's priority (lower numbers run first)."),
+        getter(c"closed", get_closed, c"True once close() has been called."),
+        ffi::PyGetSetDef { name: std::ptr::null(), get: None, set: None, doc: std::ptr::null(), closure: null_mut() },
+    ]);
+    let members = leak(vec![
+        ffi::PyMemberDef {
+            name: c"__weaklistoffset__".as_ptr(),
+            type_code: ffi::Py_T_PYSSIZET,
+            offset: offset_of!(CustreamStream, weakreflist) as ffi::Py_ssize_t,
+            flags: ffi::Py_READONLY,
+            doc: std::ptr::null(),
+        },
+        ffi::PyMemberDef { name: std::ptr::null(), type_code: 0, offset: 0, flags: 0, doc: std::ptr::null() },
+    ]);
+    let slot = |slot: c_int, pfunc: *mut c_void| ffi::PyType_Slot { slot, pfunc };
+    let slots = leak(vec![
+        slot(ffi::Py_tp_doc, DOC.as_ptr() as *mut c_void),
+        slot(ffi::Py_tp_new, tp_new as *mut c_void),
+        slot(ffi::Py_tp_dealloc, tp_dealloc as *mut c_void),
+        slot(ffi::Py_tp_traverse, tp_traverse as *mut c_void),
+        slot(ffi::Py_tp_clear, tp_clear as *mut c_void),
+        slot(ffi::Py_tp_repr, tp_repr as *mut c_void),
+        slot(ffi::Py_tp_hash, tp_hash as *mut c_void),
+        slot(ffi::Py_tp_richcompare, tp_richcompare as *mut c_void),
+        slot(ffi::Py_tp_methods, methods.cast()),
+        slot(ffi::Py_tp_getset, getset.cast()),
+        slot(ffi::Py_tp_members, members.cast()),
+        slot(0, null_mut()),
+    ]);
+    let spec = Box::leak(Box::new(ffi::PyType_Spec {
+        name: c"custream.Stream".as_ptr() as *const c_char,
+        basicsize: std::mem::size_of::<CustreamStream>() as c_int,
+        itemsize: 0,
+        flags: (ffi::Py_TPFLAGS_DEFAULT | ffi::Py_TPFLAGS_HAVE_GC | ffi::Py_TPFLAGS_IMMUTABLETYPE) as _,
+        slots,
+    }));
+    let tp = unsafe { ffi::PyType_FromSpec(spec) };
+    if tp.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    let tp: Bound<'_, PyType> = unsafe { Bound::from_owned_ptr(py, tp).cast_into_unchecked() };
+    // The type lives for the process: this reference is never given back.
+    STREAM_TYPE.store(tp.clone().into_ptr().cast(), Ordering::Release);
+    Ok(tp)
+}
