@@ -1,0 +1,158 @@
+"""Type stubs for custream's extension module (re-exported by ``custream``)."""
+
+from types import TracebackType
+from typing import Any, Final, Protocol, final
+
+__all__ = [
+    "ABI_VERSION",
+    "LEGACY_DEFAULT_STREAM",
+    "PER_THREAD_DEFAULT_STREAM",
+    "CudaError",
+    "CudaUnavailableError",
+    "Event",
+    "Stream",
+    "as_stream",
+    "device_count",
+    "device_info",
+    "driver_library_candidates",
+    "driver_version",
+    "is_available",
+    "live_stream_count",
+    "_finalize",
+    "_C_API",
+]
+
+ABI_VERSION: Final[int]
+LEGACY_DEFAULT_STREAM: Final[int]
+PER_THREAD_DEFAULT_STREAM: Final[int]
+
+class CudaStreamProducer(Protocol):
+    """Any object speaking the CUDA Stream Protocol (a typing-only name)."""
+
+    def __cuda_stream__(self) -> tuple[int, int]: ...
+
+class CudaError(RuntimeError):
+    """A CUDA driver call failed."""
+
+    code: int
+    """The ``CUresult`` value."""
+    name: str
+    """The driver's name for it, e.g. ``CUDA_ERROR_INVALID_HANDLE``."""
+    message: str
+    """The driver's description."""
+
+class CudaUnavailableError(RuntimeError):
+    """No CUDA driver could be loaded; the message names the libraries looked for."""
+
+@final
+class Stream:
+    """A CUDA stream shared by Python, Cython and C, speaking the CUDA Stream Protocol.
+
+    ``Stream()`` creates an owned stream in the device's primary context (``device``
+    defaults to the current context's device, else 0) and leaves the thread's current
+    context as it was. ``Stream.from_handle`` and ``custream.as_stream`` wrap a stream
+    somebody else made, keeping its owner alive. After ``close()`` every handle accessor
+    raises ValueError.
+    """
+
+    def __new__(cls, *, device: int | None = None, non_blocking: bool = True, priority: int = 0) -> Stream: ...
+    @classmethod
+    def from_handle(cls, handle: int, *, owner: object | None = None, device: int | None = None) -> Stream:
+        """Wrap an existing CUDA stream handle (an int) without calling the driver.
+
+        ``owner`` is kept alive until the stream is closed or deallocated. 0, 1 and 2 are
+        the default-stream tokens (null, legacy, per-thread).
+        """
+    def __cuda_stream__(self) -> tuple[int, int]:
+        """The CUDA Stream Protocol: ``(0, handle)``."""
+    @property
+    def handle(self) -> int:
+        """The ``CUstream`` handle as an int."""
+    @property
+    def device(self) -> int:
+        """The device ordinal; for default streams, that of the current context."""
+    @property
+    def owned(self) -> bool:
+        """True if custream created the stream and destroys it on close."""
+    @property
+    def owner(self) -> Any:
+        """The object kept alive for a borrowed stream, or None."""
+    @property
+    def is_default(self) -> bool:
+        """True for the default-stream tokens 0, 1 and 2."""
+    @property
+    def non_blocking(self) -> bool:
+        """True if the stream does not synchronize with the legacy default stream."""
+    @property
+    def priority(self) -> int:
+        """The stream's priority (lower numbers run first)."""
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` has been called."""
+    def synchronize(self) -> None:
+        """Wait for all work on the stream; the GIL is released while waiting."""
+    def query(self) -> bool:
+        """True if all work on the stream is done."""
+    def wait(self, other: Event | Stream | CudaStreamProducer, /) -> None:
+        """Make later work on this stream wait for ``other``'s recorded or queued work."""
+    def record(self, event: Event | None = None) -> Event:
+        """Record ``event`` (a new one if None) on this stream and return it."""
+    def close(self) -> None:
+        """Destroy an owned stream or release a borrowed one's owner; idempotent."""
+    def __enter__(self) -> Stream: ...
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
+    ) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Event:
+    """A CUDA event in a device's primary context; ``timing=True`` enables ``elapsed_time``."""
+
+    def __new__(cls, *, device: int | None = None, timing: bool = False) -> Event: ...
+    def record(self, stream: Stream | CudaStreamProducer) -> None:
+        """Record the event on ``stream``."""
+    def synchronize(self) -> None:
+        """Wait for the recorded work (the GIL is released)."""
+    def query(self) -> bool:
+        """True if the recorded work is done."""
+    def elapsed_time(self, end: Event) -> float:
+        """Milliseconds from this event to ``end`` (both made with ``timing=True``)."""
+    @property
+    def handle(self) -> int: ...
+    @property
+    def device(self) -> int: ...
+    @property
+    def timing(self) -> bool: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None:
+        """Destroy the event; idempotent."""
+    def __enter__(self) -> Event: ...
+    def __exit__(self, *exc: object) -> bool: ...
+
+def as_stream(obj: Stream | CudaStreamProducer) -> Stream:
+    """``obj`` as a Stream: a Stream as is, else a borrowed Stream owning ``obj``."""
+
+def is_available() -> bool:
+    """True if the CUDA driver loads and has at least one device; never raises."""
+
+def driver_version() -> int:
+    """The driver's CUDA version, e.g. 13000 for 13.0."""
+
+def device_count() -> int:
+    """The number of CUDA devices."""
+
+def device_info(device: int) -> tuple[str, int, tuple[int, int]]:
+    """(name, total memory in bytes, (major, minor) compute capability)."""
+
+def driver_library_candidates() -> list[str]:
+    """The library names custream tries when it loads the driver."""
+
+def live_stream_count() -> int:
+    """The number of Stream objects alive in this process."""
+
+def _finalize() -> None: ...
+
+_C_API: object
