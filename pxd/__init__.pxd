@@ -1,1 +1,112 @@
-# placeholder
+# cython: language_level=3
+"""The Cython face of custream: ``from custream cimport Stream, as_stream``.
+
+Everything here is declared from custream.h (the single source of the layout); the C
+compiler needs ``custream.get_include()`` on its include path, Cython finds this file on
+``sys.path``. No import call is needed: ``Stream`` is checked against the running type when
+the cimporting module is imported (Cython's ``check_size error``: a layout drift fails
+there, never as silent corruption), and the C-API table is fetched on first use.
+
+Names:
+
+* ``Stream``: custream.Stream as a C struct. ``s.handle`` (and ``flags``, ``device``,
+  ``priority``) read the struct field: one load, usable inside ``nogil``. Type arguments as
+  ``Stream s not None``: Cython lets None through a typed argument otherwise.
+* ``as_stream``, ``from_handle``, ``from_handle_with_deleter``, ``synchronize``,
+  ``handle_checked``, ``is_closed``, ``is_stream``: the C API with Cython signatures.
+* ``Custream_*`` and ``custream_import``: the C functions exactly as custream.h has them.
+"""
+
+from libc.stdint cimport int32_t, uint32_t
+
+
+cdef extern from "custream.h":
+    enum: CUSTREAM_ABI_VERSION
+
+    # The same C type as CUDA's CUstream and cudaStream_t. A Cython module that declares
+    # CUstream itself (or cimports cuda.bindings.cydriver) casts: <CUstream>s.handle.
+    cdef struct CUstream_st:
+        pass
+    ctypedef CUstream_st *custream_handle_t
+
+    const custream_handle_t CUSTREAM_NULL_STREAM
+    const custream_handle_t CUSTREAM_LEGACY_DEFAULT_STREAM
+    const custream_handle_t CUSTREAM_PER_THREAD_DEFAULT_STREAM
+
+    enum:
+        CUSTREAM_FLAG_OWNED
+        CUSTREAM_FLAG_DEFAULT
+        CUSTREAM_FLAG_NON_BLOCKING
+        CUSTREAM_DEVICE_UNKNOWN
+
+    # Called exactly once, with the GIL held, when a stream wrapped with it is closed or
+    # deallocated; never during interpreter finalization nor in a forked child.
+    ctypedef void (*custream_deleter_t)(void *ctx, custream_handle_t handle) noexcept
+
+    ctypedef class custream.Stream [object CustreamStream, check_size error]:
+        # Fixed when the object is made: read them anywhere, with or without the GIL.
+        # The handle stays readable after close(); use handle_checked() or is_closed()
+        # where the stream may have been closed.
+        cdef const custream_handle_t handle
+        cdef const uint32_t flags          # CUSTREAM_FLAG_*
+        cdef const int32_t priority        # as created (owned streams); 0 otherwise
+        # CUSTREAM_DEVICE_UNKNOWN (-1) until custream resolves it (always, for the default
+        # streams, which follow the current context); the Python attribute resolves it.
+        cdef const int32_t device
+
+    # The C API; each fetches the table from the capsule on first use.
+    int custream_import() except -1
+    bint Custream_IsClosed(Stream s) nogil
+    custream_handle_t Custream_Handle(Stream s) nogil
+    object Custream_AsStream(object obj)
+    object Custream_FromHandle(custream_handle_t handle, int device, object owner)
+    object Custream_FromHandleWithDeleter(custream_handle_t handle, int device,
+                                          custream_deleter_t deleter, void *ctx)
+    int Custream_Check(object obj) except -1
+    int Custream_Synchronize(object stream) except -1
+    int Custream_HandleChecked(object stream, custream_handle_t *out) except -1
+
+
+cdef inline Stream as_stream(object obj):
+    """``obj`` as a Stream: a Stream as is, else a borrowed Stream over the handle
+    ``obj.__cuda_stream__()`` returns, keeping ``obj`` alive (custream.as_stream)."""
+    if type(obj) is Stream:
+        return <Stream>obj
+    return <Stream>Custream_AsStream(obj)
+
+
+cdef inline Stream from_handle(custream_handle_t handle, int device=CUSTREAM_DEVICE_UNKNOWN,
+                               object owner=None):
+    """Wrap a stream somebody else made; ``owner`` is kept alive until close or
+    deallocation (custream.Stream.from_handle)."""
+    return <Stream>Custream_FromHandle(handle, device, owner)
+
+
+cdef inline Stream from_handle_with_deleter(custream_handle_t handle, int device,
+                                            custream_deleter_t deleter, void *ctx):
+    """Wrap a stream a C or C++ owner hands over: ``deleter(ctx, handle)`` is called
+    exactly once, on close or deallocation. If this raises, the handle stays yours."""
+    return <Stream>Custream_FromHandleWithDeleter(handle, device, deleter, ctx)
+
+
+cdef inline bint is_stream(object obj) noexcept:
+    """Whether ``obj`` is a custream.Stream (``isinstance(obj, Stream)`` says the same)."""
+    return type(obj) is Stream
+
+
+cdef inline bint is_closed(Stream s) noexcept nogil:
+    """Whether close() was called; an atomic load, no lock, no GIL."""
+    return Custream_IsClosed(s)
+
+
+cdef inline custream_handle_t handle_checked(Stream s) except? NULL:
+    """The handle, or ValueError if the stream is closed (0 is the null default stream:
+    Cython checks for an exception when NULL comes back)."""
+    cdef custream_handle_t h = NULL
+    Custream_HandleChecked(s, &h)
+    return h
+
+
+cdef inline int synchronize(Stream s) except -1:
+    """Wait for the stream's work, with the GIL released while waiting."""
+    return Custream_Synchronize(s)

@@ -101,7 +101,7 @@ impl Event {
 #[pymethods]
 impl Event {
     #[new]
-    #[pyo3(signature = (*, device = None, timing = None))]
+    #[pyo3(signature = (*, device = None, timing = None), text_signature = "(*, device=None, timing=False)")]
     fn py_new(py: Python<'_>, device: Option<Bound<'_, PyAny>>, timing: Option<Bound<'_, PyAny>>) -> PyResult<Event> {
         let timing = bool_arg(timing.as_ref(), "Event", "timing", false)?;
         let device = match device_arg(device.as_ref(), "Event")? {

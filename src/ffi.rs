@@ -108,7 +108,8 @@ impl Signature {
             1 => "takes 1 positional argument".to_owned(),
             n => format!("takes {n} positional arguments"),
         };
-        PyTypeError::new_err(format!("{}() {takes} but {given} were given", self.name))
+        let were = if given == 1 { "was" } else { "were" };
+        PyTypeError::new_err(format!("{}() {takes} but {given} {were} given", self.name))
     }
 
     fn finish<'py, const N: usize>(&self, out: Args<'py, N>) -> PyResult<Args<'py, N>> {
@@ -181,6 +182,19 @@ impl Signature {
     }
 }
 
+/// An int for an error message: its repr, or its size when the repr would be long or is
+/// refused (CPython limits int-to-decimal conversions to 4300 digits by default).
+pub fn int_repr(v: &Bound<'_, PyAny>) -> String {
+    match v.repr() {
+        Ok(r) if r.len().map_or(false, |n| n <= 40) => r.to_string(),
+        _ => {
+            let bits = v.call_method0("bit_length").and_then(|b| b.extract::<u64>()).unwrap_or(0);
+            let sign = if v.lt(0).unwrap_or(false) { "a negative" } else { "an" };
+            format!("{sign} int of {bits} bits")
+        }
+    }
+}
+
 /// A device ordinal argument: None, or an int (not a bool) in [0, 2**31).
 pub fn device_arg(value: Option<&Bound<'_, PyAny>>, fname: &str) -> PyResult<Option<i32>> {
     let Some(v) = value.filter(|v| !v.is_none()) else { return Ok(None) };
@@ -193,8 +207,8 @@ pub fn device_arg(value: Option<&Bound<'_, PyAny>>, fname: &str) -> PyResult<Opt
     match v.extract::<i64>() {
         Ok(d) if (0..=i32::MAX as i64).contains(&d) => Ok(Some(d as i32)),
         _ => Err(pyo3::exceptions::PyValueError::new_err(format!(
-            "{fname}() device must be a non-negative device ordinal, got {}",
-            v.repr()?
+            "{fname}() device must be a non-negative device ordinal below 2**31, got {}",
+            int_repr(v)
         ))),
     }
 }
@@ -223,6 +237,9 @@ pub fn i32_arg(value: Option<&Bound<'_, PyAny>>, fname: &str, pname: &str, defau
         )));
     }
     v.extract::<i32>().map_err(|_| {
-        pyo3::exceptions::PyValueError::new_err(format!("{fname}() {pname} {} is out of range", v.repr().map(|r| r.to_string()).unwrap_or_default()))
+        pyo3::exceptions::PyValueError::new_err(format!(
+            "{fname}() {pname} {} is out of range: it must fit a 32-bit signed int",
+            int_repr(v)
+        ))
     })
 }

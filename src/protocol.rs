@@ -7,6 +7,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyTuple};
 
+use crate::ffi::int_repr;
 use crate::stream::{self, Parts};
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
@@ -28,7 +29,7 @@ pub fn handle_from_int(value: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
         drop(PyErr::fetch(value.py()));
         return Err(PyValueError::new_err(format!(
             "{what} {} is out of range: a stream handle is in [0, 2**64)",
-            value.repr().map(|r| r.to_string()).unwrap_or_default()
+            int_repr(value)
         )));
     }
     Ok(h)
@@ -59,7 +60,7 @@ fn parse_result(result: &Bound<'_, PyAny>, owner_type: &str) -> PyResult<u64> {
     if version.extract::<i64>().ok() != Some(0) {
         return Err(PyValueError::new_err(format!(
             "{owner_type}.__cuda_stream__() returned version {}: custream understands protocol version 0 only",
-            version.repr()?
+            int_repr(&version)
         )));
     }
     handle_from_int(&tuple.get_item(1)?, &format!("the handle returned by {owner_type}.__cuda_stream__()"))

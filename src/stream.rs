@@ -175,13 +175,36 @@ impl StreamRef {
     ) -> PyResult<R> {
         self.check_process().py(py)?;
         self.lifecycle().enter().map_err(|_| closed_error(what))?;
-        let result = f(self.handle() as usize as CUstream);
+        let result = f(self.handle() as usize as CUstream).map_err(|e| self.explain(e));
         if self.lifecycle().leave() == Release::Now {
             // The close() that raced this call left the release to us; its errors have no
             // caller to go to.
             let _ = self.release(py);
         }
         result.py(py)
+    }
+
+    /// The driver's "invalid device context" says little when a default-stream token is used
+    /// on a thread with no current context; say what the token means and what to do.
+    fn explain(self, err: DriverError) -> DriverError {
+        match err {
+            DriverError::Cuda { code: 201, name, .. }
+                if self.is_default() && matches!(driver::current_context(), Ok(c) if c.is_null()) =>
+            {
+                DriverError::Cuda {
+                    code: 201,
+                    name,
+                    message: format!(
+                        "the default-stream token {:#x} means the default stream of the calling \
+                         thread's current CUDA context, and this thread has none; make a context \
+                         current first (e.g. cuda.core Device(0).set_current(), \
+                         cupy.cuda.Device(0).use() or torch.cuda.set_device(0))",
+                        self.handle()
+                    ),
+                }
+            }
+            other => other,
+        }
     }
 
     /// The device, resolving it through the driver for borrowed streams. Default-stream

@@ -199,6 +199,8 @@ unsafe extern "C" fn query(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *m
 unsafe extern "C" fn wait(obj: *mut ffi::PyObject, other: *mut ffi::PyObject) -> *mut ffi::PyObject {
     boundary(|py| {
         let s = slf(obj);
+        // A closed stream refuses before `other` is looked at, which may call the driver.
+        s.ensure_open("wait()")?;
         let other = Bound::from_borrowed_ptr(py, other);
         if let Ok(event) = other.cast::<Event>() {
             event.get().use_event(py, "wait()", |ev| Ok(s.use_handle(py, "wait()", |h| driver::stream_wait_event(h, ev))))??;
@@ -215,6 +217,9 @@ unsafe extern "C" fn wait(obj: *mut ffi::PyObject, other: *mut ffi::PyObject) ->
             }
         })?;
         let up = StreamRef::of(upstream.as_ptr());
+        if up.is_closed() {
+            return Err(PyValueError::new_err("wait() was given a closed custream.Stream"));
+        }
         if up.handle() == s.handle() && !s.is_default() {
             s.ensure_open("wait()")?;
             return Ok(ffi::Py_NewRef(ffi::Py_None()));

@@ -72,8 +72,7 @@ def test_device_0_stream_waits_on_an_event_recorded_on_device_1(two_devices):
     s0.wait(done)
     with cupy.cuda.Device(0):
         seen = cupy.zeros(1, dtype=cupy.int32)
-        with cupy.cuda.ExternalStream(s0.handle, 0):
-            seen.data.copy_from_device_async(flag.data, 4, stream=cupy.cuda.ExternalStream(s0.handle, 0))
+        cupy.cuda.runtime.memcpyPeerAsync(seen.data.ptr, 0, flag.data.ptr, 1, 4, s0.handle)
     s0.synchronize()
     assert int(seen.get()[0]) == 42
 
