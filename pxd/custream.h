@@ -96,7 +96,9 @@ typedef struct CustreamCAPI {
     PyObject *(*from_handle)(custream_handle_t handle, int device, PyObject *owner);
     PyObject *(*from_handle_with_deleter)(custream_handle_t handle, int device,
                                           custream_deleter_t deleter, void *ctx);
-    int (*check)(PyObject *obj); /* 1 if obj is a custream.Stream, else 0; never fails */
+    int (*check)(PyObject *obj); /* 1 if obj is a custream.Stream, else 0; never fails (the
+                                    Custream_Check wrapper returns -1 only if the table
+                                    cannot be imported) */
     int (*synchronize)(PyObject *stream);  /* releases the GIL while it waits */
     int (*handle_checked)(PyObject *stream, custream_handle_t *out); /* raises if closed */
 } CustreamCAPI;

@@ -53,8 +53,7 @@ unsafe extern "C" fn as_stream(obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
 unsafe extern "C" fn from_handle(handle: custream_handle_t, device: c_int, owner: *mut ffi::PyObject) -> *mut ffi::PyObject {
     boundary(|py| {
         let owner = (!owner.is_null()).then(|| Bound::from_borrowed_ptr(py, owner)).filter(|o| !o.is_none());
-        let parts = Parts::borrowed(handle as usize as u64, device_of(device)?, owner);
-        Ok(stream::make(py, parts)?.into_ptr())
+        Ok(stream::make(py, Parts::borrowed(handle as usize as u64, device_of(device)?, owner)?)?.into_ptr())
     })
 }
 
@@ -65,7 +64,7 @@ unsafe extern "C" fn from_handle_with_deleter(
     ctx: *mut c_void,
 ) -> *mut ffi::PyObject {
     boundary(|py| {
-        let mut parts = Parts::borrowed(handle as usize as u64, device_of(device)?, None);
+        let mut parts = Parts::borrowed(handle as usize as u64, device_of(device)?, None)?;
         parts.deleter = deleter;
         parts.deleter_ctx = ctx;
         // On failure the deleter is not called: the handle stays the caller's.

@@ -57,9 +57,17 @@ pub struct Parts<'py> {
 }
 
 impl<'py> Parts<'py> {
-    pub fn borrowed(handle: u64, device: Option<i32>, owner: Option<Bound<'py, PyAny>>) -> Self {
+    /// A borrowed stream over `handle` (no driver call). A device cannot be pinned on a
+    /// default-stream token, which always means the current context's default stream.
+    pub fn borrowed(handle: u64, device: Option<i32>, owner: Option<Bound<'py, PyAny>>) -> PyResult<Self> {
         let default = is_default_token(handle);
-        Parts {
+        if device.is_some() && default {
+            return Err(PyValueError::new_err(format!(
+                "from_handle() device cannot be given for the default-stream token {handle:#x}: \
+                 it always means the default stream of the current context"
+            )));
+        }
+        Ok(Parts {
             handle,
             flags: if default { CUSTREAM_FLAG_DEFAULT } else { 0 },
             device: if default { CUSTREAM_DEVICE_UNKNOWN } else { device.unwrap_or(CUSTREAM_DEVICE_UNKNOWN) },
@@ -69,7 +77,7 @@ impl<'py> Parts<'py> {
             deleter_ctx: null_mut(),
             context: null_mut(),
             protocol: None,
-        }
+        })
     }
 }
 

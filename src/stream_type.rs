@@ -168,14 +168,8 @@ unsafe extern "C" fn from_handle(
         let [handle, owner, device] = FROM_HANDLE_SIG.parse_fastcall::<3>(py, args, nargs, kwnames)?;
         let handle = handle_from_int(handle.as_ref().expect("required"), "from_handle() handle")?;
         let device = device_arg(device.as_ref(), "from_handle")?;
-        if device.is_some() && stream::is_default_token(handle) {
-            return Err(PyValueError::new_err(format!(
-                "from_handle() device cannot be given for the default-stream token {handle:#x}: \
-                 it always means the default stream of the current context"
-            )));
-        }
         let owner = owner.filter(|o| !o.is_none());
-        Ok(stream::make(py, Parts::borrowed(handle, device, owner))?.into_ptr())
+        Ok(stream::make(py, Parts::borrowed(handle, device, owner)?)?.into_ptr())
     })
 }
 

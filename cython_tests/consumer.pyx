@@ -1,0 +1,143 @@
+# cython: language_level=3
+"""A Cython consumer of custream, cimporting it as a downstream library would."""
+
+from libc.stdint cimport uintptr_t
+
+cimport custream
+from custream cimport (
+    Stream,
+    as_stream,
+    custream_handle_t,
+    from_handle,
+    from_handle_with_deleter,
+    handle_checked,
+    is_closed,
+    is_stream,
+    synchronize,
+)
+
+
+cdef extern from "<unistd.h>" nogil:
+    int usleep(unsigned int usec)
+
+
+def handle_loop(Stream s not None, Py_ssize_t n):
+    """Read s.handle n times without the GIL; returns (the handle, how many reads agreed
+    with the first one and with Custream_Handle)."""
+    cdef Py_ssize_t i, agree = 0
+    cdef custream_handle_t first
+    with nogil:
+        first = s.handle
+        for i in range(n):
+            if s.handle == first and custream.Custream_Handle(s) == first:
+                agree += 1
+    return <uintptr_t>first, agree
+
+
+def fields(Stream s not None):
+    return {"handle": <uintptr_t>s.handle, "flags": s.flags, "device": s.device,
+            "priority": s.priority}
+
+
+def closed_nogil(Stream s not None):
+    cdef bint closed
+    with nogil:
+        closed = is_closed(s)
+    return closed
+
+
+def wrap(obj):
+    cdef Stream s = as_stream(obj)
+    return s
+
+
+def wrap_handle(uintptr_t handle, int device, owner):
+    return from_handle(<custream_handle_t>handle, device, owner)
+
+
+def wrap_handle_default_args(uintptr_t handle):
+    return from_handle(<custream_handle_t>handle)
+
+
+def checked_handle(Stream s not None):
+    return <uintptr_t>handle_checked(s)
+
+
+def sync(Stream s not None):
+    synchronize(s)
+
+
+def sync_any(obj):
+    """The C API's own argument check, past Cython's typing."""
+    return custream.Custream_Synchronize(obj)
+
+
+def typed(Stream s not None):
+    return s
+
+
+def typed_or_none(Stream s):
+    return s is None
+
+
+def checks(obj):
+    return is_stream(obj), isinstance(obj, Stream), custream.Custream_Check(obj)
+
+
+def abi_version():
+    custream.custream_import()
+    return custream.CUSTREAM_ABI_VERSION
+
+
+def default_tokens():
+    return (<uintptr_t>custream.CUSTREAM_NULL_STREAM,
+            <uintptr_t>custream.CUSTREAM_LEGACY_DEFAULT_STREAM,
+            <uintptr_t>custream.CUSTREAM_PER_THREAD_DEFAULT_STREAM)
+
+
+def flag_values():
+    return {"OWNED": custream.CUSTREAM_FLAG_OWNED, "DEFAULT": custream.CUSTREAM_FLAG_DEFAULT,
+            "NON_BLOCKING": custream.CUSTREAM_FLAG_NON_BLOCKING,
+            "DEVICE_UNKNOWN": custream.CUSTREAM_DEVICE_UNKNOWN}
+
+
+# ---- a C owner's deleter: counts calls per slot (ctx is the slot number) ---------------
+
+cdef enum:
+    SLOTS = 1 << 14
+
+cdef int calls[SLOTS]
+cdef uintptr_t handles[SLOTS]
+cdef unsigned int pause_us = 0
+
+
+cdef void counting_deleter(void *ctx, custream_handle_t handle) noexcept:
+    cdef uintptr_t slot = <uintptr_t>ctx
+    calls[slot] += 1
+    handles[slot] = <uintptr_t>handle
+    if pause_us:
+        # Let other threads run (close, drop references) while this release is in progress.
+        with nogil:
+            usleep(pause_us)
+
+
+def wrap_with_deleter(uintptr_t handle, Py_ssize_t slot, int device=-1):
+    if not 0 <= slot < SLOTS:
+        raise ValueError(f"slot {slot} out of range")
+    calls[slot] = 0
+    handles[slot] = 0
+    return from_handle_with_deleter(<custream_handle_t>handle, device, counting_deleter,
+                                    <void *>slot)
+
+
+def deleter_record(Py_ssize_t slot):
+    """(calls, the handle the last call got) for a slot."""
+    return calls[slot], handles[slot]
+
+
+def set_deleter_pause(unsigned int usec):
+    global pause_us
+    pause_us = usec
+
+
+SLOT_COUNT = SLOTS
