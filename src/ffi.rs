@@ -195,6 +195,22 @@ pub fn int_repr(v: &Bound<'_, PyAny>) -> String {
     }
 }
 
+/// Any object for an error message: a short repr that cannot fail. A producer's value may
+/// have a repr that raises, or is huge, and the message must still be the one raised.
+pub fn short_repr(v: &Bound<'_, PyAny>) -> String {
+    if v.is_instance_of::<pyo3::types::PyInt>() {
+        return int_repr(v);
+    }
+    match v.repr().and_then(|r| r.to_str().map(str::to_owned)) {
+        Ok(r) if r.chars().count() <= 80 => r,
+        Ok(r) => format!("{}...", r.chars().take(60).collect::<String>()),
+        Err(_) => format!(
+            "a {} object",
+            v.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "<unknown type>".into())
+        ),
+    }
+}
+
 /// A device ordinal argument: None, or an int (not a bool) in [0, 2**31).
 pub fn device_arg(value: Option<&Bound<'_, PyAny>>, fname: &str) -> PyResult<Option<i32>> {
     let Some(v) = value.filter(|v| !v.is_none()) else { return Ok(None) };

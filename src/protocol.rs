@@ -7,7 +7,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyTuple};
 
-use crate::ffi::int_repr;
+use crate::ffi::{int_repr, short_repr};
 use crate::stream::{self, Parts};
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
@@ -53,7 +53,7 @@ fn parse_result(result: &Bound<'_, PyAny>, owner_type: &str) -> PyResult<u64> {
     if !version.is_exact_instance_of::<PyInt>() {
         return Err(PyTypeError::new_err(format!(
             "{owner_type}.__cuda_stream__() returned version {} of type {}: the version must be the int 0",
-            version.repr()?,
+            short_repr(&version),
             type_name(&version)
         )));
     }
@@ -105,7 +105,7 @@ pub fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         attr
     };
     let handle = parse_result(&result, &owner_type)?;
-    let mut parts = Parts::borrowed(handle, None, Some(obj.clone()));
+    let mut parts = Parts::borrowed(handle, None, Some(obj.clone()))?;
     // A plain (0, int) tuple from the producer is immutable and can be our own cache.
     if result.is_exact_instance_of::<PyTuple>() && result.cast::<PyTuple>()?.get_item(1)?.is_exact_instance_of::<PyInt>() {
         parts.protocol = Some(result.cast_into::<PyTuple>()?);
