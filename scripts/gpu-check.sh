@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# The whole GPU run in one call, from the repository root of a GPU machine:
+#
+#   bash scripts/gpu-check.sh [tests] [bench] [sanitizer]      (default: tests)
+#
+# 1. installs the wheels carried in dist/ (custream) and .whl/ (rmm, librmm, rapids-logger;
+#    optional) into /tmp/site, offline, and puts it first on PYTHONPATH;
+# 2. prints the versions of Python, the driver and every peer library;
+# 3. runs `python3 -m custream` (the report; a failure there does not stop the run);
+# 4. stage "tests": `pytest -m gpu tests cython_tests`, then a pass/fail table per peer
+#    library with its version (also written to $OUT/peer-table.txt);
+# 5. stage "bench": benches/run.py --gpu, if that script exists;
+# 6. stage "sanitizer": scripts/sanitizer-check.sh, if that script exists.
+#
+# Results go to $OUT (default ./gpu-out): gpu-tests.log, gpu-junit.xml, peer-table.txt,
+# versions.txt, bench.json, bench.png, sanitizer-logs/. One peer's failure never stops the
+# others; every stage has a time limit and the whole script ends within about 9 minutes.
+# Exit status: 0 when every stage that ran passed.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+SITE=${CUSTREAM_SITE:-/tmp/site}
+DEADLINE=$((SECONDS + ${GPU_CHECK_BUDGET_S:-530}))
+PY=${PYTHON:-python3}
+
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(tests)
+for s in "${stages[@]}"; do
+    case "$s" in tests | bench | sanitizer) ;; *) echo "unknown stage '$s' (known: tests bench sanitizer)" >&2; exit 2 ;; esac
+done
+want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+
+# Seconds a stage may take: its own cap, or what is left before the deadline less a margin.
+budget() {
+    local left=$((DEADLINE - SECONDS - 15))
+    [ "$left" -lt "$1" ] && echo $((left > 10 ? left : 10)) || echo "$1"
+}
+
+declare -A status
+banner() { printf '\n==== %s ====\n' "$*"; }
+
+# ---- install ---------------------------------------------------------------------------
+banner "install into $SITE"
+shopt -s nullglob
+wheels=(dist/custream-*.whl .whl/*.whl)
+shopt -u nullglob
+if [ ${#wheels[@]} -eq 0 ] || [ ! -f "${wheels[0]}" ] || [[ "${wheels[0]}" != dist/custream-* ]]; then
+    echo "no dist/custream-*.whl: build it first (scripts/dev-install.sh) and carry dist/" >&2
+    exit 2
+fi
+rm -rf "$SITE"
+mkdir -p "$SITE"
+printf '  %s\n' "${wheels[@]}"
+if ! timeout 120 "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --target "$SITE" "${wheels[@]}"; then
+    # No pip, or pip refused: a wheel is a zip whose top level is what site-packages holds.
+    echo "pip install failed; unpacking the wheels instead"
+    "$PY" - "$SITE" "${wheels[@]}" <<'EOF' || { echo "could not install the wheels" >&2; exit 2; }
+import sys, zipfile
+site, wheels = sys.argv[1], sys.argv[2:]
+for w in wheels:
+    zipfile.ZipFile(w).extractall(site)
+    print("  unpacked", w)
+EOF
+fi
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+
+# ---- versions ------------------------------------------------------------------------
+banner "versions"
+"$PY" --version
+if command -v nvidia-smi >/dev/null; then
+    timeout 30 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi failed"
+else
+    echo "nvidia-smi: not found"
+fi
+timeout 60 "$PY" - <<'EOF' | tee "$OUT/versions.txt"
+import importlib, importlib.metadata as md
+
+def dist_version(*names):
+    for n in names:
+        try:
+            return f"{md.version(n)} ({n})"
+        except md.PackageNotFoundError:
+            pass
+    return "not installed"
+
+for label, names in [
+    ("custream", ["custream"]),
+    ("cuda-core", ["cuda-core"]),
+    ("cuda-bindings", ["cuda-bindings"]),
+    ("cupy", ["cupy-cuda13x", "cupy-cuda12x", "cupy"]),
+    ("torch", ["torch"]),
+    ("numba-cuda", ["numba-cuda"]),
+    ("rmm", ["rmm-cu13", "rmm-cu12", "rmm"]),
+    ("librmm", ["librmm-cu13", "librmm-cu12", "librmm"]),
+    ("Cython", ["Cython", "cython"]),
+    ("pytest", ["pytest"]),
+]:
+    print(f"{label:14} {dist_version(*names)}")
+try:
+    import custream
+    print(f"{'custream-file':14} {custream.__file__}")
+    if custream.is_available():
+        print(f"{'cuda-driver':14} {custream.driver_version()}, {custream.device_count()} device(s):",
+              [custream.device_info(i)[0] for i in range(custream.device_count())])
+    else:
+        print(f"{'cuda-driver':14} custream sees none")
+except Exception as e:  # the report must go on
+    print(f"custream import failed: {type(e).__name__}: {e}")
+EOF
+
+banner "python -m custream"
+timeout 60 "$PY" -m custream || echo "(python -m custream exited with $?; continuing)"
+
+# ---- tests -----------------------------------------------------------------------------
+if want tests; then
+    banner "gpu tests"
+    if ! "$PY" -c "import pytest" 2>/dev/null; then
+        echo "pytest is not installed for $PY: cannot run the tests" | tee "$OUT/gpu-tests.log"
+        status[tests]="not run (no pytest)"
+    else
+        dirs=()
+        for d in tests cython_tests; do [ -d "$d" ] && dirs+=("$d"); done
+        rm -f "$OUT/gpu-junit.xml"
+        t=$(budget 420)
+        echo "time limit ${t}s"
+        timeout -k 10 "$t" "$PY" -m pytest -m gpu "${dirs[@]}" -q -rs -p no:cacheprovider \
+            --continue-on-collection-errors --junitxml="$OUT/gpu-junit.xml" 2>&1 | tee "$OUT/gpu-tests.log"
+        rc=${PIPESTATUS[0]}
+        case $rc in
+            0) status[tests]="passed" ;;
+            124 | 137) status[tests]="TIMED OUT after ${t}s" ;;
+            *) status[tests]="FAILED (pytest exit $rc)" ;;
+        esac
+
+        banner "per-peer table"
+        timeout 60 "$PY" - "$OUT/gpu-junit.xml" "$OUT/versions.txt" <<'EOF' | tee "$OUT/peer-table.txt"
+import os, re, sys, xml.etree.ElementTree as ET
+junit, versions_file = sys.argv[1], sys.argv[2]
+if not os.path.exists(junit):
+    print("no junit xml: pytest did not finish (see gpu-tests.log)")
+    sys.exit(0)
+
+versions = {}
+for line in open(versions_file):
+    parts = line.split(None, 1)
+    if len(parts) == 2:
+        versions[parts[0]] = parts[1].strip().split(" (")[0]
+
+# tests/gpu/test_gpu_<key>.py -> (peer, version label); anything else goes by its file.
+PEERS = {
+    "core": ("custream core", "custream"),
+    "testing_kit": ("custream.testing", "custream"),
+    "cuda_core": ("cuda.core", "cuda-core"),
+    "cuda_bindings": ("cuda.bindings", "cuda-bindings"),
+    "cupy": ("cupy", "cupy"),
+    "torch": ("torch", "torch"),
+    "numba": ("numba-cuda", "numba-cuda"),
+    "rmm": ("rmm (+ Cython interop)", "rmm"),
+}
+
+def module_of(case):
+    # A test: classname "tests.gpu.test_gpu_cupy", name "test_x[param]". A module skipped
+    # or broken at collection: classname "", name "tests.gpu.test_gpu_cupy".
+    dotted = case.get("classname", "") + "." + re.sub(r"\[.*", "", case.get("name", ""))
+    parts = [p for p in dotted.split(".") if p]
+    top = parts[0] if parts else ""
+    for p in parts:
+        if p.startswith("test_"):
+            return top, p
+    return top, parts[-1] if parts else "?"
+
+def skip_reason(el):
+    message = el.get("message") or ""
+    if message == "collection skipped":  # the reason is in the text: (file, line, 'Skipped: ...')
+        m = re.search(r"Skipped: (.*)['\"]\)\s*$", el.text or "")
+        message = m.group(1) if m else (el.text or message)
+    return message
+
+rows = {}
+for case in ET.parse(junit).getroot().iter("testcase"):
+    top, module = module_of(case)
+    m = re.fullmatch(r"test_gpu_(\w+)", module)
+    if m and m.group(1) in PEERS:
+        peer, vkey = PEERS[m.group(1)]
+    elif top == "cython_tests":
+        peer, vkey = f"cython: {module}", "Cython"
+    else:
+        peer, vkey = module, "custream"
+    row = rows.setdefault(peer, {"version": versions.get(vkey, "?"), "passed": 0, "failed": 0, "errors": 0, "skipped": 0, "note": ""})
+    kids = {child.tag: child for child in case}
+    if "failure" in kids:
+        row["failed"] += 1
+        row["note"] = row["note"] or f"FAIL {case.get('name')}"
+    elif "error" in kids:
+        row["errors"] += 1
+        row["note"] = row["note"] or f"ERROR {case.get('name')}: {kids['error'].get('message', '')[:80]}"
+    elif "skipped" in kids:
+        row["skipped"] += 1
+        if not row["note"]:
+            row["note"] = "skip: " + skip_reason(kids["skipped"])[:90]
+    else:
+        row["passed"] += 1
+
+header = ("peer", "version", "passed", "failed", "errors", "skipped", "result", "note")
+table = []
+for peer, r in rows.items():
+    bad = r["failed"] + r["errors"]
+    result = "FAIL" if bad else ("PASS" if r["passed"] else "SKIP")
+    table.append((peer, r["version"], str(r["passed"]), str(r["failed"]), str(r["errors"]), str(r["skipped"]), result, r["note"]))
+widths = [max(len(str(x[i])) for x in table + [header]) for i in range(len(header) - 1)]
+fmt = lambda row: "  ".join(str(c).ljust(w) for c, w in zip(row, widths)) + "  " + row[-1]
+print(fmt(header))
+print("  ".join("-" * w for w in widths) + "  ----")
+for row in table:
+    print(fmt(row))
+total = {k: sum(r[k] for r in rows.values()) for k in ("passed", "failed", "errors", "skipped")}
+print(f"\ntotal: {total['passed']} passed, {total['failed']} failed, {total['errors']} errors, {total['skipped']} skipped")
+EOF
+    fi
+fi
+
+# ---- optional stages ---------------------------------------------------------------------
+if want bench; then
+    banner "benchmarks"
+    if [ -f benches/run.py ]; then
+        t=$(budget 180)
+        timeout -k 10 "$t" "$PY" benches/run.py --gpu --json "$OUT/bench.json" --plot "$OUT/bench.png"
+        rc=$?
+        case $rc in 0) status[bench]="passed" ;; 124 | 137) status[bench]="TIMED OUT after ${t}s" ;; *) status[bench]="FAILED (exit $rc)" ;; esac
+    else
+        echo "benches/run.py is not there: skipped"
+        status[bench]="skipped (no benches/run.py)"
+    fi
+fi
+
+if want sanitizer; then
+    banner "compute-sanitizer"
+    if [ -f scripts/sanitizer-check.sh ]; then
+        t=$(budget 180)
+        mkdir -p "$OUT/sanitizer-logs"
+        OUT="$OUT" PYTHON="$PY" SANITIZER_LOGS="$OUT/sanitizer-logs" timeout -k 10 "$t" bash scripts/sanitizer-check.sh
+        rc=$?
+        case $rc in 0) status[sanitizer]="passed" ;; 124 | 137) status[sanitizer]="TIMED OUT after ${t}s" ;; *) status[sanitizer]="FAILED (exit $rc)" ;; esac
+    else
+        echo "scripts/sanitizer-check.sh is not there: skipped"
+        status[sanitizer]="skipped (no scripts/sanitizer-check.sh)"
+    fi
+fi
+
+# ---- summary -----------------------------------------------------------------------------
+banner "summary (${SECONDS}s)"
+# The table again, so it is in the last lines of the output whatever ran after the tests.
+if want tests && [ -f "$OUT/peer-table.txt" ]; then
+    cat "$OUT/peer-table.txt"
+    echo
+fi
+rc=0
+for s in "${stages[@]}"; do
+    printf '  %-10s %s\n' "$s" "${status[$s]:-not run}"
+    case "${status[$s]:-}" in passed | skipped*) ;; *) rc=1 ;; esac
+done
+echo "results in $OUT"
+exit $rc
