@@ -269,7 +269,7 @@ impl StreamRef {
         }
         if !owner.is_null() {
             // SAFETY: we held this reference since the object was made.
-            drop(unsafe { Bound::from_owned_ptr(py, owner) });
+            unsafe { release_owner(py, owner) };
         }
         result
     }
@@ -280,6 +280,39 @@ impl StreamRef {
             let _ = self.release(py);
         }
     }
+}
+
+/// How many owner releases may nest on one thread before further ones are queued.
+const OWNER_NESTING_LIMIT: u32 = 50;
+
+thread_local! {
+    static OWNER_NESTING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    static OWNERS_QUEUED: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Give back a stream's reference to its owner. Dropping an owner can deallocate it, and an
+/// owner may be another Stream with an owner of its own: a chain of 100k streams would
+/// recurse 100k deep and overflow the C stack. CPython's trashcan, which bounds this for its
+/// own types, is not in the limited API, so the same is done here: past a nesting depth
+/// the release is queued, and the outermost release on the thread drains the queue.
+///
+/// # Safety
+/// `owner` is a strong reference the caller gives up; the GIL is held.
+unsafe fn release_owner(py: Python<'_>, owner: *mut ffi::PyObject) {
+    let depth = OWNER_NESTING.with(|d| d.get());
+    if depth >= OWNER_NESTING_LIMIT {
+        OWNERS_QUEUED.with(|q| q.borrow_mut().push(owner as usize));
+        return;
+    }
+    OWNER_NESTING.with(|d| d.set(depth + 1));
+    drop(Bound::from_owned_ptr(py, owner));
+    if depth == 0 {
+        // No borrow is held across the drop: it may queue more.
+        while let Some(next) = OWNERS_QUEUED.with(|q| q.borrow_mut().pop()) {
+            drop(Bound::from_owned_ptr(py, next as *mut ffi::PyObject));
+        }
+    }
+    OWNER_NESTING.with(|d| d.set(depth));
 }
 
 /// Make a Stream object from its parts. On failure nothing the parts hold is released:

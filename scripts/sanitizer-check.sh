@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Run custream under compute-sanitizer on the GPU machine: memcheck and racecheck over a
+# focused workload (scripts/sanitizer-workload.py, real CuPy/PyTorch kernels on custream
+# streams) and, with --suite, memcheck over the gpu-marked tests too. Prints one
+# "<tool> <target>: ERROR SUMMARY: N errors" line per run; exits non-zero if any run
+# reported an error or failed.
+#
+# Usage: scripts/sanitizer-check.sh [--suite]      (PYTHON defaults to python3; custream
+#        must be importable by it, e.g. PYTHONPATH=/tmp/site)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+sanitizer=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
+if [ ! -x "$sanitizer" ]; then
+    echo "compute-sanitizer not found (set COMPUTE_SANITIZER)" >&2
+    exit 2
+fi
+logdir=${SANITIZER_LOGS:-$(mktemp -d)}
+mkdir -p "$logdir"
+status=0
+
+run() {  # run TOOL NAME COMMAND...
+    local tool=$1 name=$2
+    shift 2
+    local log="$logdir/$tool-$name.log"
+    "$sanitizer" --tool "$tool" --target-processes all --error-exitcode 99 "$@" >"$log" 2>&1
+    local rc=$?
+    local summary
+    summary=$(grep -E "ERROR SUMMARY: [0-9]+ error" "$log" | tail -1)
+    echo "$tool $name: ${summary:-no ERROR SUMMARY line} (exit $rc; log $log)"
+    if [ $rc -ne 0 ] || ! grep -qE "ERROR SUMMARY: 0 errors" <<<"$summary"; then
+        status=1
+        tail -n 40 "$log" | sed 's/^/    /'
+    fi
+}
+
+run memcheck workload "$python" scripts/sanitizer-workload.py
+run racecheck workload "$python" scripts/sanitizer-workload.py
+if [ "${1:-}" = "--suite" ]; then
+    # The 100k-cycle, fork, exit and reset tests are left out: too slow under the tool, or
+    # they run child processes of their own.
+    suite=(tests/test_gpu_reliability.py)
+    [ -d tests/gpu ] && suite+=(tests/gpu)
+    run memcheck gpu-tests "$python" -m pytest -q -m gpu -p no:cacheprovider "${suite[@]}" \
+        -k "not 100k and not fork and not exit and not reset"
+fi
+exit $status

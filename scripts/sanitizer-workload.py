@@ -1,0 +1,130 @@
+"""A focused GPU workload for compute-sanitizer (scripts/sanitizer-check.sh): owned, borrowed
+and default streams, events, waits, real kernels from CuPy and/or PyTorch queued on custream
+streams, threads, and close() racing an in-flight synchronize(). Prints "workload ok".
+"""
+
+import os
+import threading
+
+import custream
+from custream import Event, Stream, as_stream
+
+
+def cupy_kernels(s):
+    try:
+        import cupy
+    except ImportError:
+        return False
+    with cupy.cuda.ExternalStream(s.handle):
+        a = cupy.arange(1 << 20, dtype=cupy.int64)
+        b = (a * 2 + 1).sum()
+        c = cupy.empty_like(a)
+        c[...] = a[::-1]
+    s.synchronize()
+    assert int(b) == (1 << 20) ** 2 and int(c[0]) == (1 << 20) - 1
+    # A CuPy-made stream wrapped through the protocol or its handle.
+    cs = cupy.cuda.Stream(non_blocking=True)
+    w = as_stream(cs) if hasattr(cs, "__cuda_stream__") else Stream.from_handle(cs.ptr, owner=cs)
+    with cs:
+        cupy.ones(1 << 16).sum()
+    s.wait(w)
+    w.synchronize()
+    w.close()
+    return True
+
+
+def torch_kernels(s):
+    try:
+        import torch
+    except ImportError:
+        return False
+    if not torch.cuda.is_available():
+        return False
+    ts = torch.cuda.ExternalStream(s.handle)
+    with torch.cuda.stream(ts):
+        x = torch.arange(1 << 20, device="cuda", dtype=torch.int64)
+        y = (x * 2 + 1).sum()
+    s.synchronize()
+    assert y.item() == (1 << 20) ** 2
+    other = torch.cuda.Stream()
+    w = as_stream(other) if hasattr(other, "__cuda_stream__") else Stream.from_handle(other.cuda_stream, owner=other)
+    with torch.cuda.stream(other):
+        torch.ones(1 << 16, device="cuda").sum()
+    s.wait(w)
+    w.synchronize()
+    return True
+
+
+def main():
+    assert custream.is_available(), "no GPU"
+    s = Stream(device=0)
+    # CuPy when present (lighter under the tools); PyTorch otherwise, or when asked for.
+    if os.environ.get("WORKLOAD_PEER") != "torch" and cupy_kernels(s):
+        kernels, peer = cupy_kernels, "cupy"
+    elif torch_kernels(s):
+        kernels, peer = torch_kernels, "torch"
+    else:
+        raise SystemExit("needs CuPy or PyTorch for real kernels")
+
+    # Streams, events and waits.
+    t = Stream(device=0, non_blocking=False)
+    start, end = Event(device=0, timing=True), Event(device=0, timing=True)
+    start.record(s)
+    kernels(s)
+    end.record(s)
+    t.wait(end)
+    t.wait(s)
+    end.synchronize()
+    assert start.elapsed_time(end) >= 0
+    ev = s.record()
+    t.wait(ev)
+    t.synchronize()
+    for token in (0, custream.LEGACY_DEFAULT_STREAM, custream.PER_THREAD_DEFAULT_STREAM):
+        d = Stream.from_handle(token)
+        d.synchronize()
+        d.query()
+    b = Stream.from_handle(s.handle, owner=s)
+    assert b.device == 0
+    b.synchronize()
+    b.close()
+
+    # Threads: each with its own stream and kernels, all waiting on a shared one.
+    def work(k):
+        mine = Stream(device=0)
+        for _ in range(20):
+            kernels(mine)
+            mine.wait(s)
+            mine.record().synchronize()
+        mine.close()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+
+    # close() while another thread synchronizes the same stream.
+    def sync(r):
+        try:
+            r.synchronize()
+        except ValueError:  # closed first: the documented outcome
+            pass
+
+    for _ in range(50):
+        r = Stream(device=0)
+        kernels(r)
+        th = threading.Thread(target=sync, args=(r,))
+        th.start()
+        r.close()
+        th.join()
+
+    for _ in range(1000):
+        Stream(device=0).close()
+        Event(device=0).close()
+    for x in (s, t, start, end, ev):
+        x.close()
+    print("workload ok with", peer)
+
+
+if __name__ == "__main__":
+    main()

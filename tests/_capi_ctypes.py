@@ -1,0 +1,81 @@
+"""The custream C-API table reached through ctypes, so pure-Python tests can wrap a handle
+with a C deleter (the path a C/C++ owner such as rmm::cuda_stream takes). Used by the
+reliability tests; the Cython/C tests in cython_tests/ exercise the real C consumers.
+"""
+
+import ctypes
+
+import custream
+
+DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+
+
+class CAPI(ctypes.Structure):
+    # PYFUNCTYPE: called with the GIL held, a NULL result raises the exception it set.
+    _fields_ = [
+        ("abi_version", ctypes.c_uint32),
+        ("api_size", ctypes.c_uint32),
+        ("stream_size", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("StreamType", ctypes.c_void_p),
+        ("as_stream", ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object)),
+        ("from_handle", ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_int, ctypes.py_object)),
+        ("from_handle_with_deleter",
+         ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_int, DELETER, ctypes.c_void_p)),
+    ]
+
+
+def capi():
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    ptr = get(custream._custream._C_API, b"custream._custream._C_API")
+    table = CAPI.from_address(ptr)
+    assert table.abi_version == custream.ABI_VERSION
+    return table
+
+
+class DeleterCounter:
+    """A C deleter that counts its calls (per handle too, if `per_handle`); keep this object
+    alive while any stream made with it may still call it."""
+
+    def __init__(self, per_handle=True):
+        self.calls = {} if per_handle else None
+        self.count = 0
+        self.last = None
+        self.c_deleter = DELETER(self._deleted)
+        self.table = capi()
+
+    def _deleted(self, ctx, handle):
+        self.count += 1
+        self.last = handle or 0
+        if self.calls is not None:
+            self.calls[self.last] = self.calls.get(self.last, 0) + 1
+
+    def wrap(self, handle, device=-1):
+        return self.table.from_handle_with_deleter(handle, device, self.c_deleter, None)
+
+
+
+class _StreamHead(ctypes.Structure):
+    # The start of CustreamStream (pxd/custream.h) on a 64-bit CPython: PyObject_HEAD,
+    # handle, protocol, flags, state.
+    _fields_ = [
+        ("ob_refcnt", ctypes.c_ssize_t),
+        ("ob_type", ctypes.c_void_p),
+        ("handle", ctypes.c_void_p),
+        ("protocol", ctypes.c_void_p),
+        ("flags", ctypes.c_uint32),
+        ("state", ctypes.c_uint32),
+    ]
+
+
+STATE_CLOSED = 0x80000000
+STATE_RELEASED = 0x40000000
+STATE_USERS = 0x3FFFFFFF
+
+
+def state_word(stream):
+    """The stream's atomic state word (closed, released, calls in flight), read in place."""
+    assert type(stream) is custream.Stream
+    return _StreamHead.from_address(id(stream)).state

@@ -1,0 +1,201 @@
+"""Property tests: whatever a producer returns, as_stream() either returns a Stream over
+exactly that handle or raises the one documented exception an independent oracle predicts;
+likewise from_handle() over arbitrary ints. Never a crash, never another exception.
+"""
+
+import collections
+import sys
+import warnings
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import custream  # noqa: E402
+from custream import Stream, as_stream  # noqa: E402
+
+SETTINGS = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+class IndexOnly:
+    def __init__(self, v):
+        self.v = v
+
+    def __index__(self):
+        return self.v
+
+
+class IntSub(int):
+    pass
+
+
+class TupleSub(tuple):
+    pass
+
+
+Pair = collections.namedtuple("Pair", "version handle")
+
+# Ints of every size: near the edges of the handle range, and far beyond CPython's
+# int-to-decimal limit.
+edges = st.sampled_from([0, 1, 2, 3, -1, 2**31 - 1, 2**31, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**64)])
+ints = st.one_of(
+    st.integers(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.integers(min_value=0, max_value=2**64 - 1),
+    edges,
+    st.builds(lambda k, neg: -(1 << k) if neg else 1 << k, st.integers(0, 20000), st.booleans()),
+)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    ints,
+    st.floats(allow_nan=True),
+    st.text(max_size=4),
+    st.binary(max_size=4),
+    st.builds(IndexOnly, ints),
+    st.builds(IntSub, ints),
+    st.builds(complex, st.floats(allow_nan=False), st.floats(allow_nan=False)),
+)
+nested = st.recursive(
+    scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=3),
+        st.lists(children, max_size=4).map(tuple),
+        st.lists(children, max_size=3).map(TupleSub),
+        st.dictionaries(st.text(max_size=2), children, max_size=2),
+        st.frozensets(st.integers(), max_size=2),
+    ),
+    max_leaves=8,
+)
+# Results shaped like the protocol's, so the accepting path is taken often.
+pairs = st.one_of(
+    st.tuples(st.one_of(st.just(0), scalars), st.one_of(ints, scalars)),
+    st.builds(Pair, st.one_of(st.just(0), ints), ints),
+    st.builds(lambda v, h: TupleSub((v, h)), st.one_of(st.just(0), ints), ints),
+    st.tuples(st.just(0), st.builds(IntSub, st.integers(0, 2**64 - 1))),
+)
+results = st.one_of(nested, pairs)
+
+
+def oracle(value):
+    """The handle as_stream() must give for a producer returning `value`, or the exception."""
+    if not isinstance(value, tuple):
+        return TypeError
+    if len(value) != 2:
+        return ValueError
+    version, handle = value
+    if type(version) is not int:
+        return TypeError
+    if version != 0:
+        return ValueError
+    if not isinstance(handle, int) or isinstance(handle, bool):
+        return TypeError
+    if not 0 <= handle < 2**64:
+        return ValueError
+    return int(handle)
+
+
+class Producer:
+    def __init__(self, result):
+        self.result = result
+
+    def __cuda_stream__(self):
+        return self.result
+
+
+class AttrProducer:
+    def __init__(self, result):
+        self.__cuda_stream__ = result
+
+
+def check(producer, value):
+    expected = oracle(value)
+    refs = sys.getrefcount(producer)
+    live = custream.live_stream_count()
+    try:
+        s = as_stream(producer)
+    except (TypeError, ValueError) as e:
+        hypothesis.event(type(e).__name__)
+        assert type(e) is expected, f"{value!r}: raised {type(e).__name__}: {e}; expected {expected}"
+        assert type(producer).__name__ in str(e), f"message does not name the producer's type: {e}"
+    else:
+        hypothesis.event("accepted")
+        assert isinstance(expected, int), f"{value!r} was accepted; expected {expected.__name__}"
+        assert type(s) is Stream
+        assert s.handle == expected and type(s.handle) is int
+        assert s.__cuda_stream__() == (0, expected)
+        assert s.owner is producer and not s.owned
+        assert s.is_default == (expected <= 2)
+        del s
+    assert sys.getrefcount(producer) == refs, "the producer's reference count was not restored"
+    assert custream.live_stream_count() == live
+
+
+@SETTINGS
+@given(results)
+def test_as_stream_over_any_producer_result(value):
+    check(Producer(value), value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(results)
+def test_as_stream_over_any_attribute_value(value):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        check(AttrProducer(value), value)
+
+
+def is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def from_handle_oracle(handle, device):
+    """from_handle() checks the handle, then the device, then their combination."""
+    if not is_int(handle):
+        return TypeError
+    if not 0 <= handle < 2**64:
+        return ValueError
+    if device is None:
+        return None
+    if not is_int(device):
+        return TypeError
+    if not 0 <= device < 2**31 or handle <= 2:
+        return ValueError
+    return None
+
+
+@SETTINGS
+@given(st.one_of(ints, scalars), st.one_of(st.none(), ints, scalars))
+def test_from_handle_over_arbitrary_arguments(handle, device):
+    expected = from_handle_oracle(handle, device)
+    owner = object()
+    refs = sys.getrefcount(owner)
+    try:
+        s = Stream.from_handle(handle, owner=owner, device=device)
+    except (TypeError, ValueError) as e:
+        assert type(e) is expected, f"from_handle({handle!r}, device={device!r}): {type(e).__name__}: {e}"
+        assert "from_handle()" in str(e)
+    else:
+        assert expected is None, f"from_handle({handle!r}, device={device!r}) was accepted"
+        assert s.handle == handle and s.owner is owner
+        if device is not None:
+            assert s.device == device
+        s.close()
+        assert s.owner is None and sys.getrefcount(owner) == refs
+        del s
+    assert sys.getrefcount(owner) == refs
+
+
+@SETTINGS
+@given(ints)
+def test_from_handle_round_trips_through_the_protocol(handle):
+    if not 0 <= handle < 2**64:
+        with pytest.raises(ValueError, match=r"is out of range: a stream handle is in \[0, 2\*\*64\)"):
+            Stream.from_handle(handle)
+        return
+    s = Stream.from_handle(handle)
+    again = as_stream(Producer(s.__cuda_stream__()))
+    assert again == s and hash(again) == hash(s) and again.handle == handle
+    assert as_stream(s) is s
