@@ -15,11 +15,13 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 }
 
 /// A stream handle given as a Python int: an `int` (not `bool`) in [0, 2**64).
-/// `what` says where the value came from, for the error message.
-pub fn handle_from_int(value: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
-    if !value.is_instance_of::<PyInt>() || value.is_instance_of::<PyBool>() {
+/// `what` says where the value came from; it is only called to build an error message, so
+/// the success path formats nothing.
+pub fn handle_from_int(value: &Bound<'_, PyAny>, what: impl Fn() -> String) -> PyResult<u64> {
+    if !value.is_exact_instance_of::<PyInt>() && (!value.is_instance_of::<PyInt>() || value.is_instance_of::<PyBool>()) {
         return Err(PyTypeError::new_err(format!(
-            "{what} must be an int, got {}",
+            "{} must be an int, got {}",
+            what(),
             type_name(value)
         )));
     }
@@ -28,42 +30,48 @@ pub fn handle_from_int(value: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
     if h == u64::MAX && PyErr::occurred(value.py()) {
         drop(PyErr::fetch(value.py()));
         return Err(PyValueError::new_err(format!(
-            "{what} {} is out of range: a stream handle is in [0, 2**64)",
+            "{} {} is out of range: a stream handle is in [0, 2**64)",
+            what(),
             int_repr(value)
         )));
     }
     Ok(h)
 }
 
-/// Check a producer's result and return the handle; `owner_type` names the producer.
-fn parse_result(result: &Bound<'_, PyAny>, owner_type: &str) -> PyResult<u64> {
+/// Check a producer's result and return the handle; `producer` is named in errors only.
+fn parse_result(result: &Bound<'_, PyAny>, producer: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let owner_type = || type_name(producer);
     let tuple = result.cast::<PyTuple>().map_err(|_| {
         PyTypeError::new_err(format!(
-            "{owner_type}.__cuda_stream__() must return a tuple (version, handle), got {}",
+            "{}.__cuda_stream__() must return a tuple (version, handle), got {}",
+            owner_type(),
             type_name(result)
         ))
     })?;
     if tuple.len() != 2 {
         return Err(PyValueError::new_err(format!(
-            "{owner_type}.__cuda_stream__() must return a 2-tuple (version, handle), got a tuple of length {}",
+            "{}.__cuda_stream__() must return a 2-tuple (version, handle), got a tuple of length {}",
+            owner_type(),
             tuple.len()
         )));
     }
     let version = tuple.get_item(0)?;
     if !version.is_exact_instance_of::<PyInt>() {
         return Err(PyTypeError::new_err(format!(
-            "{owner_type}.__cuda_stream__() returned version {} of type {}: the version must be the int 0",
+            "{}.__cuda_stream__() returned version {} of type {}: the version must be the int 0",
+            owner_type(),
             short_repr(&version),
             type_name(&version)
         )));
     }
     if version.extract::<i64>().ok() != Some(0) {
         return Err(PyValueError::new_err(format!(
-            "{owner_type}.__cuda_stream__() returned version {}: custream understands protocol version 0 only",
+            "{}.__cuda_stream__() returned version {}: custream understands protocol version 0 only",
+            owner_type(),
             int_repr(&version)
         )));
     }
-    handle_from_int(&tuple.get_item(1)?, &format!("the handle returned by {owner_type}.__cuda_stream__()"))
+    handle_from_int(&tuple.get_item(1)?, || format!("the handle returned by {}.__cuda_stream__()", owner_type()))
 }
 
 /// `custream.as_stream(obj)`: a Stream as is, else a borrowed Stream over the handle that
@@ -89,7 +97,6 @@ pub fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         }
         Err(e) => return Err(e),
     };
-    let owner_type = type_name(obj);
     let result = if attr.is_callable() {
         attr.call0()?
     } else {
@@ -97,14 +104,15 @@ pub fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
             py,
             &py.get_type::<PyDeprecationWarning>(),
             &std::ffi::CString::new(format!(
-                "{owner_type}.__cuda_stream__ is an attribute; the CUDA Stream Protocol makes it a method"
+                "{}.__cuda_stream__ is an attribute; the CUDA Stream Protocol makes it a method",
+                type_name(obj)
             ))
             .unwrap_or_default(),
             1,
         )?;
         attr
     };
-    let handle = parse_result(&result, &owner_type)?;
+    let handle = parse_result(&result, obj)?;
     let mut parts = Parts::borrowed(handle, None, Some(obj.clone()))?;
     // A plain (0, int) tuple from the producer is immutable and can be our own cache.
     if result.is_exact_instance_of::<PyTuple>() && result.cast::<PyTuple>()?.get_item(1)?.is_exact_instance_of::<PyInt>() {

@@ -166,7 +166,7 @@ unsafe extern "C" fn from_handle(
 ) -> *mut ffi::PyObject {
     boundary(|py| {
         let [handle, owner, device] = FROM_HANDLE_SIG.parse_fastcall::<3>(py, args, nargs, kwnames)?;
-        let handle = handle_from_int(handle.as_ref().expect("required"), "from_handle() handle")?;
+        let handle = handle_from_int(handle.as_ref().expect("required"), || "from_handle() handle".to_owned())?;
         let device = device_arg(device.as_ref(), "from_handle")?;
         let owner = owner.filter(|o| !o.is_none());
         Ok(stream::make(py, Parts::borrowed(handle, device, owner)?)?.into_ptr())
