@@ -91,13 +91,13 @@ def main():
     # Threads: each with its own stream and kernels, all waiting on a shared one.
     def work(k):
         mine = Stream(device=0)
-        for _ in range(20):
+        for _ in range(5):
             kernels(mine)
             mine.wait(s)
             mine.record().synchronize()
         mine.close()
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
     for th in threads:
         th.start()
     for th in threads:
@@ -110,7 +110,7 @@ def main():
         except ValueError:  # closed first: the documented outcome
             pass
 
-    for _ in range(50):
+    for _ in range(10):
         r = Stream(device=0)
         kernels(r)
         th = threading.Thread(target=sync, args=(r,))
@@ -118,7 +118,7 @@ def main():
         r.close()
         th.join()
 
-    for _ in range(1000):
+    for _ in range(200):
         Stream(device=0).close()
         Event(device=0).close()
     for x in (s, t, start, end, ev):

@@ -8,7 +8,6 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use crate::driver;
 use crate::ffi::boundary;
 use crate::layout::{custream_deleter_t, custream_handle_t, CustreamCAPI, CustreamStream, CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME};
 use crate::protocol;
@@ -79,10 +78,7 @@ unsafe extern "C" fn check(obj: *mut ffi::PyObject) -> c_int {
 unsafe extern "C" fn synchronize(obj: *mut ffi::PyObject) -> c_int {
     boundary(|py| {
         let s = stream_arg(py, obj, "Custream_Synchronize")?;
-        s.use_handle(py, "synchronize()", |h| {
-            let h = h as usize;
-            py.detach(move || driver::stream_synchronize(h as driver::CUstream))
-        })?;
+        s.synchronize(py)?;
         Ok(0)
     })
 }

@@ -260,7 +260,8 @@ pub fn stream_priority_range() -> Result<(i32, i32)> {
 pub fn create_stream(ctx: CUcontext, non_blocking: bool, priority: i32) -> Result<CUstream> {
     init()?;
     in_context(ctx, || {
-        let (least, greatest) = stream_priority_range()?;
+        // 0 is every device's lowest priority, always valid: spare the range query.
+        let (least, greatest) = if priority == 0 { (0, 0) } else { stream_priority_range()? };
         if priority > least || priority < greatest {
             return Err(DriverError::Cuda {
                 code: cu::CUresult::CUDA_ERROR_INVALID_VALUE as u32,
@@ -289,6 +290,7 @@ pub fn stream_synchronize(h: CUstream) -> Result<()> {
 }
 
 /// True when all work on the stream is done, false while some is pending.
+#[inline]
 pub fn stream_query(h: CUstream) -> Result<bool> {
     init()?;
     match unsafe { cu::cuStreamQuery(h) } {

@@ -45,17 +45,36 @@ pub fn boundary<R: ErrorReturn>(body: impl FnOnce(Python<'_>) -> PyResult<R>) ->
     match catch_unwind(AssertUnwindSafe(|| body(py))) {
         Ok(Ok(value)) => value,
         Ok(Err(err)) => {
-            err.restore(py);
+            raise(py, err);
             R::ERROR
         }
         Err(payload) => {
-            PyRuntimeError::new_err(format!(
+            let err = PyRuntimeError::new_err(format!(
                 "custream internal error (please report it): {}",
                 panic_message(payload)
-            ))
-            .restore(py);
+            ));
+            raise(py, err);
             R::ERROR
         }
+    }
+}
+
+/// Set `err` as the raised exception. Under `assume_attached` pyo3 does not count the
+/// thread as attached, so a `Py` dropped there (the exception's type and value as it is
+/// raised, an error fetched and replaced earlier in the call) goes to pyo3's deferred-release
+/// pool instead of being released, and that pool only drains when some pyo3 trampoline runs:
+/// error-heavy loops over custream's slots grew memory. Raising attached releases them now
+/// and drains what the call queued. `try_attach`: pyo3 refuses to attach while the
+/// interpreter finalizes, and a panic here would abort; then it is raised as before.
+fn raise(py: Python<'_>, err: PyErr) {
+    let mut err = Some(err);
+    let _ = Python::try_attach(|py| {
+        if let Some(e) = err.take() {
+            e.restore(py);
+        }
+    });
+    if let Some(e) = err {
+        e.restore(py);
     }
 }
 

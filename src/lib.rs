@@ -18,11 +18,25 @@ use pyo3::prelude::*;
 
 use errors::IntoPyResult;
 
-/// Return ``obj`` as a custream.Stream: a Stream as is, otherwise a borrowed Stream over
-/// the handle ``obj.__cuda_stream__()`` returns, keeping ``obj`` alive as its owner.
-#[pyfunction]
-fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    protocol::as_stream(obj)
+/// `as_stream` as a METH_O builtin: a Stream argument is returned before any argument
+/// parsing or pyo3 trampoline, the common case for a library that accepts any stream.
+unsafe extern "C" fn as_stream_o(_m: *mut pyo3::ffi::PyObject, obj: *mut pyo3::ffi::PyObject) -> *mut pyo3::ffi::PyObject {
+    if stream::is_stream(obj) {
+        return pyo3::ffi::Py_NewRef(obj);
+    }
+    ffi::boundary(|py| Ok(protocol::as_stream(&Bound::from_borrowed_ptr(py, obj))?.into_ptr()))
+}
+
+fn as_stream_function<'py>(m: &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
+    let def = Box::leak(Box::new(pyo3::ffi::PyMethodDef {
+        ml_name: c"as_stream".as_ptr(),
+        ml_meth: pyo3::ffi::PyMethodDefPointer { PyCFunction: as_stream_o },
+        ml_flags: pyo3::ffi::METH_O,
+        ml_doc: c"as_stream(obj, /)\n--\n\nReturn ``obj`` as a custream.Stream: a Stream as is, otherwise a borrowed Stream over\nthe handle ``obj.__cuda_stream__()`` returns, keeping ``obj`` alive as its owner.".as_ptr(),
+    }));
+    let name = m.name()?;
+    // SAFETY: the definition lives for the process; the module name is a str.
+    unsafe { Bound::from_owned_ptr_or_err(m.py(), pyo3::ffi::PyCMethod_New(def, std::ptr::null_mut(), name.as_ptr(), std::ptr::null_mut())) }
 }
 
 /// True if the CUDA driver loads and initializes (there is at least one device). Never raises.
@@ -82,7 +96,7 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("LEGACY_DEFAULT_STREAM", 1u8)?;
     m.add("PER_THREAD_DEFAULT_STREAM", 2u8)?;
     m.add("ABI_VERSION", layout::CUSTREAM_ABI_VERSION)?;
-    m.add_function(wrap_pyfunction!(as_stream, m)?)?;
+    m.add("as_stream", as_stream_function(m)?)?;
     m.add_function(wrap_pyfunction!(is_available, m)?)?;
     m.add_function(wrap_pyfunction!(driver_version, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;

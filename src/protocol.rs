@@ -26,6 +26,11 @@ pub fn handle_from_int(value: &Bound<'_, PyAny>, what: impl Fn() -> String) -> P
         )));
     }
     // SAFETY: value is an int; the conversion sets OverflowError for out-of-range values.
+    // Where unsigned long is 64 bits it is the fast conversion: CPython's
+    // PyLong_AsUnsignedLongLong goes through _PyLong_AsByteArray for every int above 2**30.
+    #[cfg(all(target_pointer_width = "64", not(windows)))]
+    let h = unsafe { ffi::PyLong_AsUnsignedLong(value.as_ptr()) } as u64;
+    #[cfg(not(all(target_pointer_width = "64", not(windows))))]
     let h = unsafe { ffi::PyLong_AsUnsignedLongLong(value.as_ptr()) };
     if h == u64::MAX && PyErr::occurred(value.py()) {
         drop(PyErr::fetch(value.py()));

@@ -215,6 +215,18 @@ impl StreamRef {
         }
     }
 
+    /// Wait for the stream's work. An idle stream answers without releasing the GIL, which
+    /// costs more than the driver's query; a busy one pays that one query extra.
+    pub fn synchronize(self, py: Python<'_>) -> PyResult<()> {
+        self.use_handle(py, "synchronize()", |h| {
+            if driver::stream_query(h)? {
+                return Ok(());
+            }
+            let h = h as usize;
+            py.detach(move || driver::stream_synchronize(h as CUstream))
+        })
+    }
+
     /// The device, resolving it through the driver for borrowed streams. Default-stream
     /// tokens are resolved against the current context every time; others are cached.
     pub fn device(self, py: Python<'_>) -> PyResult<i32> {

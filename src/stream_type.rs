@@ -165,20 +165,23 @@ unsafe extern "C" fn from_handle(
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
     boundary(|py| {
-        let [handle, owner, device] = FROM_HANDLE_SIG.parse_fastcall::<3>(py, args, nargs, kwnames)?;
-        let handle = handle_from_int(handle.as_ref().expect("required"), || "from_handle() handle".to_owned())?;
+        let [handle_obj, owner, device] = FROM_HANDLE_SIG.parse_fastcall::<3>(py, args, nargs, kwnames)?;
+        let handle_obj = handle_obj.expect("required");
+        let handle = handle_from_int(&handle_obj, || "from_handle() handle".to_owned())?;
         let device = device_arg(device.as_ref(), "from_handle")?;
         let owner = owner.filter(|o| !o.is_none());
-        Ok(stream::make(py, Parts::borrowed(handle, device, owner)?)?.into_ptr())
+        let mut parts = Parts::borrowed(handle, device, owner)?;
+        // The caller's int, when it is a plain int, is the one `handle` returns: no new int.
+        if handle_obj.is_exact_instance_of::<pyo3::types::PyInt>() {
+            parts.protocol = Some(pyo3::types::PyTuple::new(py, [pyo3::types::PyInt::new(py, 0u8).into_any(), handle_obj])?);
+        }
+        Ok(stream::make(py, parts)?.into_ptr())
     })
 }
 
 unsafe extern "C" fn synchronize(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
     boundary(|py| {
-        slf(obj).use_handle(py, "synchronize()", |h| {
-            let h = h as usize;
-            py.detach(move || driver::stream_synchronize(h as driver::CUstream))
-        })?;
+        slf(obj).synchronize(py)?;
         Ok(ffi::Py_NewRef(ffi::Py_None()))
     })
 }
@@ -388,8 +391,8 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
     let methods = leak(vec![
         method(c"__cuda_stream__", M { PyCFunction: cuda_stream }, noargs,
             c"__cuda_stream__($self, /)\n--\n\nThe CUDA Stream Protocol: (0, handle), both ints."),
-        method(c"from_handle", M { PyCFunctionFastWithKeywords: from_handle }, ffi::METH_CLASS | ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
-            c"from_handle($cls, handle, *, owner=None, device=None)\n--\n\nWrap an existing CUDA stream handle (an int) without calling the driver.\n\n``owner`` is kept alive until the stream is closed or deallocated; ``device``\nspares a driver call when ``.device`` is read. 0, 1 and 2 are the default-stream\ntokens (null, legacy, per-thread)."),
+        method(c"from_handle", M { PyCFunctionFastWithKeywords: from_handle }, ffi::METH_STATIC | ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+            c"from_handle(handle, *, owner=None, device=None)\n--\n\nWrap an existing CUDA stream handle (an int) without calling the driver.\n\n``owner`` is kept alive until the stream is closed or deallocated; ``device``\nspares a driver call when ``.device`` is read. 0, 1 and 2 are the default-stream\ntokens (null, legacy, per-thread)."),
         method(c"synchronize", M { PyCFunction: synchronize }, noargs,
             c"synchronize($self, /)\n--\n\nWait for all work on the stream; the GIL is released while waiting."),
         method(c"query", M { PyCFunction: query }, noargs,

@@ -56,8 +56,8 @@ class Stream:
     """
 
     def __new__(cls, *, device: int | None = None, non_blocking: bool = True, priority: int = 0) -> Stream: ...
-    @classmethod
-    def from_handle(cls, handle: int, *, owner: object | None = None, device: int | None = None) -> Stream:
+    @staticmethod
+    def from_handle(handle: int, *, owner: object | None = None, device: int | None = None) -> Stream:
         """Wrap an existing CUDA stream handle (an int) without calling the driver.
 
         ``owner`` is kept alive until the stream is closed or deallocated. 0, 1 and 2 are
@@ -132,7 +132,7 @@ class Event:
     def __enter__(self) -> Event: ...
     def __exit__(self, *exc: object) -> bool: ...
 
-def as_stream(obj: Stream | CudaStreamProducer) -> Stream:
+def as_stream(obj: Stream | CudaStreamProducer, /) -> Stream:
     """``obj`` as a Stream: a Stream as is, else a borrowed Stream owning ``obj``."""
 
 def is_available() -> bool:

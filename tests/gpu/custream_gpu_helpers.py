@@ -44,12 +44,23 @@ extern "C" __global__ void copy_mark(long long *out) {
 """
 
 
+def _numpy_shims():
+    """numba-cuda 0.30.4 compiles kernels through numpy.row_stack, which NumPy 2.4 removed;
+    give it the alias it expects so the peer can launch kernels. Test-side only: custream
+    does not use NumPy."""
+    np = try_import("numpy")
+    if np is not None and not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack
+
+
 def peer(name):
     """Import a peer library, or skip the calling module with the reason.
 
     ``pytest.importorskip`` catches only ImportError; a peer whose import fails otherwise
     (a CUDA version mismatch, a missing shared library) must skip too, not abort the run.
     """
+    if name.startswith("numba"):
+        _numpy_shims()
     try:
         return importlib.import_module(name)
     except Exception as e:  # noqa: BLE001 - any import failure means "peer unavailable"

@@ -1,0 +1,270 @@
+/*
+ * raw_driver.c: the floor under custream's driver-bound operations, timed in C.
+ *
+ * No CUDA header and no -lcuda: the few driver entry points are declared here and found with
+ * dlopen/dlsym, so this builds with a bare gcc wherever libcuda.so.1 can be loaded.
+ *
+ *     gcc -O2 -o raw_driver raw_driver.c -ldl && ./raw_driver [repeats] [target_ms]
+ *
+ * Prints one JSON object: machine facts and, per operation, the median ns per call over
+ * `repeats` loops, each sized to last about `target_ms`. Operations run with the device's
+ * primary context current (as the runtime API, CuPy, PyTorch and rmm leave it), on an idle
+ * non-blocking stream.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef void *CUstream;
+#define CU_STREAM_NON_BLOCKING 0x1u
+
+static CUresult (*cuInit)(unsigned);
+static CUresult (*cuDriverGetVersion)(int *);
+static CUresult (*cuDeviceGet)(CUdevice *, int);
+static CUresult (*cuDeviceGetCount)(int *);
+static CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+static CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+static CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+static CUresult (*cuCtxSetCurrent)(CUcontext);
+static CUresult (*cuCtxGetCurrent)(CUcontext *);
+static CUresult (*cuCtxGetDevice)(CUdevice *);
+static CUresult (*cuCtxPushCurrent)(CUcontext);
+static CUresult (*cuCtxPopCurrent)(CUcontext *);
+static CUresult (*cuCtxGetStreamPriorityRange)(int *, int *);
+static CUresult (*cuStreamCreate)(CUstream *, unsigned);
+static CUresult (*cuStreamCreateWithPriority)(CUstream *, unsigned, int);
+static CUresult (*cuStreamDestroy)(CUstream);
+static CUresult (*cuStreamSynchronize)(CUstream);
+static CUresult (*cuStreamQuery)(CUstream);
+
+static void *lib;
+
+static void *sym(const char *name) {
+    void *p = dlsym(lib, name);
+    if (!p) {
+        printf("{\"error\": \"libcuda has no symbol %s\"}\n", name);
+        exit(2);
+    }
+    return p;
+}
+
+#define CHECK(call)                                                                        \
+    do {                                                                                   \
+        CUresult r_ = (call);                                                              \
+        if (r_ != 0) {                                                                     \
+            printf("{\"error\": \"%s failed with CUresult %d\"}\n", #call, r_);            \
+            exit(3);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* State the operations share. */
+static CUdevice dev;
+static CUcontext ctx;
+static CUstream idle;
+static volatile int64_t sink;
+
+typedef void (*op_fn)(long n);
+
+static void op_empty(long n) {
+    for (long i = 0; i < n; i++) sink = i;
+}
+
+static void op_create_destroy(long n) {
+    for (long i = 0; i < n; i++) {
+        CUstream s;
+        CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        CHECK(cuStreamDestroy(s));
+    }
+}
+
+/* The calls custream's Stream() and close() make (src/driver.rs, src/stream.rs): to split
+ * its create+destroy time into driver calls and everything else. */
+static void op_custream_sequence(long n) {
+    for (long i = 0; i < n; i++) {
+        CUcontext cur, c, popped;
+        CUdevice d, d2;
+        int count, least, greatest;
+        CUstream s;
+        CHECK(cuCtxGetCurrent(&cur));
+        if (cur) CHECK(cuCtxGetDevice(&d2));
+        CHECK(cuDeviceGetCount(&count));
+        CHECK(cuDeviceGet(&d, 0));
+        CHECK(cuDevicePrimaryCtxRetain(&c, d));
+        CHECK(cuCtxPushCurrent(c));
+        CHECK(cuCtxGetStreamPriorityRange(&least, &greatest));
+        CHECK(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0));
+        CHECK(cuCtxPopCurrent(&popped));
+        CHECK(cuCtxPushCurrent(c));
+        CHECK(cuStreamDestroy(s));
+        CHECK(cuCtxPopCurrent(&popped));
+        CHECK(cuDeviceGet(&d, 0));
+        CHECK(cuDevicePrimaryCtxRelease(d));
+    }
+}
+
+/* The same without the calls that a create with priority 0 can skip: the priority range
+ * (0 is always valid) and the device count (fixed once the driver is initialized). */
+static void op_custream_trimmed(long n) {
+    for (long i = 0; i < n; i++) {
+        CUcontext cur, c, popped;
+        CUdevice d, d2;
+        CUstream s;
+        CHECK(cuCtxGetCurrent(&cur));
+        if (cur) CHECK(cuCtxGetDevice(&d2));
+        CHECK(cuDeviceGet(&d, 0));
+        CHECK(cuDevicePrimaryCtxRetain(&c, d));
+        CHECK(cuCtxPushCurrent(c));
+        CHECK(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0));
+        CHECK(cuCtxPopCurrent(&popped));
+        CHECK(cuCtxPushCurrent(c));
+        CHECK(cuStreamDestroy(s));
+        CHECK(cuCtxPopCurrent(&popped));
+        CHECK(cuDeviceGet(&d, 0));
+        CHECK(cuDevicePrimaryCtxRelease(d));
+    }
+}
+
+/* Single calls of that sequence, to price each one. */
+static void op_push_pop(long n) {
+    CUcontext popped;
+    for (long i = 0; i < n; i++) {
+        CHECK(cuCtxPushCurrent(ctx));
+        CHECK(cuCtxPopCurrent(&popped));
+    }
+}
+
+static void op_retain_release(long n) {
+    CUcontext c;
+    for (long i = 0; i < n; i++) {
+        CHECK(cuDevicePrimaryCtxRetain(&c, dev));
+        CHECK(cuDevicePrimaryCtxRelease(dev));
+    }
+}
+
+static void op_priority_range(long n) {
+    int least, greatest;
+    for (long i = 0; i < n; i++) CHECK(cuCtxGetStreamPriorityRange(&least, &greatest));
+}
+
+static void op_get_current(long n) {
+    CUcontext c;
+    for (long i = 0; i < n; i++) CHECK(cuCtxGetCurrent(&c));
+}
+
+static void op_synchronize(long n) {
+    for (long i = 0; i < n; i++) CHECK(cuStreamSynchronize(idle));
+}
+
+static void op_query(long n) {
+    for (long i = 0; i < n; i++) CHECK(cuStreamQuery(idle));
+}
+
+/* Median ns per call; loops sized to last about target_ms each. */
+static void bench(const char *key, op_fn f, int repeats, double target_ms, int last) {
+    long n = 1;
+    int64_t t;
+    f(1);
+    for (;;) {
+        t = now_ns();
+        f(n);
+        t = now_ns() - t;
+        if (t >= target_ms * 1e5 || n >= 100000000L) break;
+        n *= 10;
+    }
+    double per = (double)t / n;
+    if (per < 0.01) per = 0.01;
+    n = (long)(target_ms * 1e6 / per);
+    if (n < 1) n = 1;
+    double *v = malloc(sizeof(double) * repeats);
+    for (int r = 0; r < repeats; r++) {
+        t = now_ns();
+        f(n);
+        v[r] = (double)(now_ns() - t) / n;
+    }
+    qsort(v, repeats, sizeof(double), cmp_double);
+    double med = repeats % 2 ? v[repeats / 2] : (v[repeats / 2 - 1] + v[repeats / 2]) / 2;
+    printf("    \"%s\": {\"ns\": %.2f, \"min_ns\": %.2f, \"max_ns\": %.2f, \"repeats\": %d, \"number\": %ld}%s\n",
+           key, med, v[0], v[repeats - 1], repeats, n, last ? "" : ",");
+    free(v);
+}
+
+int main(int argc, char **argv) {
+    int repeats = argc > 1 ? atoi(argv[1]) : 15;
+    double target_ms = argc > 2 ? atof(argv[2]) : 20.0;
+    if (repeats < 1) repeats = 1;
+
+    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) lib = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        printf("{\"error\": \"cannot load libcuda.so.1: %s\"}\n", dlerror());
+        return 1;
+    }
+    cuInit = sym("cuInit");
+    cuDriverGetVersion = sym("cuDriverGetVersion");
+    cuDeviceGet = sym("cuDeviceGet");
+    cuDeviceGetCount = sym("cuDeviceGetCount");
+    cuDeviceGetName = sym("cuDeviceGetName");
+    cuDevicePrimaryCtxRetain = sym("cuDevicePrimaryCtxRetain");
+    cuDevicePrimaryCtxRelease = sym("cuDevicePrimaryCtxRelease_v2");
+    cuCtxSetCurrent = sym("cuCtxSetCurrent");
+    cuCtxGetCurrent = sym("cuCtxGetCurrent");
+    cuCtxGetDevice = sym("cuCtxGetDevice");
+    cuCtxPushCurrent = sym("cuCtxPushCurrent_v2");
+    cuCtxPopCurrent = sym("cuCtxPopCurrent_v2");
+    cuCtxGetStreamPriorityRange = sym("cuCtxGetStreamPriorityRange");
+    cuStreamCreate = sym("cuStreamCreate");
+    cuStreamCreateWithPriority = sym("cuStreamCreateWithPriority");
+    cuStreamDestroy = sym("cuStreamDestroy_v2");
+    cuStreamSynchronize = sym("cuStreamSynchronize");
+    cuStreamQuery = sym("cuStreamQuery");
+
+    int version = 0, count = 0;
+    char name[256] = {0};
+    CHECK(cuInit(0));
+    CHECK(cuDriverGetVersion(&version));
+    CHECK(cuDeviceGetCount(&count));
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuDeviceGetName(name, sizeof name - 1, dev));
+    for (char *p = name; *p; p++)
+        if (*p == '"' || *p == '\\') *p = ' ';
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuStreamCreate(&idle, CU_STREAM_NON_BLOCKING));
+
+    printf("{\n  \"gpu\": \"%s\",\n  \"driver_version\": %d,\n  \"device_count\": %d,\n", name, version, count);
+    printf("  \"ops\": {\n");
+    bench("empty_loop", op_empty, repeats, target_ms, 0);
+    bench("create_destroy", op_create_destroy, repeats, target_ms, 0);
+    bench("custream_call_sequence", op_custream_sequence, repeats, target_ms, 0);
+    bench("custream_trimmed_sequence", op_custream_trimmed, repeats, target_ms, 0);
+    bench("ctx_push_pop", op_push_pop, repeats, target_ms, 0);
+    bench("primary_ctx_retain_release", op_retain_release, repeats, target_ms, 0);
+    bench("priority_range", op_priority_range, repeats, target_ms, 0);
+    bench("ctx_get_current", op_get_current, repeats, target_ms, 0);
+    bench("synchronize", op_synchronize, repeats, target_ms, 0);
+    bench("query", op_query, repeats, target_ms, 1);
+    printf("  }\n}\n");
+    fflush(stdout);
+
+    CHECK(cuStreamDestroy(idle));
+    CHECK(cuDevicePrimaryCtxRelease(dev));
+    return 0;
+}

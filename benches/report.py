@@ -1,0 +1,315 @@
+"""Turn the workers' figures into one results dict, the printed table, and the chart."""
+
+from __future__ import annotations
+
+import ops
+
+PEER_NAMES = [p.name for p in ops.PEERS]
+
+
+def _fig(entry: dict | None, unit: str = "ns") -> float | None:
+    """The figure of one result, in its operation's unit ("ns", or "ms" for import)."""
+    return entry.get(unit) if isinstance(entry, dict) else None
+
+
+def _op_results(key: str, libs: dict, cython: dict, import_rows: dict, lib_names: list[str]) -> dict:
+    res: dict = {}
+    for name in lib_names:
+        data = libs.get(name, {})
+        if key == "import":
+            if name == "raw":
+                res[name] = {"na": "not applicable"}
+            else:
+                row = import_rows.get(name)
+                res[name] = row or {"na": "not measured"}
+            continue
+        if key == "cython_handle_read":
+            res[name] = {"na": "not applicable"}
+            continue
+        if name == "raw":
+            raw_ops = data.get("ops", {})
+            res[name] = raw_ops.get(key) if key in raw_ops else {"na": data.get("error", "not applicable")}
+            continue
+        if "error" in data:
+            res[name] = {"na": data["error"]}
+            continue
+        res[name] = data.get("ops", {}).get(key, {"na": "not measured"})
+    if key == "cython_handle_read":
+        cy = cython.get("ops", {}).get(key, {}) if "error" not in cython else {"custream": {"na": cython["error"]}}
+        res["custream"] = cy.get("custream", {"na": "not measured"})
+        rmm = cy.get("rmm", {"na": "not measured"})
+        best = rmm.get("view_value") or rmm.get("field")
+        res["rmm"] = best if best else {"na": rmm.get("na", "not measured")}
+    return res
+
+
+def _status(op: ops.Op, mine: float | None, raw: float | None, extra: dict) -> str:
+    if mine is None:
+        return "n/a"
+    t = op.target
+    if t.bound is not None:
+        return "pass" if mine <= t.bound else "MISS"
+    if t.raw is not None:
+        if raw is None:
+            return "n/a"
+        return "pass" if mine <= t.raw * raw else "MISS"
+    if t.load:
+        floor = extra.get("floor_ns")
+        if floor is None or not extra.get("generated_c_reads_field"):
+            return "MISS"
+        # A field load adds well under a nanosecond to the loop; any call adds more.
+        return "pass" if mine <= floor + 1.0 else "MISS"
+    return ""
+
+
+def assemble(mode: str, libs: dict, floors: dict, cython: dict, import_rows: dict, lib_names: list[str]) -> dict:
+    out: dict = {"schema": 1, "mode": mode, "libraries": lib_names, "operations": {}, "extras": {}}
+    out["lib_errors"] = {n: libs[n]["error"] for n in lib_names if isinstance(libs.get(n), dict) and "error" in libs[n]}
+    out["empty_loop_ns"] = {n: libs[n]["empty_loop"]["ns"] for n in lib_names if "empty_loop" in libs.get(n, {})}
+    if "empty_loop" in floors:
+        out["empty_loop_ns"]["floors"] = floors["empty_loop"]["ns"]
+    raw_empty = libs.get("raw", {}).get("ops", {}).get("empty_loop")
+    if raw_empty:
+        out["empty_loop_ns"]["raw (C loop)"] = raw_empty["ns"]
+    cy = cython.get("ops", {}).get("cython_handle_read", {})
+    if "baseline" in import_rows:
+        out["import_baseline_ms"] = import_rows["baseline"]["ms"]
+    for op in ops.OPERATIONS:
+        res = _op_results(op.key, libs, cython, import_rows, lib_names)
+        mine = _fig(res.get("custream"), op.unit)
+        raw = _fig(res.get("raw"), op.unit)
+        peers = {n: _fig(res.get(n), op.unit) for n in PEER_NAMES
+                 if _fig(res.get(n), op.unit) is not None and not res[n].get("not_best")}
+        best = min(peers, key=peers.get) if peers else None
+        extra: dict = {}
+        floor_list = [{"label": f["label"], "ns": f["ns"], "stmt": f["stmt"]} for f in floors.get("ops", {}).get(op.key, [])]
+        if op.key == "cython_handle_read" and "floor" in cy:
+            extra = {"floor_ns": cy["floor"]["ns"], "generated_c_reads_field": cy.get("generated_c_reads_field")}
+            floor_list = [{"label": cy["floor"]["label"], "ns": cy["floor"]["ns"], "stmt": "nogil loop, barrier only"}]
+        out["operations"][op.key] = {
+            "title": op.title,
+            "unit": op.unit,
+            "target": op.target.describe(op.unit),
+            "design_peers": op.peers_measured,
+            "results": res,
+            "floors": floor_list,
+            "best_peer": best,
+            "best_peer_value": peers.get(best) if best else None,
+            "ratio_best_peer": mine / peers[best] if best and mine else None,
+            "ratio_raw": mine / raw if raw and mine else None,
+            "status": "needs GPU" if op.gpu and mode != "gpu" else _status(op, mine, raw, extra),
+            **extra,
+        }
+    mine_lib = libs.get("custream", {})
+    for extra_op in ops.EXTRAS:
+        entry = mine_lib.get("ops", {}).get(extra_op.key)
+        if entry:
+            out["extras"][extra_op.key] = {"title": extra_op.title, **entry,
+                                           "floors": floors.get("ops", {}).get(extra_op.key, [])}
+    if "cold_create_destroy" in mine_lib:
+        out["extras"]["cold_create_destroy"] = {"title": "custream create + destroy, no other stream alive",
+                                                **mine_lib["cold_create_destroy"]}
+    raw_titles = {
+        "custream_call_sequence": "raw driver: the 14 calls custream's create + close make",
+        "custream_trimmed_sequence": "raw driver: the same less priority range and device count (12 calls)",
+        "ctx_push_pop": "raw driver: cuCtxPushCurrent + cuCtxPopCurrent",
+        "primary_ctx_retain_release": "raw driver: cuDevicePrimaryCtxRetain + Release",
+        "priority_range": "raw driver: cuCtxGetStreamPriorityRange",
+        "ctx_get_current": "raw driver: cuCtxGetCurrent",
+    }
+    for k, title in raw_titles.items():
+        entry = libs.get("raw", {}).get("ops", {}).get(k)
+        if entry:
+            out["extras"][f"raw_{k}"] = {"title": title, **entry}
+    for k in ("custream_checked", "python_attribute"):
+        if k in cy:
+            out["extras"][f"cython_{k}"] = cy[k]
+    if "rmm" in cy and "field" in cy["rmm"] and "view_value" in cy["rmm"]:
+        out["extras"]["cython_rmm_field"] = cy["rmm"]["field"]
+    for k in ("declaration", "build_s"):
+        if k in cy:
+            out["extras"].setdefault("cython_build", {})[k] = cy[k]
+    if "cimport_failed" in cy.get("rmm", {}):
+        out["extras"].setdefault("cython_build", {})["rmm_cimport_failed"] = cy["rmm"]["cimport_failed"]
+    return out
+
+
+def fmt(v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    if v >= 100:
+        return f"{v:,.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def table(results: dict) -> str:
+    names = results["libraries"]
+    head = ["operation", *names, "floor Py", "floor C", "/best", "/raw", "target", ""]
+    rows = []
+    for key, op in results["operations"].items():
+        res = op["results"]
+        fl = op["floors"]
+        py_floor = next((f["ns"] for f in fl if "Python" in f["label"] or "python" in f["label"]), None)
+        c_floor = next((f["ns"] for f in fl if f["label"].startswith("C ") or "loop" in f["label"]), None)
+        title = op["title"] + (" [ms]" if op["unit"] == "ms" else "")
+        rows.append([
+            title,
+            *["—" if res.get(n, {}).get("na") == "not applicable" else fmt(_fig(res.get(n), op["unit"])) for n in names],
+            fmt(py_floor) if py_floor is not None else "",
+            fmt(c_floor) if c_floor is not None else "",
+            f"{op['ratio_best_peer']:.2f}x" if op["ratio_best_peer"] else "",
+            f"{op['ratio_raw']:.2f}x" if op["ratio_raw"] else "",
+            op["target"],
+            op["status"],
+        ])
+    widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
+
+    def line(r: list) -> str:
+        return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+
+    m = results.get("machine", {})
+    v = m.get("versions", {})
+    quick = ", quick" if results.get("settings", {}).get("quick") else ""
+    out = [
+        (f"custream benchmarks ({results['mode'].upper()} run{quick}): "
+         "median ns per call unless marked; '—' not applicable, 'n/a' see notes"),
+        f"machine: {m.get('gpu') or 'no GPU'}" + (f", driver {m['driver_version']}" if m.get("driver_version") else "")
+        + f"; {m.get('cpu', '')}; Python {m.get('python', '')}",
+        "versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val),
+        "empty timing loop (included in every figure, not subtracted): "
+        + ", ".join(f"{k} {fmt(val)}" for k, val in results.get("empty_loop_ns", {}).items()),
+        "",
+        line(head),
+        line(["-" * w for w in widths]),
+    ]
+    out += [line(r) for r in rows]
+    out.append("")
+    ex = results.get("extras", {})
+    if ex:
+        out.append("custream extras:")
+        for k, e in ex.items():
+            if "ns" in e:
+                floors = "; ".join(f"{f['label']} {fmt(f['ns'])}" for f in e.get("floors", []))
+                out.append(f"  {e.get('title') or e.get('label') or k}: {fmt(e['ns'])} ns" + (f"  (floor: {floors})" if floors else ""))
+        cb = ex.get("cython_build", {})
+        if cb:
+            out.append(f"  Cython Stream declaration: {cb.get('declaration')}")
+            if "rmm_cimport_failed" in cb:
+                out.append(f"  rmm .pxd cimport failed, field read by offset instead: {cb['rmm_cimport_failed'][-200:]}")
+        out.append("")
+    notes = []
+    for key, op in results["operations"].items():
+        for n, r in op["results"].items():
+            if not isinstance(r, dict):
+                continue
+            if n in results.get("lib_errors", {}):
+                continue
+            na = r.get("na")
+            if na and na not in ("not applicable", "needs a GPU (run with --gpu)"):
+                notes.append(f"  {n} / {op['title']}: n/a: {na}")
+            if r.get("note"):
+                notes.append(f"  {n} / {op['title']}: {r['note']}")
+            if r.get("label") and key == "cython_handle_read":
+                notes.append(f"  {n} / {op['title']}: {r['label']}")
+    for n, err in results.get("lib_errors", {}).items():
+        if err not in ("not selected", "needs a GPU (run with --gpu)", "peers are measured with --gpu"):
+            notes.append(f"  {n}: {err}")
+    imp = results["operations"].get("import", {}).get("results", {})
+    walls = ", ".join(f"{n} {fmt(r['wall_ms'])}" for n, r in imp.items() if isinstance(r, dict) and "wall_ms" in r)
+    if walls:
+        notes.append("  import [ms] is `python -X importtime` (cumulative, the modules the import adds); wall clock of "
+                     f"`python -c 'import X'` minus `python -c pass` ({fmt(results.get('import_baseline_ms'))} ms): {walls}")
+    if notes:
+        out.append("notes:")
+        out += notes
+    return "\n".join(out)
+
+
+COLORS = {"raw": "#555555", "cuda.core": "#76b900", "CuPy": "#1f77b4", "torch": "#ee4c2c", "numba": "#00a3e0",
+          "rmm": "#7f4fc9", "custream": "#f2a900"}
+
+
+def caption(results: dict) -> str:
+    m = results.get("machine", {})
+    v = m.get("versions", {})
+    where = m.get("gpu") or "no GPU (CPU part only)"
+    if m.get("driver_version"):
+        d = m["driver_version"]
+        where += f", CUDA driver API {d // 1000}.{d % 1000 // 10}"
+    s = results.get("settings", {})
+    vers = ", ".join(f"{k} {val}" for k, val in v.items() if val)
+    return (f"{where}; {m.get('cpu', '')}; Python {m.get('python', '')}\n{vers}\n"
+            f"median ns per call over repeats{' (quick run)' if s.get('quick') else ''}; {m.get('date', '')}")
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = results["libraries"]
+    opsd = results["operations"]
+    ns_keys = [k for k, o in opsd.items() if o["unit"] == "ns"]
+    ms_keys = [k for k, o in opsd.items() if o["unit"] == "ms"]
+    fig, axes = plt.subplots(1, 2, figsize=(15, 6.2), gridspec_kw={"width_ratios": [len(ns_keys), max(1, len(ms_keys)) + 0.6]})
+    for ax, keys, unit in ((axes[0], ns_keys, "ns per call"), (axes[1], ms_keys, "ms (import)")):
+        width = 0.8 / len(names)
+        for j, n in enumerate(names):
+            xs, ys = [], []
+            for i, k in enumerate(keys):
+                v = _fig(opsd[k]["results"].get(n), opsd[k]["unit"])
+                if v:
+                    xs.append(i + (j - (len(names) - 1) / 2) * width)
+                    ys.append(v)
+            bars = ax.bar(xs, ys, width, label=n, color=COLORS.get(n), edgecolor="black" if n == "custream" else "none",
+                          linewidth=1.2)
+            if n == "custream":
+                for b, y in zip(bars, ys):
+                    ax.annotate(fmt(y), (b.get_x() + b.get_width() / 2, y), ha="center", va="bottom", fontsize=7)
+        for i, k in enumerate(keys):
+            o = opsd[k]
+            t = _target_value(o)
+            if t:
+                ax.hlines(t, i - 0.45, i + 0.45, colors="black", linestyles="dashed", linewidth=1)
+            for f in o["floors"]:
+                ax.plot([i + 0.5], [f["ns"]], marker="_", color="grey", markersize=9, markeredgewidth=2)
+        ax.set_yscale("log")
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(lo, hi * 3)
+        ax.set_xticks(range(len(keys)))
+        ax.set_xticklabels([_short(opsd[k]["title"]) + f"\n[{opsd[k]['status']}]" for k in keys], fontsize=8)
+        ax.set_ylabel(unit)
+        ax.grid(axis="y", which="both", alpha=0.25)
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=COLORS.get(n), edgecolor="black" if n == "custream" else "none", label=n) for n in names]
+    handles += [Line2D([], [], color="black", linestyle="dashed", label="target"),
+                Line2D([], [], color="grey", marker="_", linestyle="none", markersize=14, markeredgewidth=2,
+                       label="floors (Python / C level, same loop)")]
+    fig.legend(handles=handles, ncol=len(handles), fontsize=8, loc="upper center", frameon=False)
+    axes[0].set_title("custream vs peers and the raw driver, per operation", fontsize=10)
+    fig.text(0.5, 0.01, caption(results), ha="center", va="bottom", fontsize=8)
+    fig.tight_layout(rect=(0, 0.09, 1, 0.95))
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def _target_value(o: dict) -> float | None:
+    t = o["target"]
+    if t.startswith("<=") and t.endswith("raw"):
+        raw = _fig(o["results"].get("raw"))
+        return raw * float(t.split()[1].rstrip("x")) if raw else None
+    if t.startswith("<="):
+        return float(t.split()[1])
+    return None
+
+
+def _short(title: str) -> str:
+    return {"s.__cuda_stream__()": "__cuda_stream__()", "handle as Python int": "handle (int)",
+            "wrap a protocol object": "wrap protocol obj", "wrap a raw int handle": "wrap int handle",
+            "synchronize, idle stream": "synchronize (idle)", "query, idle stream": "query (idle)",
+            "Cython handle read": "Cython handle read"}.get(title, title)

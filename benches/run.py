@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""custream against the peers and the raw driver, per operation of DESIGN.md's target table.
+
+    python3 benches/run.py                 # CPU part: no driver needed
+    python3 benches/run.py --gpu --json results.json --plot results.png
+
+Every library runs in its own fresh interpreter (benches/worker.py); the raw driver figures
+come from benches/raw_driver.c, compiled here with gcc (no CUDA header, no -lcuda needed).
+Prints the table, and with --json / --plot writes every figure and a log-scale chart.
+Without --gpu only custream and the Python-level floors run (and import times of whatever
+is installed); --gpu is the default where custream finds a device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import imports  # noqa: E402
+import ops  # noqa: E402
+import report  # noqa: E402
+
+LIBS = ["raw"] + [p.name for p in ops.PEERS] + ["custream"]
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _interrupt(signum, frame):
+    raise Interrupted()
+
+
+def worker(lib: str, mode: str, quick: bool, timeout: float) -> dict:
+    cmd = [sys.executable, os.path.join(HERE, "worker.py"), lib, "--mode", mode] + (["--quick"] if quick else [])
+    try:
+        p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"lib": lib, "error": f"worker timed out after {timeout:.0f} s"}
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode != 0 or not lines:
+        tail = " | ".join((p.stdout + p.stderr).strip().splitlines()[-6:])
+        return {"lib": lib, "error": f"worker exited with status {p.returncode}: {tail}"}
+    return json.loads(lines[-1])
+
+
+def raw_driver(quick: bool) -> dict:
+    """Build and run raw_driver.c. Returns its JSON, or {"error": ...}."""
+    build = tempfile.mkdtemp(prefix="custream-bench-raw-")
+    exe = os.path.join(build, "raw_driver")
+    cc = os.environ.get("CC", "gcc")
+    p = subprocess.run([cc, "-O2", "-o", exe, os.path.join(HERE, "raw_driver.c"), "-ldl"], check=False, capture_output=True, text=True)
+    if p.returncode != 0:
+        return {"error": f"{cc} failed: {p.stderr.strip()[-400:]}"}
+    args = ["5", "2"] if quick else ["15", "20"]
+    try:
+        p = subprocess.run([exe] + args, check=False, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return {"error": "raw_driver timed out"}
+    try:
+        return json.loads(p.stdout)
+    except json.JSONDecodeError:
+        return {"error": f"raw_driver exited with status {p.returncode}: {(p.stdout + p.stderr).strip()[-400:]}"}
+
+
+def gpu_available() -> bool:
+    p = subprocess.run([sys.executable, "-c", "import custream, sys; sys.exit(0 if custream.is_available() else 1)"],
+                       check=False, capture_output=True)
+    return p.returncode == 0
+
+
+def machine_info(raw: dict, versions: dict) -> dict:
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    info = {
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "gpu": raw.get("gpu"),
+        "driver_version": raw.get("driver_version"),
+        "device_count": raw.get("device_count"),
+        "versions": versions,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+    try:
+        import Cython
+
+        info["versions"]["Cython"] = Cython.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--gpu", action="store_true", help="measure everything (needs a CUDA device)")
+    mode.add_argument("--cpu", action="store_true", help="only what needs no driver (the default without a device)")
+    ap.add_argument("--json", metavar="PATH", help="write every figure, the machine and the versions here")
+    ap.add_argument("--plot", metavar="PATH", help="write a PNG chart here (needs matplotlib)")
+    ap.add_argument("--quick", action="store_true", help="few, short repeats: a smoke run, not figures to quote")
+    ap.add_argument("--only", metavar="LIB", action="append", help="measure only these libraries (repeatable)")
+    ap.add_argument("--no-import", action="store_true", help="skip the import-time row")
+    ap.add_argument("--budget-s", type=float, default=165.0,
+                    help="wall-clock budget for the whole run (default 165 s); later libraries are skipped past it")
+    ap.add_argument("--from-json", metavar="PATH", help="measure nothing: print the table (and --plot) of an earlier --json")
+    args = ap.parse_args(argv)
+
+    if args.from_json:
+        with open(args.from_json) as f:
+            results = json.load(f)
+        print(report.table(results))
+        if args.plot:
+            report.plot(results, args.plot)
+            print(f"wrote {args.plot}")
+        return 0
+
+    run_mode = "gpu" if args.gpu or (not args.cpu and gpu_available()) else "cpu"
+    t_start = time.perf_counter()
+    chosen = set(args.only) if args.only else None
+
+    def wanted(lib: str) -> bool:
+        return chosen is None or lib in chosen
+
+    def left() -> float:
+        return args.budget_s - (time.perf_counter() - t_start)
+
+    def run_worker(lib: str) -> dict:
+        # Each worker gets what is left, less a reserve for the import row and the report.
+        limit = min(60 if args.quick else 120, left() - 25)
+        if limit < 10:
+            return {"lib": lib, "error": f"skipped: the {args.budget_s:.0f} s budget was spent"}
+        print(f"{lib} ...", file=sys.stderr, flush=True)
+        return worker(lib, run_mode, args.quick, limit)
+
+    # custream first, so that a run cut short by its budget still has it. A SIGTERM (a
+    # `timeout` around this script) stops measuring and reports what was measured.
+    libs: dict = {}
+    floors: dict = {}
+    cython: dict = {}
+    import_rows: dict = {}
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        if run_mode == "gpu" and wanted("raw"):
+            print("raw driver ...", file=sys.stderr, flush=True)
+            libs["raw"] = raw_driver(args.quick)
+        else:
+            libs["raw"] = {"error": "needs a GPU (run with --gpu)"} if run_mode != "gpu" else {"error": "not selected"}
+        libs["custream"] = run_worker("custream")
+        floors = run_worker("floors")
+        cython = run_worker("cython")
+        for peer in ops.PEERS:
+            if not wanted(peer.name):
+                libs[peer.name] = {"error": "not selected"}
+            elif run_mode == "gpu":
+                libs[peer.name] = run_worker(peer.name)
+            else:
+                libs[peer.name] = {"error": "peers are measured with --gpu"}
+        if not args.no_import:
+            print("import times ...", file=sys.stderr, flush=True)
+            stmts = {lib.name: lib.import_stmt for lib in [ops.CUSTREAM, *ops.PEERS] if wanted(lib.name)}
+            per_lib = max(2.0, min(3 if args.quick else 12, (left() - 10) / max(1, len(stmts))))
+            import_rows = imports.measure(stmts, runs=3 if args.quick else 15, budget_s=per_lib)
+    except Interrupted:
+        print("interrupted: reporting what was measured", file=sys.stderr, flush=True)
+        for name in LIBS:
+            libs.setdefault(name, {"lib": name, "error": "not measured: the run was interrupted"})
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    versions = {name: libs[name].get("version") for name in LIBS if name != "raw"}
+    results = report.assemble(run_mode, libs, floors, cython, import_rows, LIBS)
+    results["machine"] = machine_info(libs["raw"], versions)
+    results["settings"] = {"quick": args.quick, "mode": run_mode, "seconds": round(time.perf_counter() - t_start, 1),
+                           "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
+
+    print(report.table(results))
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1, sort_keys=False)
+        print(f"wrote {args.json}")
+    if args.plot:
+        try:
+            report.plot(results, args.plot)
+            print(f"wrote {args.plot}")
+        except ImportError as e:
+            print(f"no plot: {e}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""One library's figures, measured in a fresh interpreter so that no library's state (its
+contexts, pools, caches, imported modules) touches another's. Prints one JSON object.
+
+    python benches/worker.py LIB --mode cpu|gpu [--quick]
+
+LIB is `custream`, `floors`, `cython`, or a peer's name from ops.PEERS. run.py calls this; it is not
+meant to be run by hand except to debug one library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import ops  # noqa: E402
+import timing  # noqa: E402
+
+
+def settings(quick: bool) -> dict:
+    return {"repeats": 5, "target_ms": 2.0, "budget_s": 0.5} if quick else {"repeats": 15, "target_ms": 20.0, "budget_s": 4.0}
+
+
+def first_working(candidates: list[str], ns: dict, expect=None) -> tuple[str | None, str]:
+    """The first statement that runs (and, for `expect`, gives the expected value)."""
+    why = ""
+    for stmt in candidates:
+        try:
+            value = eval(compile(stmt, "<bench>", "eval"), ns)
+        except Exception as e:  # a spelling this version lacks: try the next
+            why = f"{stmt}: {type(e).__name__}: {e}"
+            continue
+        if expect is not None and value != expect:
+            why = f"{stmt} gave {value!r}, expected {expect!r}"
+            continue
+        return stmt, ""
+    return None, why
+
+
+def run_ops(lib: ops.Lib, ns: dict, mode: str, cfg: dict) -> dict:
+    out: dict = {}
+    for key, spec in lib.ops.items():
+        op = ops.OPS[key]
+        if op.gpu and mode != "gpu":
+            out[key] = {"na": "needs a GPU (run with --gpu)"}
+            continue
+        if isinstance(spec, ops.NA):
+            out[key] = {"na": spec.reason}
+            continue
+        expect = {"handle_int": ns.get("H"), "cuda_stream": (0, ns.get("H"))}.get(key)
+        stmt, why = first_working(spec, ns, expect)
+        if stmt is None:
+            out[key] = {"na": f"no spelling worked ({why})"}
+            continue
+        try:
+            out[key] = timing.measure(stmt, ns, **cfg)
+        except Exception as e:
+            out[key] = {"na": f"{stmt} failed while timed: {type(e).__name__}: {e}"}
+            continue
+        if key in lib.notes:
+            out[key]["note"] = lib.notes[key]
+        if key in lib.not_best:
+            out[key]["not_best"] = True
+    return out
+
+
+def version_of(lib: ops.Lib, ns: dict) -> str:
+    try:
+        return str(eval(lib.version_expr, ns))
+    except Exception:
+        pass
+    from importlib import metadata
+
+    for dist in lib.dists:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def cold_create(ns: dict, quick: bool) -> dict:
+    """custream.Stream().close() while no other object holds the primary context: the case
+    of a program whose only stream is the one it makes and closes."""
+    import custream
+
+    custream.Stream().close()  # cuInit and the driver's first-use costs, untimed
+    samples = []
+    deadline = time.perf_counter() + (2 if quick else 5)
+    while len(samples) < (2 if quick else 7) and (len(samples) < 2 or time.perf_counter() < deadline):
+        t0 = time.perf_counter_ns()
+        custream.Stream().close()
+        samples.append(time.perf_counter_ns() - t0)
+    samples.sort()
+    return {"ns": samples[len(samples) // 2], "min_ns": samples[0], "max_ns": samples[-1], "repeats": len(samples),
+            "stmt": "custream.Stream().close()  # with no other stream alive"}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("lib")
+    ap.add_argument("--mode", choices=["cpu", "gpu"], default="cpu")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    cfg = settings(args.quick)
+    result: dict = {"lib": args.lib, "mode": args.mode}
+    ns: dict = {"__name__": "__bench__"}
+    exec(ops.PRODUCER, ns)
+
+    if args.lib == "cython":
+        import cython_read
+
+        result["ops"] = {"cython_handle_read": cython_read.run(args.mode, args.quick)}
+        print(json.dumps(result))
+        return 0
+
+    if args.lib == "floors":
+        exec("H = 0x7F3A2C001230\ns = object()\np = Producer(H)\n", ns)
+        exec(ops.FLOOR_SETUP, ns)
+        result["empty_loop"] = timing.empty_loop(ns, **cfg)
+        result["ops"] = {key: [dict(timing.measure(stmt, ns, **cfg), label=label) for label, stmt in floors]
+                         for key, floors in ops.FLOORS.items()}
+        print(json.dumps(result))
+        return 0
+
+    lib = ops.CUSTREAM if args.lib == "custream" else next((p for p in ops.PEERS if p.name == args.lib), None)
+    if lib is None:
+        print(json.dumps({"lib": args.lib, "error": "unknown library"}))
+        return 2
+    try:
+        exec(lib.import_stmt, ns)
+    except Exception as e:
+        result["error"] = f"not importable: {type(e).__name__}: {e}"
+        print(json.dumps(result))
+        return 0
+    result["version"] = version_of(lib, ns)
+    try:
+        if args.lib == "custream" and args.mode == "gpu":
+            result["cold_create_destroy"] = cold_create(ns, args.quick)
+        exec(lib.setup if args.mode == "gpu" or args.lib != "custream" else ops.CUSTREAM_CPU_SETUP, ns)
+    except Exception as e:
+        result["error"] = f"setup failed: {type(e).__name__}: {e}"
+        result["traceback"] = traceback.format_exc(limit=4)
+        print(json.dumps(result))
+        return 0
+    result["empty_loop"] = timing.empty_loop(ns, **cfg)
+    result["ops"] = run_ops(lib, ns, args.mode, cfg)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

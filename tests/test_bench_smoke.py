@@ -1,0 +1,53 @@
+"""benches/run.py runs end to end on a machine without a GPU and reports every operation.
+
+A smoke test only: it checks the shape of the JSON, never a timing (figures from a shared
+CI machine mean nothing, and timing assertions do not belong in tests).
+"""
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BENCHES = ROOT / "benches"
+
+
+def _bench_ops():
+    spec = importlib.util.spec_from_file_location("bench_ops", BENCHES / "ops.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_ops"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_cpu_quick_run_reports_every_operation(tmp_path):
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, str(BENCHES / "run.py"), "--cpu", "--quick", "--only", "custream", "--json", str(out)]
+    plot = importlib.util.find_spec("matplotlib") is not None
+    if plot:
+        cmd += ["--plot", str(tmp_path / "bench.png")]
+    p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    results = json.loads(out.read_text())
+    ops = _bench_ops()
+
+    assert list(results["operations"]) == ops.OP_KEYS
+    libs = results["libraries"]
+    assert libs[0] == "raw" and libs[-1] == "custream"
+    for key, op in results["operations"].items():
+        assert set(op["results"]) >= set(libs), key
+        assert {"title", "unit", "target", "status", "floors"} <= set(op), key
+    for key in ("cuda_stream", "handle_int", "wrap_protocol", "wrap_int", "cython_handle_read"):
+        mine = results["operations"][key]["results"]["custream"]
+        assert isinstance(mine.get("ns"), float), (key, mine)
+    assert isinstance(results["operations"]["import"]["results"]["custream"].get("ms"), float)
+    for key in ("create_destroy", "synchronize", "query"):
+        assert results["operations"][key]["status"] == "needs GPU"
+    assert results["machine"]["versions"]["custream"]
+    assert results["machine"]["python"]
+    for line in ("s.__cuda_stream__()", "wrap a raw int handle", "Cython handle read"):
+        assert line in p.stdout
+    if plot:
+        assert (tmp_path / "bench.png").stat().st_size > 10_000
