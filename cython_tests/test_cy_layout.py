@@ -29,7 +29,7 @@ def test_sizeof_is_the_type_size(cext):
     assert layout["offsetof"]["weakreflist"] == custream.Stream.__weakrefoffset__
     offsets = sorted(layout["offsetof"].values())
     assert offsets[0] == ctypes.sizeof(ctypes.c_ssize_t) + ctypes.sizeof(ctypes.c_void_p)  # after PyObject_HEAD
-    assert offsets[-1] + ctypes.sizeof(ctypes.c_void_p) == layout["sizeof"]
+    assert offsets[-1] + ctypes.sizeof(ctypes.c_uint64) == layout["sizeof"]  # context_id ends it
 
 
 def test_fields_at_the_compiled_offsets_hold_the_objects_values(cext, cy):

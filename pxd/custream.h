@@ -81,8 +81,14 @@ typedef struct CustreamStream {
     PyObject *owner;            /* kept alive until close; NULL after it */
     custream_deleter_t deleter; /* with deleter_ctx: a C owner's release; NULL if none */
     void *deleter_ctx;
-    void *context;              /* CUcontext retained for an owned stream's life */
+    void *context;              /* the stream's CUcontext: retained for an owned stream's life;
+                                   learnt on first use for a borrowed one; NULL until then */
     PyObject *weakreflist;
+    /* cuCtxGetId(context) when learnt. A context destroyed or reset (cudaDeviceReset,
+       cuDevicePrimaryCtxReset) answers with another id or an error, and a driver call on a
+       stream of the old one can crash the process: custream compares the id before each
+       call on the handle and raises instead. */
+    uint64_t context_id;
 } CustreamStream;
 
 typedef struct CustreamCAPI {

@@ -210,6 +210,35 @@ pub fn current_device() -> Result<Option<i32>> {
     Ok(Some(d))
 }
 
+/// cuCtxGetId: the id of the context now behind `ctx`.
+pub fn context_id(ctx: CUcontext) -> Result<u64> {
+    init()?;
+    let mut id: std::os::raw::c_ulonglong = 0;
+    check(unsafe { cu::cuCtxGetId(ctx, &mut id) })?;
+    Ok(id)
+}
+
+const CONTEXT_IS_DESTROYED: u32 = cu::CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED as u32;
+
+/// Fails unless `ctx` is still the context whose id was `id`. A primary context reset by
+/// another library (cudaDeviceReset, cuDevicePrimaryCtxReset) keeps its address but gets a
+/// new id, or none while inactive; the streams and events of the old one are gone, and the
+/// driver may crash rather than fail on them.
+pub fn ensure_same_context(ctx: CUcontext, id: u64) -> Result<()> {
+    match context_id(ctx) {
+        Ok(now) if now == id => Ok(()),
+        Ok(_) | Err(DriverError::Cuda { code: CONTEXT_IS_DESTROYED, .. }) => Err(DriverError::Cuda {
+            code: CONTEXT_IS_DESTROYED,
+            name: "CUDA_ERROR_CONTEXT_IS_DESTROYED".into(),
+            message: "the CUDA context this stream or event belongs to was destroyed or reset \
+                      (e.g. by cudaDeviceReset or cuDevicePrimaryCtxReset in another library) \
+                      after it was made; its handle no longer exists"
+                .into(),
+        }),
+        Err(e) => Err(e),
+    }
+}
+
 /// Makes `ctx` current for its lifetime and restores the previous context on drop, so a
 /// call never changes the thread's current context as a side effect.
 pub struct ContextScope(());

@@ -22,6 +22,8 @@ use crate::stream::StreamRef;
 pub struct Event {
     event: usize,
     context: usize,
+    /// cuCtxGetId of `context` when the event was made (see driver::ensure_same_context).
+    context_id: u64,
     device: i32,
     /// Whether we hold a retain on `device`'s primary context (our `context`).
     retains_primary: bool,
@@ -33,9 +35,9 @@ pub struct Event {
 impl Event {
     /// An event in `context`, the context of work it will be recorded on.
     fn create_in(py: Python<'_>, context: CUcontext, device: i32, retains_primary: bool, timing: bool) -> PyResult<Event> {
-        let event = driver::event_create(context, timing).py(py);
-        let event = match event {
-            Ok(e) => e,
+        let created = driver::context_id(context).and_then(|id| Ok((id, driver::event_create(context, timing)?)));
+        let (context_id, event) = match created.py(py) {
+            Ok(made) => made,
             Err(e) => {
                 if retains_primary {
                     let _ = driver::release_primary_context(device);
@@ -46,6 +48,7 @@ impl Event {
         Ok(Event {
             event: event as usize,
             context: context as usize,
+            context_id,
             device,
             retains_primary,
             timing,
@@ -78,7 +81,7 @@ impl Event {
         self.lifecycle()
             .enter()
             .map_err(|_| pyo3::exceptions::PyValueError::new_err(format!("{what} on a closed custream.Event")))?;
-        let result = f(self.event as CUevent);
+        let result = driver::ensure_same_context(self.context as CUcontext, self.context_id).and_then(|_| f(self.event as CUevent));
         if self.lifecycle().leave() == Release::Now {
             let _ = self.release();
         }
@@ -89,6 +92,8 @@ impl Event {
         if self.fork_generation != driver::fork_generation() || driver::is_finalizing() {
             return Ok(());
         }
+        // After a reset the event is gone with its context, and so is our retain on it.
+        driver::ensure_same_context(self.context as CUcontext, self.context_id)?;
         let destroyed = driver::event_destroy(self.context as CUcontext, self.event as CUevent);
         if self.retains_primary {
             destroyed.and(driver::release_primary_context(self.device))

@@ -39,10 +39,11 @@ pub struct CustreamStream {
     pub deleter_ctx: *mut ::std::os::raw::c_void,
     pub context: *mut ::std::os::raw::c_void,
     pub weakreflist: *mut PyObject,
+    pub context_id: u64,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of CustreamStream"][::std::mem::size_of::<CustreamStream>() - 96usize];
+    ["Size of CustreamStream"][::std::mem::size_of::<CustreamStream>() - 104usize];
     ["Alignment of CustreamStream"][::std::mem::align_of::<CustreamStream>() - 8usize];
     ["Offset of field: CustreamStream::ob_base"]
         [::std::mem::offset_of!(CustreamStream, ob_base) - 0usize];
@@ -72,6 +73,8 @@ const _: () = {
         [::std::mem::offset_of!(CustreamStream, context) - 80usize];
     ["Offset of field: CustreamStream::weakreflist"]
         [::std::mem::offset_of!(CustreamStream, weakreflist) - 88usize];
+    ["Offset of field: CustreamStream::context_id"]
+        [::std::mem::offset_of!(CustreamStream, context_id) - 96usize];
 };
 #[repr(C)]
 #[derive(Copy, Clone)]

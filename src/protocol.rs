@@ -79,13 +79,10 @@ fn parse_result(result: &Bound<'_, PyAny>, producer: &Bound<'_, PyAny>) -> PyRes
     handle_from_int(&tuple.get_item(1)?, || format!("the handle returned by {}.__cuda_stream__()", owner_type()))
 }
 
-/// `custream.as_stream(obj)`: a Stream as is, else a borrowed Stream over the handle that
-/// `obj.__cuda_stream__()` gives, keeping `obj` alive as its owner.
-pub fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    // SAFETY: obj is alive.
-    if unsafe { stream::is_stream(obj.as_ptr()) } {
-        return Ok(obj.clone());
-    }
+/// The result when calling `obj.__cuda_stream__()` raised `raised`: the producer's own
+/// exception, unchanged; our TypeError when there is no such attribute; or, for a
+/// non-callable attribute (deprecated, as in cuda.core), its value.
+fn non_method_result<'py>(obj: &Bound<'py, PyAny>, raised: PyErr) -> PyResult<Bound<'py, PyAny>> {
     let py = obj.py();
     let attr = match obj.getattr(intern!(py, "__cuda_stream__")) {
         Ok(attr) => attr,
@@ -102,20 +99,39 @@ pub fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         }
         Err(e) => return Err(e),
     };
-    let result = if attr.is_callable() {
-        attr.call0()?
-    } else {
-        PyErr::warn(
-            py,
-            &py.get_type::<PyDeprecationWarning>(),
-            &std::ffi::CString::new(format!(
-                "{}.__cuda_stream__ is an attribute; the CUDA Stream Protocol makes it a method",
-                type_name(obj)
-            ))
-            .unwrap_or_default(),
-            1,
-        )?;
-        attr
+    if attr.is_callable() {
+        return Err(raised);
+    }
+    PyErr::warn(
+        py,
+        &py.get_type::<PyDeprecationWarning>(),
+        &std::ffi::CString::new(format!(
+            "{}.__cuda_stream__ is an attribute; the CUDA Stream Protocol makes it a method",
+            type_name(obj)
+        ))
+        .unwrap_or_default(),
+        1,
+    )?;
+    Ok(attr)
+}
+
+/// `custream.as_stream(obj)`: a Stream as is, else a borrowed Stream over the handle that
+/// `obj.__cuda_stream__()` gives, keeping `obj` alive as its owner.
+pub fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: obj is alive.
+    if unsafe { stream::is_stream(obj.as_ptr()) } {
+        return Ok(obj.clone());
+    }
+    let py = obj.py();
+    let name = intern!(py, "__cuda_stream__");
+    // The common case first: call the method without making a bound-method object
+    // (CPython's method-call path). Only on failure is the attribute looked at, to tell a
+    // missing or non-callable attribute from a producer that raised.
+    // SAFETY: obj and name are alive; the argument list is NULL-terminated.
+    let called = unsafe { ffi::PyObject_CallMethodObjArgs(obj.as_ptr(), name.as_ptr(), std::ptr::null_mut::<ffi::PyObject>()) };
+    let result = match unsafe { Bound::from_owned_ptr_or_err(py, called) } {
+        Ok(result) => result,
+        Err(raised) => non_method_result(obj, raised)?,
     };
     let handle = parse_result(&result, obj)?;
     let mut parts = Parts::borrowed(handle, None, Some(obj.clone()))?;

@@ -4,7 +4,7 @@
 
 use std::os::raw::c_void;
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicI32, AtomicIsize, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicIsize, AtomicPtr, AtomicU32, Ordering};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
@@ -14,13 +14,28 @@ use pyo3::types::{PyInt, PyTuple};
 use crate::driver::{self, CUcontext, CUstream, DriverError};
 use crate::errors::{closed_error, IntoPyResult};
 use crate::layout::{
-    custream_deleter_t, CustreamStream, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_NON_BLOCKING,
+    custream_deleter_t, CustreamStream, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_STATE_CLOSED, CUSTREAM_STATE_RELEASED, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_NON_BLOCKING,
     CUSTREAM_FLAG_OWNED,
 };
 use crate::lifecycle::{Lifecycle, Release};
 
 /// The Stream type object, made once when the module is initialized.
 pub static STREAM_TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(null_mut());
+
+/// The owned streams alive in this process: handle -> (context, context id). A borrowed
+/// stream over one of them learns its context here, without asking the driver about a
+/// handle that a context reset may already have destroyed.
+static OWNED: std::sync::Mutex<std::collections::BTreeMap<u64, (usize, u64)>> = std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+fn owned_streams() -> std::sync::MutexGuard<'static, std::collections::BTreeMap<u64, (usize, u64)>> {
+    OWNED.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Objects are made and freed with the GIL held, which orders the updates: a load and a
+/// store, not a locked read-modify-write, on this per-object path.
+pub fn count_live(delta: isize) {
+    LIVE.store(LIVE.load(Ordering::Relaxed) + delta, Ordering::Relaxed);
+}
 
 /// Live Stream objects in this process (allocated and not yet deallocated).
 pub static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -52,6 +67,8 @@ pub struct Parts<'py> {
     pub deleter: custream_deleter_t,
     pub deleter_ctx: *mut c_void,
     pub context: CUcontext,
+    /// cuCtxGetId of `context` (0 with no context).
+    pub context_id: u64,
     /// The (0, handle) tuple, when the caller already has one (e.g. from a producer).
     pub protocol: Option<Bound<'py, PyTuple>>,
 }
@@ -76,6 +93,7 @@ impl<'py> Parts<'py> {
             deleter: None,
             deleter_ctx: null_mut(),
             context: null_mut(),
+            context_id: 0,
             protocol: None,
         })
     }
@@ -183,13 +201,42 @@ impl StreamRef {
     ) -> PyResult<R> {
         self.check_process().py(py)?;
         self.lifecycle().enter().map_err(|_| closed_error(what))?;
-        let result = f(self.handle() as usize as CUstream).map_err(|e| self.explain(e));
+        let h = self.handle() as usize as CUstream;
+        let result = self.check_context(h).and_then(|_| f(h)).map_err(|e| self.explain(e));
         if self.lifecycle().leave() == Release::Now {
             // The close() that raced this call left the release to us; its errors have no
             // caller to go to.
             let _ = self.release(py);
         }
         result.py(py)
+    }
+
+    /// Learn a borrowed stream's context on first use (the stream is alive then: its owner
+    /// is), and on every use make sure the context was not reset since: a driver call on a
+    /// stream of a reset context can crash the process instead of failing. Called with the
+    /// GIL held, which orders the first-use writes.
+    fn check_context(self, h: CUstream) -> Result<(), DriverError> {
+        if self.is_default() {
+            return Ok(()); // the current context's default stream: nothing to outlive
+        }
+        let s = self.0;
+        let ctx = unsafe { (*s).context };
+        if ctx.is_null() {
+            let known = owned_streams().get(&self.handle()).copied();
+            let (ctx, id) = match known {
+                Some((ctx, id)) => (ctx as CUcontext, id),
+                None => {
+                    let ctx = driver::stream_context(h)?;
+                    (ctx, driver::context_id(ctx)?)
+                }
+            };
+            unsafe {
+                (*s).context_id = id;
+                (*s).context = ctx.cast();
+            }
+            return driver::ensure_same_context(ctx, id);
+        }
+        driver::ensure_same_context(ctx.cast(), unsafe { (*s).context_id })
     }
 
     /// The driver's "invalid device context" says little when a default-stream token is used
@@ -240,13 +287,13 @@ impl StreamRef {
         Ok(d)
     }
 
-    /// The context the stream's work runs in.
+    /// The context the stream's work runs in (checked, or learnt, as every use does).
     pub fn context(self, py: Python<'_>) -> PyResult<CUcontext> {
-        let ctx = unsafe { (*self.0).context };
-        if !ctx.is_null() {
-            return Ok(ctx.cast());
+        if self.is_default() {
+            return self.use_handle(py, "context", driver::stream_context);
         }
-        self.use_handle(py, "context", driver::stream_context)
+        self.use_handle(py, "context", |_| Ok(()))?;
+        Ok(unsafe { (*self.0).context }.cast())
     }
 
     /// close(): idempotent; the first call releases (now, or when calls in flight end).
@@ -266,14 +313,22 @@ impl StreamRef {
         let context = std::mem::replace(unsafe { &mut (*s).context }, null_mut());
         let deleter = unsafe { (*s).deleter.take() };
         let deleter_ctx = std::mem::replace(unsafe { &mut (*s).deleter_ctx }, null_mut());
-        let owner = self.owner_cell().swap(null_mut(), Ordering::AcqRel);
+        // No swap needed: release runs once (lifecycle.rs); readers only load.
+        let owner = self.owner_cell().load(Ordering::Acquire);
+        self.owner_cell().store(null_mut(), Ordering::Release);
         let may_call = self.check_process().is_ok() && !driver::is_finalizing();
 
         let mut result = Ok(());
+        if self.is_owned() {
+            owned_streams().remove(&self.handle());
+        }
         if self.is_owned() && !context.is_null() && may_call {
-            result = driver::destroy_stream(context.cast(), handle);
-            let released = driver::release_primary_context(device);
-            result = result.and(released);
+            // After a reset the stream is gone with its context, and so is our retain on it:
+            // destroying or releasing would hit the new context.
+            result = driver::ensure_same_context(context.cast(), unsafe { (*s).context_id }).and_then(|_| {
+                let destroyed = driver::destroy_stream(context.cast(), handle);
+                destroyed.and(driver::release_primary_context(device))
+            });
         }
         if let (Some(deleter), true) = (deleter, may_call) {
             // SAFETY: the deleter's contract (custream.h): called once, GIL held.
@@ -286,9 +341,20 @@ impl StreamRef {
         result
     }
 
-    /// Release everything once, without raising: for deallocation and tp_clear.
+    /// Release everything once, without raising: for tp_clear.
     pub fn close_quietly(self, py: Python<'_>) {
         if self.lifecycle().close() == Release::Now {
+            let _ = self.release(py);
+        }
+    }
+
+    /// The release at deallocation. Nothing else can reach the object now (no reference,
+    /// so no call in flight), so the state word needs no read-modify-write: those cost
+    /// more than the rest of a borrowed stream's teardown.
+    pub fn release_at_dealloc(self, py: Python<'_>) {
+        let state = unsafe { AtomicU32::from_ptr(&raw mut (*self.0).state) };
+        if state.load(Ordering::Acquire) & CUSTREAM_STATE_RELEASED == 0 {
+            state.store(CUSTREAM_STATE_CLOSED | CUSTREAM_STATE_RELEASED, Ordering::Release);
             let _ = self.release(py);
         }
     }
@@ -357,8 +423,9 @@ pub fn make<'py>(py: Python<'py>, parts: Parts<'py>) -> PyResult<Bound<'py, PyAn
         (*s).deleter_ctx = parts.deleter_ctx;
         (*s).context = parts.context.cast();
         (*s).weakreflist = null_mut();
+        (*s).context_id = parts.context_id;
     }
-    LIVE.fetch_add(1, Ordering::Relaxed);
+    count_live(1);
     Ok(unsafe { Bound::from_owned_ptr(py, obj) })
 }
 
@@ -377,7 +444,8 @@ pub fn create<'py>(py: Python<'py>, device: Option<i32>, non_blocking: bool, pri
         )));
     }
     let context = driver::retain_primary_context(device).py(py)?;
-    let handle = match driver::create_stream(context, non_blocking, priority) {
+    let created = driver::context_id(context).and_then(|id| Ok((id, driver::create_stream(context, non_blocking, priority)?)));
+    let (context_id, handle) = match created {
         Ok(h) => h,
         Err(e) => {
             let _ = driver::release_primary_context(device);
@@ -393,9 +461,14 @@ pub fn create<'py>(py: Python<'py>, device: Option<i32>, non_blocking: bool, pri
         deleter: None,
         deleter_ctx: null_mut(),
         context,
+        context_id,
         protocol: None,
     };
-    make(py, parts).inspect_err(|_| {
+    let made = make(py, parts);
+    if made.is_ok() {
+        owned_streams().insert(handle as usize as u64, (context as usize, context_id));
+    }
+    made.inspect_err(|_| {
         let _ = driver::destroy_stream(context, handle);
         let _ = driver::release_primary_context(device);
     })

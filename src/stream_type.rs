@@ -63,7 +63,7 @@ unsafe extern "C" fn tp_dealloc(obj: *mut ffi::PyObject) {
     }
     let py = Python::assume_attached();
     // A panic must not unwind into CPython's deallocator; there is no caller to tell.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.close_quietly(py)));
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.release_at_dealloc(py)));
     let protocol = std::mem::replace(&mut (*s.0).protocol, null_mut());
     if !protocol.is_null() {
         ffi::Py_DECREF(protocol);
@@ -71,7 +71,7 @@ unsafe extern "C" fn tp_dealloc(obj: *mut ffi::PyObject) {
     let tp = ffi::Py_TYPE(obj);
     ffi::PyObject_GC_Del(obj.cast());
     ffi::Py_DECREF(tp.cast());
-    stream::LIVE.fetch_sub(1, Ordering::Relaxed);
+    stream::count_live(-1);
 }
 
 unsafe extern "C" fn tp_traverse(obj: *mut ffi::PyObject, visit: ffi::visitproc, arg: *mut c_void) -> c_int {

@@ -196,8 +196,8 @@ def test_signatures_are_introspectable():
 
 def test_basicsize_is_the_c_struct():
     # PyObject_HEAD (16) + handle, protocol, 4x int32 pair, 2 more u32, owner, deleter,
-    # deleter_ctx, context, weakreflist: pxd/custream.h's CustreamStream on x86-64.
-    assert Stream.__basicsize__ == 96
+    # deleter_ctx, context, weakreflist, context_id: pxd/custream.h's CustreamStream on x86-64.
+    assert Stream.__basicsize__ == 104
     assert Stream.__weakrefoffset__ == 88
 
 
