@@ -55,6 +55,11 @@ def torch_kernels(s):
     return True
 
 
+def step(name):
+    # Progress in the tool's log: under memcheck each new kernel loads slowly.
+    print("workload:", name, flush=True)
+
+
 def main():
     assert custream.is_available(), "no GPU"
     s = Stream(device=0)
@@ -66,6 +71,7 @@ def main():
     else:
         raise SystemExit("needs CuPy or PyTorch for real kernels")
 
+    step(f"kernels through {peer}")
     # Streams, events and waits.
     t = Stream(device=0, non_blocking=False)
     start, end = Event(device=0, timing=True), Event(device=0, timing=True)
@@ -88,6 +94,7 @@ def main():
     b.synchronize()
     b.close()
 
+    step("streams, events, waits, default tokens")
     # Threads: each with its own stream and kernels, all waiting on a shared one.
     def work(k):
         mine = Stream(device=0)
@@ -103,6 +110,7 @@ def main():
     for th in threads:
         th.join()
 
+    step("threads")
     # close() while another thread synchronizes the same stream.
     def sync(r):
         try:
@@ -118,6 +126,7 @@ def main():
         r.close()
         th.join()
 
+    step("close racing synchronize")
     for _ in range(200):
         Stream(device=0).close()
         Event(device=0).close()
