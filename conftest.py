@@ -1,6 +1,8 @@
-"""Shared test setup: `gpu`-marked tests run only where a CUDA driver and device exist.
+"""Test setup shared by tests/ and cython_tests/: `gpu`-marked tests run only where a CUDA
+driver and device exist.
 
-The tests import the *installed* custream (the wheel), never the source tree.
+The tests import the *installed* custream (the wheel), never the source tree: the package
+lives under python/, which is not on sys.path.
 """
 
 import pytest
