@@ -61,6 +61,11 @@ def step(name):
 
 
 def main():
+    import faulthandler
+
+    # Under memcheck this workload once stalled in its threads section (2026-12-02): if it
+    # stalls again, every thread's Python stack goes to the log before the tool's timeout.
+    faulthandler.dump_traceback_later(int(os.environ.get("WORKLOAD_STALL_S", "150")), exit=True)
     assert custream.is_available(), "no GPU"
     s = Stream(device=0)
     # CuPy when present (lighter under the tools); PyTorch otherwise, or when asked for.
