@@ -10,23 +10,28 @@ import custream
 from custream import Event, Stream, as_stream
 
 
+# Small arrays: memcheck instruments every access, and the point is custream's use of the
+# streams, not throughput.
+N = 1 << 12
+
+
 def cupy_kernels(s):
     try:
         import cupy
     except ImportError:
         return False
     with cupy.cuda.ExternalStream(s.handle):
-        a = cupy.arange(1 << 20, dtype=cupy.int64)
+        a = cupy.arange(N, dtype=cupy.int64)
         b = (a * 2 + 1).sum()
         c = cupy.empty_like(a)
         c[...] = a[::-1]
     s.synchronize()
-    assert int(b) == (1 << 20) ** 2 and int(c[0]) == (1 << 20) - 1
+    assert int(b) == N**2 and int(c[0]) == N - 1
     # A CuPy-made stream wrapped through the protocol or its handle.
     cs = cupy.cuda.Stream(non_blocking=True)
     w = as_stream(cs) if hasattr(cs, "__cuda_stream__") else Stream.from_handle(cs.ptr, owner=cs)
     with cs:
-        cupy.ones(1 << 16).sum()
+        cupy.ones(N).sum()
     s.wait(w)
     w.synchronize()
     w.close()
@@ -42,14 +47,14 @@ def torch_kernels(s):
         return False
     ts = torch.cuda.ExternalStream(s.handle)
     with torch.cuda.stream(ts):
-        x = torch.arange(1 << 20, device="cuda", dtype=torch.int64)
+        x = torch.arange(N, device="cuda", dtype=torch.int64)
         y = (x * 2 + 1).sum()
     s.synchronize()
-    assert y.item() == (1 << 20) ** 2
+    assert y.item() == N**2
     other = torch.cuda.Stream()
     w = as_stream(other) if hasattr(other, "__cuda_stream__") else Stream.from_handle(other.cuda_stream, owner=other)
     with torch.cuda.stream(other):
-        torch.ones(1 << 16, device="cuda").sum()
+        torch.ones(N, device="cuda").sum()
     s.wait(w)
     w.synchronize()
     return True
@@ -103,7 +108,7 @@ def main():
     # Threads: each with its own stream and kernels, all waiting on a shared one.
     def work(k):
         mine = Stream(device=0)
-        for _ in range(5):
+        for _ in range(2):
             kernels(mine)
             mine.wait(s)
             mine.record().synchronize()
