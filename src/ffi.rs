@@ -230,10 +230,17 @@ pub fn short_repr(v: &Bound<'_, PyAny>) -> String {
     }
 }
 
+/// An int that is not a bool: True and False are ints to Python but never a handle, a
+/// device or a priority.
+pub fn is_int_not_bool(v: &Bound<'_, PyAny>) -> bool {
+    v.is_exact_instance_of::<pyo3::types::PyInt>()
+        || (v.is_instance_of::<pyo3::types::PyInt>() && !v.is_instance_of::<pyo3::types::PyBool>())
+}
+
 /// A device ordinal argument: None, or an int (not a bool) in [0, 2**31).
 pub fn device_arg(value: Option<&Bound<'_, PyAny>>, fname: &str) -> PyResult<Option<i32>> {
     let Some(v) = value.filter(|v| !v.is_none()) else { return Ok(None) };
-    if !v.is_instance_of::<pyo3::types::PyInt>() || v.is_instance_of::<pyo3::types::PyBool>() {
+    if !is_int_not_bool(v) {
         return Err(PyTypeError::new_err(format!(
             "{fname}() device must be an int device ordinal or None, got {}",
             v.get_type().name()?
@@ -265,7 +272,7 @@ pub fn bool_arg(value: Option<&Bound<'_, PyAny>>, fname: &str, pname: &str, defa
 /// An int argument (not a bool) that fits an i32.
 pub fn i32_arg(value: Option<&Bound<'_, PyAny>>, fname: &str, pname: &str, default: i32) -> PyResult<i32> {
     let Some(v) = value else { return Ok(default) };
-    if !v.is_instance_of::<pyo3::types::PyInt>() || v.is_instance_of::<pyo3::types::PyBool>() {
+    if !is_int_not_bool(v) {
         return Err(PyTypeError::new_err(format!(
             "{fname}() {pname} must be an int, got {}",
             v.get_type().name()?

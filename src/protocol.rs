@@ -5,9 +5,9 @@ use pyo3::exceptions::{PyDeprecationWarning, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyTuple};
+use pyo3::types::{PyInt, PyTuple};
 
-use crate::ffi::{int_repr, short_repr};
+use crate::ffi::{int_repr, is_int_not_bool, short_repr};
 use crate::stream::{self, Parts};
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
@@ -18,7 +18,7 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 /// `what` says where the value came from; it is only called to build an error message, so
 /// the success path formats nothing.
 pub fn handle_from_int(value: &Bound<'_, PyAny>, what: impl Fn() -> String) -> PyResult<u64> {
-    if !value.is_exact_instance_of::<PyInt>() && (!value.is_instance_of::<PyInt>() || value.is_instance_of::<PyBool>()) {
+    if !is_int_not_bool(value) {
         return Err(PyTypeError::new_err(format!(
             "{} must be an int, got {}",
             what(),
