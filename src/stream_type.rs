@@ -298,6 +298,8 @@ unsafe extern "C" fn reduce(_obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> 
 }
 
 // ---- getters ----------------------------------------------------------------------------
+// The getters, `__cuda_stream__`, tp_hash and tp_richcompare that skip `boundary` only read
+// fields and call CPython: no Rust code there can panic, and the hot ones stay a few loads.
 
 fn bool_ptr(b: bool) -> *mut ffi::PyObject {
     unsafe { ffi::Py_NewRef(if b { ffi::Py_True() } else { ffi::Py_False() }) }
