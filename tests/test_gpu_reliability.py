@@ -23,11 +23,11 @@ import custream
 from custream import Event, Stream, as_stream
 
 from _capi_ctypes import STATE_CLOSED, STATE_RELEASED, STATE_USERS, state_word
+from _threads import run_threads
 
 pytestmark = pytest.mark.gpu
 
 CYCLES = 100_000
-THREADS = 16
 DEVICE_BOUND = 64 * 1024 * 1024
 RSS_BOUND = 64 * 1024 * 1024
 
@@ -99,26 +99,6 @@ def spin_on(stream, seconds=0.5):
     torch = pytest.importorskip("torch", reason="needs CuPy or PyTorch to queue a kernel")
     with torch.cuda.stream(torch.cuda.ExternalStream(stream.handle)):
         torch.cuda._sleep(cycles)
-
-
-def run_threads(target, n=THREADS):
-    errors = []
-    start = threading.Barrier(n)
-
-    def body(k):
-        try:
-            start.wait()
-            target(k)
-        except BaseException as e:  # noqa: BLE001
-            errors.append((k, repr(e)))
-
-    threads = [threading.Thread(target=body, args=(k,)) for k in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[:5]
-
 
 # --- leaks ---------------------------------------------------------------------------------
 

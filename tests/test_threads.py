@@ -11,7 +11,6 @@ made-up handles, so they are left to tests/test_gpu_reliability.py there.
 
 import random
 import sys
-import threading
 import weakref
 
 import pytest
@@ -20,8 +19,8 @@ import custream
 from custream import Stream, as_stream
 
 from _capi_ctypes import STATE_CLOSED, STATE_RELEASED, state_word
+from _threads import THREADS, run_threads
 
-THREADS = 16
 HAS_DRIVER = custream.is_available()
 CLOSED = r" on a closed custream\.Stream$"
 
@@ -33,26 +32,6 @@ def fast_switching():
     sys.setswitchinterval(1e-6)
     yield
     sys.setswitchinterval(old)
-
-
-def run_threads(target, n=THREADS):
-    errors = []
-    start = threading.Barrier(n)
-
-    def body(k):
-        try:
-            start.wait()
-            target(k)
-        except BaseException as e:  # noqa: BLE001 - reported below with its thread
-            errors.append((k, repr(e)))
-
-    threads = [threading.Thread(target=body, args=(k,)) for k in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[:5]
-
 
 class Owner:
     pass
