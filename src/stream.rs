@@ -110,10 +110,6 @@ impl StreamRef {
         StreamRef(obj.cast())
     }
 
-    pub fn as_ptr(self) -> *mut ffi::PyObject {
-        self.0.cast()
-    }
-
     fn lifecycle(self) -> Lifecycle<'static> {
         // SAFETY: the object outlives every use the methods make of it.
         unsafe { Lifecycle::from_ptr(&raw mut (*self.0).state) }
