@@ -131,7 +131,7 @@ def rmm_view_value(Stream s, Py_ssize_t n):
     with nogil:
         for i in range(n):
             bench_barrier()
-            acc += <uintptr_t>s.view().value()
+            acc += <uintptr_t>s.view().{getter}()
     return perf_counter_ns() - t0, acc
 
 
@@ -269,7 +269,7 @@ def run(mode: str, quick: bool) -> dict:
 
 
 def rmm_loops(mod, mode: str, workdir: str, cfg: dict) -> dict:
-    """rmm's Stream.view().value() through rmm's own .pxd; failing that, its handle field
+    """rmm's Stream.view().get() (or .value()) through rmm's own .pxd; failing that, its handle field
     read at the offset where the handle is found in the object."""
     try:
         import rmm  # noqa: F401
@@ -280,15 +280,20 @@ def rmm_loops(mod, mode: str, workdir: str, cfg: dict) -> dict:
         return {"na": "rmm streams need a GPU"}
     streams = [RmmStream(), RmmStream()]
     out: dict = {}
-    try:
-        rmod, _ = build("bench_rmm_read", RMM_PYX.format(barrier=BARRIER), workdir, cplus=True,
-                        include=include_candidates(), cython_include=[p for p in sys.path if os.path.isdir(p)],
-                        link=rmm_link_flags())
-        out["view_value"] = dict(time_loop(rmod.rmm_view_value, streams[0], **cfg), label="s.view().value() (rmm's .pxd)")
+    # rmm 26.x's view() is a cuda::stream_ref (.get()); older ones, a cuda_stream_view (.value()).
+    failures = []
+    for n, getter in enumerate(("get", "value")):
+        try:
+            rmod, _ = build(f"bench_rmm_read{n}", RMM_PYX.format(barrier=BARRIER, getter=getter), workdir, cplus=True,
+                            include=include_candidates(), cython_include=[p for p in sys.path if os.path.isdir(p)],
+                            link=rmm_link_flags())
+        except Exception as e:
+            failures.append(f"view().{getter}(): {str(e)[-600:]}")
+            continue
+        out["view_value"] = dict(time_loop(rmod.rmm_view_value, streams[0], **cfg), label=f"s.view().{getter}() (rmm's .pxd)")
         out["field"] = dict(time_loop(rmod.rmm_field, streams[0], **cfg), label="s._cuda_stream (rmm's .pxd)")
         return out
-    except Exception as e:
-        out["cimport_failed"] = str(e)[-800:]
+    out["cimport_failed"] = " || ".join(failures)[-1200:]
     # Fallback: find the word after the object header that holds the handle, in two streams.
     handles = [st.__cuda_stream__()[1] for st in streams]
     # Only words inside the object: tp_basicsize bounds what may be read.

@@ -4,7 +4,7 @@
  * No CUDA header and no -lcuda: the few driver entry points are declared here and found with
  * dlopen/dlsym, so this builds with a bare gcc wherever libcuda.so.1 can be loaded.
  *
- *     gcc -O2 -o raw_driver raw_driver.c -ldl && ./raw_driver [repeats] [target_ms]
+ *     gcc -O2 -o raw_driver raw_driver.c -ldl && ./raw_driver [repeats] [target_ms] [op,op,...]
  *
  * Prints one JSON object: machine facts and, per operation, the median ns per call over
  * `repeats` loops, each sized to last about `target_ms`. Operations run with the device's
@@ -35,6 +35,7 @@ static CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
 static CUresult (*cuCtxSetCurrent)(CUcontext);
 static CUresult (*cuCtxGetCurrent)(CUcontext *);
 static CUresult (*cuCtxGetDevice)(CUdevice *);
+static CUresult (*cuCtxGetId)(CUcontext, unsigned long long *);
 static CUresult (*cuCtxPushCurrent)(CUcontext);
 static CUresult (*cuCtxPopCurrent)(CUcontext *);
 static CUresult (*cuCtxGetStreamPriorityRange)(int *, int *);
@@ -95,51 +96,41 @@ static void op_create_destroy(long n) {
     }
 }
 
-/* The calls custream's Stream() and close() make (src/driver.rs, src/stream.rs): to split
- * its create+destroy time into driver calls and everything else. */
-static void op_custream_sequence(long n) {
+/* The calls custream's Stream() and close() make (src/stream.rs, src/driver.rs), here from
+ * a thread where the primary context is current (so no push/pop): to split custream's
+ * create+destroy time into driver calls and everything else. */
+static void op_custream_call_sequence(long n) {
     for (long i = 0; i < n; i++) {
-        CUcontext cur, c, popped;
-        CUdevice d, d2;
-        int count, least, greatest;
+        CUcontext cur, c;
+        CUdevice d2;
+        unsigned long long id;
         CUstream s;
-        CHECK(cuCtxGetCurrent(&cur));
+        CHECK(cuCtxGetCurrent(&cur)); /* the default device: the current context's */
         if (cur) CHECK(cuCtxGetDevice(&d2));
-        CHECK(cuDeviceGetCount(&count));
-        CHECK(cuDeviceGet(&d, 0));
-        CHECK(cuDevicePrimaryCtxRetain(&c, d));
-        CHECK(cuCtxPushCurrent(c));
-        CHECK(cuCtxGetStreamPriorityRange(&least, &greatest));
+        CHECK(cuDevicePrimaryCtxRetain(&c, dev));
+        CHECK(cuCtxGetId(c, &id));
+        CHECK(cuCtxGetCurrent(&cur)); /* push and pop only when c is not current */
         CHECK(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0));
-        CHECK(cuCtxPopCurrent(&popped));
-        CHECK(cuCtxPushCurrent(c));
+        CHECK(cuCtxGetId(c, &id)); /* close(): the context is still the one it was */
         CHECK(cuStreamDestroy(s));
-        CHECK(cuCtxPopCurrent(&popped));
-        CHECK(cuDeviceGet(&d, 0));
-        CHECK(cuDevicePrimaryCtxRelease(d));
+        CHECK(cuDevicePrimaryCtxRelease(dev));
     }
 }
 
-/* The same without the calls that a create with priority 0 can skip: the priority range
- * (0 is always valid) and the device count (fixed once the driver is initialized). */
-static void op_custream_trimmed(long n) {
+/* Create and destroy as custream does it from a thread with no current context (the
+ * benchmark's Python worker): the create between a push and a pop of the primary context,
+ * the destroy with nothing current (cuStreamDestroy finds the stream's own context). */
+static void op_create_destroy_no_current(long n) {
+    CUcontext popped;
+    CHECK(cuCtxSetCurrent(NULL));
     for (long i = 0; i < n; i++) {
-        CUcontext cur, c, popped;
-        CUdevice d, d2;
         CUstream s;
-        CHECK(cuCtxGetCurrent(&cur));
-        if (cur) CHECK(cuCtxGetDevice(&d2));
-        CHECK(cuDeviceGet(&d, 0));
-        CHECK(cuDevicePrimaryCtxRetain(&c, d));
-        CHECK(cuCtxPushCurrent(c));
-        CHECK(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0));
+        CHECK(cuCtxPushCurrent(ctx));
+        CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
         CHECK(cuCtxPopCurrent(&popped));
-        CHECK(cuCtxPushCurrent(c));
         CHECK(cuStreamDestroy(s));
-        CHECK(cuCtxPopCurrent(&popped));
-        CHECK(cuDeviceGet(&d, 0));
-        CHECK(cuDevicePrimaryCtxRelease(d));
     }
+    CHECK(cuCtxSetCurrent(ctx));
 }
 
 /* Single calls of that sequence, to price each one. */
@@ -206,9 +197,24 @@ static void bench(const char *key, op_fn f, int repeats, double target_ms, int l
     free(v);
 }
 
+/* Whether `key` is in the comma-separated list `only` (NULL: every operation). */
+static int selected(const char *only, const char *key) {
+    if (!only) return 1;
+    size_t k = strlen(key);
+    for (const char *p = only; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == k && strncmp(p, key, k) == 0) return 1;
+        if (!end) break;
+        p = end + 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int repeats = argc > 1 ? atoi(argv[1]) : 15;
     double target_ms = argc > 2 ? atof(argv[2]) : 20.0;
+    const char *only = argc > 3 ? argv[3] : NULL;
     if (repeats < 1) repeats = 1;
 
     lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -227,6 +233,7 @@ int main(int argc, char **argv) {
     cuCtxSetCurrent = sym("cuCtxSetCurrent");
     cuCtxGetCurrent = sym("cuCtxGetCurrent");
     cuCtxGetDevice = sym("cuCtxGetDevice");
+    cuCtxGetId = sym("cuCtxGetId");
     cuCtxPushCurrent = sym("cuCtxPushCurrent_v2");
     cuCtxPopCurrent = sym("cuCtxPopCurrent_v2");
     cuCtxGetStreamPriorityRange = sym("cuCtxGetStreamPriorityRange");
@@ -249,18 +256,34 @@ int main(int argc, char **argv) {
     CHECK(cuCtxSetCurrent(ctx));
     CHECK(cuStreamCreate(&idle, CU_STREAM_NON_BLOCKING));
 
+    /* A fact custream's close() relies on: cuStreamDestroy with no current context. */
+    CUstream probe;
+    CHECK(cuStreamCreate(&probe, CU_STREAM_NON_BLOCKING));
+    CHECK(cuCtxSetCurrent(NULL));
+    CUresult destroy_no_current = cuStreamDestroy(probe);
+    CHECK(cuCtxSetCurrent(ctx));
+
+    static const struct { const char *key; op_fn f; } ops[] = {
+        {"empty_loop", op_empty},
+        {"create_destroy", op_create_destroy},
+        {"create_destroy_no_current", op_create_destroy_no_current},
+        {"custream_call_sequence", op_custream_call_sequence},
+        {"ctx_push_pop", op_push_pop},
+        {"primary_ctx_retain_release", op_retain_release},
+        {"priority_range", op_priority_range},
+        {"ctx_get_current", op_get_current},
+        {"synchronize", op_synchronize},
+        {"query", op_query},
+    };
+    const int n_ops = (int)(sizeof ops / sizeof ops[0]);
     printf("{\n  \"gpu\": \"%s\",\n  \"driver_version\": %d,\n  \"device_count\": %d,\n", name, version, count);
+    printf("  \"destroy_with_no_current_context\": %d,\n", destroy_no_current);
     printf("  \"ops\": {\n");
-    bench("empty_loop", op_empty, repeats, target_ms, 0);
-    bench("create_destroy", op_create_destroy, repeats, target_ms, 0);
-    bench("custream_call_sequence", op_custream_sequence, repeats, target_ms, 0);
-    bench("custream_trimmed_sequence", op_custream_trimmed, repeats, target_ms, 0);
-    bench("ctx_push_pop", op_push_pop, repeats, target_ms, 0);
-    bench("primary_ctx_retain_release", op_retain_release, repeats, target_ms, 0);
-    bench("priority_range", op_priority_range, repeats, target_ms, 0);
-    bench("ctx_get_current", op_get_current, repeats, target_ms, 0);
-    bench("synchronize", op_synchronize, repeats, target_ms, 0);
-    bench("query", op_query, repeats, target_ms, 1);
+    int last = -1;
+    for (int i = 0; i < n_ops; i++)
+        if (selected(only, ops[i].key)) last = i;
+    for (int i = 0; i < n_ops; i++)
+        if (selected(only, ops[i].key)) bench(ops[i].key, ops[i].f, repeats, target_ms, i == last);
     printf("  }\n}\n");
     fflush(stdout);
 

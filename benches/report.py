@@ -62,8 +62,38 @@ def _status(op: ops.Op, mine: float | None, raw: float | None, extra: dict) -> s
     return ""
 
 
-def assemble(mode: str, libs: dict, floors: dict, cython: dict, import_rows: dict, lib_names: list[str]) -> dict:
+def summarize_rounds(interleaved: dict | None) -> dict:
+    """Per operation: custream's ratio to raw in each interleaved round, and their median."""
+    rounds = (interleaved or {}).get("rounds", [])
+    out: dict = {}
+    for key in (interleaved or {}).get("keys", []):
+        raw = [_fig(r["raw"].get(key)) for r in rounds]
+        mine = [_fig(r["custream"].get(key)) for r in rounds]
+        pairs = [(m, w) for m, w in zip(mine, raw) if m and w]
+        if not pairs:
+            continue
+        ratios = sorted(m / w for m, w in pairs)
+        entry = {"raw_ns": [w for _, w in pairs], "custream_ns": [m for m, _ in pairs], "ratios": [m / w for m, w in pairs],
+                 "ratio_median": ratios[len(ratios) // 2] if len(ratios) % 2 else
+                 (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2}
+        if key == "create_destroy":
+            # The same work from a thread with no current context, as the worker's is.
+            nc = [_fig(r["raw"].get("create_destroy_no_current")) for r in rounds]
+            entry["raw_no_current_ns"] = [v for v in nc if v]
+            nc_ratios = sorted(m / v for m, v in zip(mine, nc) if m and v)
+            if nc_ratios:
+                entry["ratio_no_current_median"] = nc_ratios[len(nc_ratios) // 2]
+        out[key] = entry
+    if "stopped" in (interleaved or {}):
+        out["stopped"] = interleaved["stopped"]
+    return out
+
+
+def assemble(mode: str, libs: dict, floors: dict, cython: dict, import_rows: dict, lib_names: list[str],
+             interleaved: dict | None = None) -> dict:
     out: dict = {"schema": 1, "mode": mode, "libraries": lib_names, "operations": {}, "extras": {}}
+    rounds = summarize_rounds(interleaved)
+    out["interleaved"] = rounds
     out["lib_errors"] = {n: libs[n]["error"] for n in lib_names if isinstance(libs.get(n), dict) and "error" in libs[n]}
     out["empty_loop_ns"] = {n: libs[n]["empty_loop"]["ns"] for n in lib_names if "empty_loop" in libs.get(n, {})}
     if "empty_loop" in floors:
@@ -100,6 +130,15 @@ def assemble(mode: str, libs: dict, floors: dict, cython: dict, import_rows: dic
             "status": "needs GPU" if op.gpu and mode != "gpu" else _status(op, mine, raw, extra),
             **extra,
         }
+    for key, entry in rounds.items():
+        op = out["operations"].get(key)
+        if op is None or not isinstance(entry, dict):
+            continue
+        # The ratio the target is judged on: the median over rounds measured back to back.
+        op["ratio_raw_single_pass"] = op["ratio_raw"]
+        op["ratio_raw"] = entry["ratio_median"]
+        op["ratio_raw_from"] = f"median of {len(entry['ratios'])} interleaved rounds"
+        op["status"] = "pass" if entry["ratio_median"] <= ops.OPS[key].target.raw else "MISS"
     mine_lib = libs.get("custream", {})
     for extra_op in ops.EXTRAS:
         entry = mine_lib.get("ops", {}).get(extra_op.key)
@@ -110,8 +149,8 @@ def assemble(mode: str, libs: dict, floors: dict, cython: dict, import_rows: dic
         out["extras"]["cold_create_destroy"] = {"title": "custream create + destroy, no other stream alive",
                                                 **mine_lib["cold_create_destroy"]}
     raw_titles = {
-        "custream_call_sequence": "raw driver: the 14 calls custream's create + close make",
-        "custream_trimmed_sequence": "raw driver: the same less priority range and device count (12 calls)",
+        "create_destroy_no_current": "raw driver: create + destroy from a thread with no current context (push, create, pop, destroy)",
+        "custream_call_sequence": "raw driver: the calls custream's create + close make, primary context current (10 calls)",
         "ctx_push_pop": "raw driver: cuCtxPushCurrent + cuCtxPopCurrent",
         "primary_ctx_retain_release": "raw driver: cuDevicePrimaryCtxRetain + Release",
         "priority_range": "raw driver: cuCtxGetStreamPriorityRange",
@@ -198,6 +237,20 @@ def table(results: dict) -> str:
             out.append(f"  Cython Stream declaration: {cb.get('declaration')}")
             if "rmm_cimport_failed" in cb:
                 out.append(f"  rmm .pxd cimport failed, field read by offset instead: {cb['rmm_cimport_failed'][-200:]}")
+        out.append("")
+    rounds = {k: v for k, v in results.get("interleaved", {}).items() if isinstance(v, dict)}
+    if rounds:
+        out.append("ratio to raw, in rounds alternating the C program and a fresh custream worker "
+                   "(the '/raw' column and the status of these rows are the median of the rounds):")
+        for key, e in rounds.items():
+            line_ = (f"  {results['operations'][key]['title']}: " + " ".join(f"{r:.2f}" for r in e["ratios"])
+                     + f"  median {e['ratio_median']:.2f}x  (raw {fmt(min(e['raw_ns']))}-{fmt(max(e['raw_ns']))} ns, "
+                     f"custream {fmt(min(e['custream_ns']))}-{fmt(max(e['custream_ns']))} ns)")
+            if "ratio_no_current_median" in e:
+                line_ += f"; against raw with no current context: median {e['ratio_no_current_median']:.2f}x"
+            out.append(line_)
+        if "stopped" in results.get("interleaved", {}):
+            out.append(f"  stopped {results['interleaved']['stopped']}")
         out.append("")
     notes = []
     for key, op in results["operations"].items():

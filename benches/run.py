@@ -41,8 +41,9 @@ def _interrupt(signum, frame):
     raise Interrupted()
 
 
-def worker(lib: str, mode: str, quick: bool, timeout: float) -> dict:
+def worker(lib: str, mode: str, quick: bool, timeout: float, only: list[str] | None = None) -> dict:
     cmd = [sys.executable, os.path.join(HERE, "worker.py"), lib, "--mode", mode] + (["--quick"] if quick else [])
+    cmd += ["--ops", ",".join(only)] if only else []
     try:
         p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -54,15 +55,21 @@ def worker(lib: str, mode: str, quick: bool, timeout: float) -> dict:
     return json.loads(lines[-1])
 
 
-def raw_driver(quick: bool) -> dict:
-    """Build and run raw_driver.c. Returns its JSON, or {"error": ...}."""
-    build = tempfile.mkdtemp(prefix="custream-bench-raw-")
-    exe = os.path.join(build, "raw_driver")
-    cc = os.environ.get("CC", "gcc")
-    p = subprocess.run([cc, "-O2", "-o", exe, os.path.join(HERE, "raw_driver.c"), "-ldl"], check=False, capture_output=True, text=True)
-    if p.returncode != 0:
-        return {"error": f"{cc} failed: {p.stderr.strip()[-400:]}"}
-    args = ["5", "2"] if quick else ["15", "20"]
+_RAW_EXE: list[str] = []
+
+
+def raw_driver(quick: bool, only: list[str] | None = None) -> dict:
+    """Build (once) and run raw_driver.c. Returns its JSON, or {"error": ...}."""
+    if not _RAW_EXE:
+        build = tempfile.mkdtemp(prefix="custream-bench-raw-")
+        exe = os.path.join(build, "raw_driver")
+        cc = os.environ.get("CC", "gcc")
+        p = subprocess.run([cc, "-O2", "-o", exe, os.path.join(HERE, "raw_driver.c"), "-ldl"], check=False, capture_output=True, text=True)
+        if p.returncode != 0:
+            return {"error": f"{cc} failed: {p.stderr.strip()[-400:]}"}
+        _RAW_EXE.append(exe)
+    exe = _RAW_EXE[0]
+    args = (["5", "2"] if quick else ["15", "20"]) + ([",".join(only)] if only else [])
     try:
         p = subprocess.run([exe] + args, check=False, capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
@@ -71,6 +78,26 @@ def raw_driver(quick: bool) -> dict:
         return json.loads(p.stdout)
     except json.JSONDecodeError:
         return {"error": f"raw_driver exited with status {p.returncode}: {(p.stdout + p.stderr).strip()[-400:]}"}
+
+
+def interleave(rounds: int, quick: bool, left) -> dict:
+    """The operations whose target is a ratio to the raw driver, measured again in rounds
+    that alternate the C program and a fresh custream worker. The driver's own cost (a
+    create + destroy above all) drifts over a run by more than the margin the target
+    allows; a ratio taken within one round, measured back to back, is not moved by that."""
+    keys = [op.key for op in ops.OPERATIONS if op.target.raw is not None]
+    raw_keys = keys + ["create_destroy_no_current"]
+    out: dict = {"rounds": [], "keys": keys}
+    for r in range(rounds):
+        if left() < 40:
+            out["stopped"] = f"after {r} rounds: the time budget was spent"
+            break
+        print(f"interleaved round {r + 1}/{rounds} ...", file=sys.stderr, flush=True)
+        raw = raw_driver(quick, raw_keys)
+        mine = worker("custream", "gpu", quick, min(60, left() - 25), keys)
+        out["rounds"].append({"raw": raw.get("ops", {"error": raw.get("error")}),
+                              "custream": mine.get("ops", {"error": mine.get("error")})})
+    return out
 
 
 def gpu_available() -> bool:
@@ -119,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-import", action="store_true", help="skip the import-time row")
     ap.add_argument("--budget-s", type=float, default=165.0,
                     help="wall-clock budget for the whole run (default 165 s); later libraries are skipped past it")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="rounds of raw C and custream, alternating, for the ratio-to-raw operations "
+                         "(default 6, 2 with --quick; 0 to skip)")
     ap.add_argument("--from-json", metavar="PATH", help="measure nothing: print the table (and --plot) of an earlier --json")
     args = ap.parse_args(argv)
 
@@ -131,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {args.plot}")
         return 0
 
+    if args.rounds is None:
+        args.rounds = 2 if args.quick else 6
     run_mode = "gpu" if args.gpu or (not args.cpu and gpu_available()) else "cpu"
     t_start = time.perf_counter()
     chosen = set(args.only) if args.only else None
@@ -155,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     floors: dict = {}
     cython: dict = {}
     import_rows: dict = {}
+    interleaved: dict = {}
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         if run_mode == "gpu" and wanted("raw"):
@@ -172,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
                 libs[peer.name] = run_worker(peer.name)
             else:
                 libs[peer.name] = {"error": "peers are measured with --gpu"}
+        if run_mode == "gpu" and args.rounds > 0 and wanted("raw") and wanted("custream"):
+            interleaved = interleave(args.rounds, args.quick, left)
         if not args.no_import:
             print("import times ...", file=sys.stderr, flush=True)
             stmts = {lib.name: lib.import_stmt for lib in [ops.CUSTREAM, *ops.PEERS] if wanted(lib.name)}
@@ -184,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     versions = {name: libs[name].get("version") for name in LIBS if name != "raw"}
-    results = report.assemble(run_mode, libs, floors, cython, import_rows, LIBS)
+    results = report.assemble(run_mode, libs, floors, cython, import_rows, LIBS, interleaved)
     results["machine"] = machine_info(libs["raw"], versions)
     results["settings"] = {"quick": args.quick, "mode": run_mode, "seconds": round(time.perf_counter() - t_start, 1),
                            "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}

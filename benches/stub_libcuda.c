@@ -33,6 +33,7 @@ CUresult cuDevicePrimaryCtxRelease_v2(int dev) { (void)dev; return 0; }
 CUresult cuCtxGetCurrent(void **ctx) { *ctx = current; return 0; }
 CUresult cuCtxSetCurrent(void *ctx) { current = ctx; return 0; }
 CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
+CUresult cuCtxGetId(void *ctx, unsigned long long *id) { (void)ctx; *id = 1; return 0; }
 CUresult cuCtxPushCurrent_v2(void *ctx) { current = ctx; return 0; }
 CUresult cuCtxPopCurrent_v2(void **ctx) { *ctx = current; current = 0; return 0; }
 CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) { *least = 0; *greatest = -5; return 0; }

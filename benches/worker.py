@@ -1,7 +1,7 @@
 """One library's figures, measured in a fresh interpreter so that no library's state (its
 contexts, pools, caches, imported modules) touches another's. Prints one JSON object.
 
-    python benches/worker.py LIB --mode cpu|gpu [--quick]
+    python benches/worker.py LIB --mode cpu|gpu [--quick] [--ops KEY,KEY,...]
 
 LIB is `custream`, `floors`, `cython`, or a peer's name from ops.PEERS. run.py calls this; it is not
 meant to be run by hand except to debug one library.
@@ -42,9 +42,11 @@ def first_working(candidates: list[str], ns: dict, expect=None) -> tuple[str | N
     return None, why
 
 
-def run_ops(lib: ops.Lib, ns: dict, mode: str, cfg: dict) -> dict:
+def run_ops(lib: ops.Lib, ns: dict, mode: str, cfg: dict, only: set | None = None) -> dict:
     out: dict = {}
     for key, spec in lib.ops.items():
+        if only is not None and key not in only:
+            continue
         op = ops.OPS[key]
         if op.gpu and mode != "gpu":
             out[key] = {"na": "needs a GPU (run with --gpu)"}
@@ -106,7 +108,9 @@ def main() -> int:
     ap.add_argument("lib")
     ap.add_argument("--mode", choices=["cpu", "gpu"], default="cpu")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--ops", help="comma-separated operation keys: measure only these (no cold create)")
     args = ap.parse_args()
+    only = set(args.ops.split(",")) if args.ops else None
     cfg = settings(args.quick)
     result: dict = {"lib": args.lib, "mode": args.mode}
     ns: dict = {"__name__": "__bench__"}
@@ -140,7 +144,7 @@ def main() -> int:
         return 0
     result["version"] = version_of(lib, ns)
     try:
-        if args.lib == "custream" and args.mode == "gpu":
+        if args.lib == "custream" and args.mode == "gpu" and only is None:
             result["cold_create_destroy"] = cold_create(ns, args.quick)
         exec(lib.setup if args.mode == "gpu" or args.lib != "custream" else ops.CUSTREAM_CPU_SETUP, ns)
     except Exception as e:
@@ -149,7 +153,7 @@ def main() -> int:
         print(json.dumps(result))
         return 0
     result["empty_loop"] = timing.empty_loop(ns, **cfg)
-    result["ops"] = run_ops(lib, ns, args.mode, cfg)
+    result["ops"] = run_ops(lib, ns, args.mode, cfg, only)
     print(json.dumps(result))
     return 0
 

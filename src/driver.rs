@@ -19,6 +19,8 @@ pub use cu::{CUcontext, CUdevice, CUevent, CUstream};
 pub enum DriverError {
     /// libcuda could not be loaded; holds the names looked for.
     Unavailable(Vec<String>),
+    /// The driver is older than MIN_DRIVER_VERSION; holds its version.
+    TooOld(i32),
     /// The driver returned this error.
     Cuda { code: u32, name: String, message: String },
     /// This process was forked after the parent had initialized CUDA (or the object was made
@@ -140,8 +142,22 @@ pub fn init() -> Result<()> {
     load()?;
     // SAFETY: the library is present; cuInit is thread-safe and idempotent.
     check(unsafe { cu::cuInit(0) })?;
+    // cudarc panics on a symbol the library lacks; refuse an older driver here, by name,
+    // rather than fail later on whichever call first needs a missing entry point.
+    let version = driver_version()?;
+    if version < MIN_DRIVER_VERSION {
+        return Err(DriverError::TooOld(version));
+    }
     INIT_GENERATION.store(generation, Ordering::Release);
     Ok(())
+}
+
+/// The oldest driver with every entry point custream calls (cuCtxGetId is the newest).
+pub const MIN_DRIVER_VERSION: i32 = 12000;
+
+/// 12040 -> "12.4".
+pub fn version_text(v: i32) -> String {
+    format!("{}.{}", v / 1000, v % 1000 / 10)
 }
 
 /// cuDriverGetVersion, which needs no cuInit: e.g. 13000 for CUDA 13.0.
@@ -155,18 +171,36 @@ pub fn driver_version() -> Result<i32> {
     Ok(v)
 }
 
-pub fn device_count() -> Result<i32> {
+/// The device handles by ordinal. cuInit fixes the set (CUDA_VISIBLE_DEVICES is read
+/// there), so they are asked for once: creating a stream is then one driver call shorter.
+fn devices() -> Result<&'static [CUdevice]> {
     init()?;
+    static DEVICES: OnceLock<Vec<CUdevice>> = OnceLock::new();
+    if let Some(found) = DEVICES.get() {
+        return Ok(found);
+    }
     let mut n: c_int = 0;
     check(unsafe { cu::cuDeviceGetCount(&mut n) })?;
-    Ok(n)
+    let found = (0..n)
+        .map(|ordinal| {
+            let mut d: CUdevice = 0;
+            check(unsafe { cu::cuDeviceGet(&mut d, ordinal) }).map(|_| d)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(DEVICES.get_or_init(|| found))
+}
+
+pub fn device_count() -> Result<i32> {
+    Ok(devices()?.len() as c_int)
 }
 
 pub fn device_get(ordinal: i32) -> Result<CUdevice> {
-    init()?;
-    let mut d: CUdevice = 0;
-    check(unsafe { cu::cuDeviceGet(&mut d, ordinal) })?;
-    Ok(d)
+    let found = devices()?;
+    match usize::try_from(ordinal).ok().and_then(|i| found.get(i)) {
+        Some(&d) => Ok(d),
+        // What cuDeviceGet itself answers for an ordinal out of range.
+        None => check(cu::CUresult::CUDA_ERROR_INVALID_DEVICE).map(|_| 0),
+    }
 }
 
 pub fn device_name(ordinal: i32) -> Result<String> {
@@ -263,6 +297,17 @@ pub fn in_context<R>(ctx: CUcontext, f: impl FnOnce() -> Result<R>) -> Result<R>
     f()
 }
 
+/// `in_context`, without the push and pop when `ctx` is already current (the usual case
+/// in a thread where CuPy, PyTorch or the runtime has been used): one cheap query instead
+/// of two calls that change thread state.
+pub fn in_context_if_needed<R>(ctx: CUcontext, f: impl FnOnce() -> Result<R>) -> Result<R> {
+    if current_context()? == ctx {
+        f()
+    } else {
+        in_context(ctx, f)
+    }
+}
+
 /// The device's primary context (the one the runtime API, CuPy, PyTorch and rmm use),
 /// retained; pair with `release_primary_context`.
 pub fn retain_primary_context(ordinal: i32) -> Result<CUcontext> {
@@ -288,7 +333,7 @@ pub fn stream_priority_range() -> Result<(i32, i32)> {
 /// An owned stream: created in `ctx`, which the caller has retained.
 pub fn create_stream(ctx: CUcontext, non_blocking: bool, priority: i32) -> Result<CUstream> {
     init()?;
-    in_context(ctx, || {
+    in_context_if_needed(ctx, || {
         // 0 is every device's lowest priority, always valid: spare the range query.
         let (least, greatest) = if priority == 0 { (0, 0) } else { stream_priority_range()? };
         if priority > least || priority < greatest {
@@ -308,9 +353,11 @@ pub fn create_stream(ctx: CUcontext, non_blocking: bool, priority: i32) -> Resul
     })
 }
 
-pub fn destroy_stream(ctx: CUcontext, h: CUstream) -> Result<()> {
+/// Needs no current context: the driver finds the stream's own (as for synchronize), so
+/// a stream is destroyed from any thread, whatever is current there.
+pub fn destroy_stream(h: CUstream) -> Result<()> {
     init()?;
-    in_context(ctx, || check(unsafe { cu::cuStreamDestroy_v2(h) }))
+    check(unsafe { cu::cuStreamDestroy_v2(h) })
 }
 
 pub fn stream_synchronize(h: CUstream) -> Result<()> {

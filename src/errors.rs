@@ -3,14 +3,15 @@
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::driver::DriverError;
+use crate::driver::{self, DriverError};
 
 pyo3::create_exception!(
     custream,
     CudaUnavailableError,
     PyRuntimeError,
-    "No CUDA driver could be loaded on this machine. Wrapping handles and the protocol still \
-     work; anything that needs the driver raises this. The message names the libraries looked for."
+    "No usable CUDA driver on this machine: none could be loaded (the message names the \
+     libraries looked for), or it is older than CUDA 12.0. Wrapping handles and the protocol \
+     still work; anything that needs the driver raises this."
 );
 
 pyo3::create_exception!(
@@ -29,6 +30,14 @@ pub fn to_pyerr(py: Python<'_>, err: DriverError) -> PyErr {
                 "no CUDA driver: could not load libcuda (looked for {}); install the NVIDIA \
                  driver or put the directory holding libcuda.so.1 on LD_LIBRARY_PATH",
                 names.join(", ")
+            ))
+        }
+        DriverError::TooOld(version) => {
+            return CudaUnavailableError::new_err(format!(
+                "the CUDA driver is too old: it supports CUDA {}, custream needs {} or newer \
+                 (for cuCtxGetId); update the NVIDIA driver",
+                driver::version_text(version),
+                driver::version_text(driver::MIN_DRIVER_VERSION)
             ))
         }
         DriverError::Cuda { code, name, message } => (code, name, message),

@@ -322,7 +322,7 @@ impl StreamRef {
             // After a reset the stream is gone with its context, and so is our retain on it:
             // destroying or releasing would hit the new context.
             result = driver::ensure_same_context(context.cast(), unsafe { (*s).context_id }).and_then(|_| {
-                let destroyed = driver::destroy_stream(context.cast(), handle);
+                let destroyed = driver::destroy_stream(handle);
                 destroyed.and(driver::release_primary_context(device))
             });
         }
@@ -465,7 +465,7 @@ pub fn create<'py>(py: Python<'py>, device: Option<i32>, non_blocking: bool, pri
         owned_streams().insert(handle as usize as u64, (context as usize, context_id));
     }
     made.inspect_err(|_| {
-        let _ = driver::destroy_stream(context, handle);
+        let _ = driver::destroy_stream(handle);
         let _ = driver::release_primary_context(device);
     })
 }

@@ -45,6 +45,10 @@ def report_driver() -> bool:
     print(f"  driver version {version // 1000}.{version % 1000 // 10} ({version})")
     try:
         count = custream.device_count()
+    except custream.CudaUnavailableError as e:  # a driver older than custream supports
+        print(f"  not usable: {e}")
+        print("  custream still imports, wraps handles and speaks the protocol.")
+        return False
     except custream.CudaError as e:
         print(f"  the driver loads but cannot be initialized: {e}")
         return False

@@ -42,7 +42,8 @@ class CudaError(RuntimeError):
     """The driver's description."""
 
 class CudaUnavailableError(RuntimeError):
-    """No CUDA driver could be loaded; the message names the libraries looked for."""
+    """No usable CUDA driver: none could be loaded (the message names the libraries looked
+    for), or it is older than CUDA 12.0 (the message names its version)."""
 
 @final
 class Stream:

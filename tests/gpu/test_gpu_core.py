@@ -194,6 +194,41 @@ def test_no_call_changes_the_current_context_when_one_is_current(driver):
     assert before == after
 
 
+def create_context(driver, ordinal=0):
+    """A new (non-primary) context on ``ordinal``, current in this thread. cuda.bindings 13
+    takes (params, flags, device); 12.x took (flags, device)."""
+    dev = ok(driver, driver.cuDeviceGet(ordinal))
+    try:
+        return ok(driver, driver.cuCtxCreate(None, 0, dev))
+    except TypeError:
+        return ok(driver, driver.cuCtxCreate(0, dev))
+
+
+def test_close_and_create_with_a_foreign_context_current(driver):
+    """Another library's own context is current in the closing thread: close() destroys
+    our stream (cuStreamDestroy needs no current context) and neither call changes it."""
+    s = Stream()
+    s.synchronize()
+
+    def body():
+        ctx = create_context(driver)
+        try:
+            ok(driver, driver.cuCtxSetCurrent(ctx))
+            before = current_context(driver)
+            s.close()
+            t = Stream(device=0)
+            assert t.device == 0 and t.query() is True
+            t.close()
+            return before, int(ctx), current_context(driver)
+        finally:
+            ok(driver, driver.cuCtxSetCurrent(driver.CUcontext(0)))
+            ok(driver, driver.cuCtxDestroy(ctx))
+
+    before, ctx, after = run_in_thread(body)
+    assert before == ctx == after
+    assert s.closed
+
+
 # ---- synchronize, query, wait, record: ordering proven with a kernel -----------------------
 
 
