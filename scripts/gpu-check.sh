@@ -238,7 +238,7 @@ fi
 if want sanitizer; then
     banner "compute-sanitizer"
     if [ -f scripts/sanitizer-check.sh ]; then
-        t=$(budget 180)
+        t=$(budget 420)
         mkdir -p "$OUT/sanitizer-logs"
         OUT="$OUT" PYTHON="$PY" SANITIZER_LOGS="$OUT/sanitizer-logs" timeout -k 10 "$t" bash scripts/sanitizer-check.sh
         rc=$?

@@ -6,7 +6,8 @@
 # reported an error or failed.
 #
 # Usage: scripts/sanitizer-check.sh [--suite]      (PYTHON defaults to python3; custream
-#        must be importable by it, e.g. PYTHONPATH=/tmp/site)
+#        must be importable by it, e.g. PYTHONPATH=/tmp/site; SANITIZER_RUN_S caps each
+#        run, default 200 s)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
@@ -16,6 +17,7 @@ if [ ! -x "$sanitizer" ]; then
     exit 2
 fi
 logdir=${SANITIZER_LOGS:-$(mktemp -d)}
+run_limit=${SANITIZER_RUN_S:-200}
 mkdir -p "$logdir"
 status=0
 
@@ -23,8 +25,10 @@ run() {  # run TOOL NAME COMMAND...
     local tool=$1 name=$2
     shift 2
     local log="$logdir/$tool-$name.log"
-    "$sanitizer" --tool "$tool" --target-processes all --error-exitcode 99 "$@" >"$log" 2>&1
+    # Each run has its own limit, so one that hangs leaves the others their time.
+    timeout -k 10 "$run_limit" "$sanitizer" --tool "$tool" --target-processes all --error-exitcode 99 "$@" >"$log" 2>&1
     local rc=$?
+    [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "    ($tool $name: killed after ${run_limit}s)" >>"$log"
     local summary
     summary=$(grep -E "ERROR SUMMARY: [0-9]+ error" "$log" | tail -1)
     echo "$tool $name: ${summary:-no ERROR SUMMARY line} (exit $rc; log $log)"

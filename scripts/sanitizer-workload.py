@@ -5,6 +5,7 @@ streams, threads, and close() racing an in-flight synchronize(). Prints "workloa
 
 import os
 import threading
+import time
 
 import custream
 from custream import Event, Stream, as_stream
@@ -60,16 +61,23 @@ def torch_kernels(s):
     return True
 
 
+T0 = time.monotonic()
+
+
 def step(name):
-    # Progress in the tool's log: under memcheck each new kernel loads slowly.
-    print("workload:", name, flush=True)
+    # Progress in the tool's log, with the time taken: under memcheck each new kernel
+    # loads slowly.
+    print(f"workload: {name} ({time.monotonic() - T0:.1f} s)", flush=True)
 
 
 def main():
     import faulthandler
 
-    # Under memcheck this workload once stalled in its threads section (2026-12-02): if it
-    # stalls again, every thread's Python stack goes to the log before the tool's timeout.
+    # Under memcheck this workload hung in its threads section (2026-12-02): one thread in
+    # Stream() while custream held the GIL across its driver calls, one in a CuPy kernel
+    # launch, the main thread waiting for the GIL. custream now releases the GIL around
+    # every driver call that may block. Should anything stall again, every thread's Python
+    # stack goes to the log before the tool's timeout.
     faulthandler.dump_traceback_later(int(os.environ.get("WORKLOAD_STALL_S", "150")), exit=True)
     assert custream.is_available(), "no GPU"
     s = Stream(device=0)

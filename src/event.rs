@@ -33,21 +33,35 @@ pub struct Event {
 }
 
 impl Event {
-    /// An event in `context`, the context of work it will be recorded on.
-    fn create_in(py: Python<'_>, context: CUcontext, device: i32, retains_primary: bool, timing: bool) -> PyResult<Event> {
-        let created = driver::context_id(context).and_then(|id| Ok((id, driver::event_create(context, timing)?)));
-        let (context_id, event) = match created.py(py) {
-            Ok(made) => made,
-            Err(e) => {
-                if retains_primary {
+    /// An event in `device`'s primary context, or in `stream_context` (the context of the
+    /// work it will be recorded on) when given. It holds a retain on the primary context
+    /// when it lives there (an owned stream's or a runtime library's), none for another
+    /// library's own context. The driver calls run without the GIL: a first retain creates
+    /// the context (~100 ms), and no driver call that may block should hold up every other
+    /// Python thread, nor wait on a driver lock while holding the GIL that the lock's
+    /// holder may need.
+    fn create(py: Python<'_>, stream_context: Option<CUcontext>, device: i32, timing: bool) -> PyResult<Event> {
+        let stream_context = stream_context.map(|c| c as usize);
+        let made = py.detach(move || -> Result<(usize, u64, usize, bool), DriverError> {
+            let primary = driver::retain_primary_context(device)? as usize;
+            let (context, retains) = match stream_context {
+                Some(c) if c != primary => {
                     let _ = driver::release_primary_context(device);
+                    (c, false)
                 }
-                return Err(e);
+                _ => (primary, true),
+            };
+            let created = driver::context_id(context as CUcontext)
+                .and_then(|id| Ok((id, driver::event_create(context as CUcontext, timing)? as usize)));
+            if created.is_err() && retains {
+                let _ = driver::release_primary_context(device);
             }
-        };
+            created.map(|(id, event)| (context, id, event, retains))
+        });
+        let (context, context_id, event, retains_primary) = made.py(py)?;
         Ok(Event {
-            event: event as usize,
-            context: context as usize,
+            event,
+            context,
             context_id,
             device,
             retains_primary,
@@ -61,12 +75,7 @@ impl Event {
     pub fn for_stream(py: Python<'_>, stream: StreamRef) -> PyResult<Event> {
         let context = stream.context(py)?;
         let device = stream.device(py)?;
-        let primary = driver::retain_primary_context(device).py(py)?;
-        let retains_primary = primary == context;
-        if !retains_primary {
-            let _ = driver::release_primary_context(device);
-        }
-        Event::create_in(py, context, device, retains_primary, false)
+        Event::create(py, Some(context), device, false)
     }
 
     fn lifecycle(&self) -> Lifecycle<'_> {
@@ -83,23 +92,27 @@ impl Event {
             .map_err(|_| pyo3::exceptions::PyValueError::new_err(format!("{what} on a closed custream.Event")))?;
         let result = driver::ensure_same_context(self.context as CUcontext, self.context_id).and_then(|_| f(self.event as CUevent));
         if self.lifecycle().leave() == Release::Now {
-            let _ = self.release();
+            let _ = self.release(py);
         }
         result.py(py)
     }
 
-    fn release(&self) -> Result<(), DriverError> {
+    /// Destroy the event and give back its retain, without the GIL (see `create`).
+    fn release(&self, py: Python<'_>) -> Result<(), DriverError> {
         if self.fork_generation != driver::fork_generation() || driver::is_finalizing() {
             return Ok(());
         }
-        // After a reset the event is gone with its context, and so is our retain on it.
-        driver::ensure_same_context(self.context as CUcontext, self.context_id)?;
-        let destroyed = driver::event_destroy(self.context as CUcontext, self.event as CUevent);
-        if self.retains_primary {
-            destroyed.and(driver::release_primary_context(self.device))
-        } else {
-            destroyed
-        }
+        let (context, id, event, device, retains) = (self.context, self.context_id, self.event, self.device, self.retains_primary);
+        py.detach(move || {
+            // After a reset the event is gone with its context, and so is our retain on it.
+            driver::ensure_same_context(context as CUcontext, id)?;
+            let destroyed = driver::event_destroy(context as CUcontext, event as CUevent);
+            if retains {
+                destroyed.and(driver::release_primary_context(device))
+            } else {
+                destroyed
+            }
+        })
     }
 }
 
@@ -113,8 +126,7 @@ impl Event {
             Some(d) => d,
             None => driver::current_device().py(py)?.unwrap_or(0),
         };
-        let context = driver::retain_primary_context(device).py(py)?;
-        Event::create_in(py, context, device, true, timing)
+        Event::create(py, None, device, timing)
     }
 
     /// Record the event on ``stream`` (a custream.Stream or any ``__cuda_stream__`` object).
@@ -174,7 +186,7 @@ impl Event {
     /// Destroy the event; idempotent.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         match self.lifecycle().close() {
-            Release::Now => self.release().py(py),
+            Release::Now => self.release(py).py(py),
             Release::NotYours => Ok(()),
         }
     }
@@ -205,7 +217,10 @@ impl Event {
 impl Drop for Event {
     fn drop(&mut self) {
         if self.lifecycle().close() == Release::Now {
-            let _ = self.release();
+            // A pyclass is dropped by its tp_dealloc, with the GIL held.
+            Python::attach(|py| {
+                let _ = self.release(py);
+            });
         }
     }
 }

@@ -319,10 +319,13 @@ impl StreamRef {
             owned_streams().remove(&self.handle());
         }
         if self.is_owned() && !context.is_null() && may_call {
-            // After a reset the stream is gone with its context, and so is our retain on it:
-            // destroying or releasing would hit the new context.
-            result = driver::ensure_same_context(context.cast(), unsafe { (*s).context_id }).and_then(|_| {
-                let destroyed = driver::destroy_stream(handle);
+            let (context, id, handle) = (context as usize, unsafe { (*s).context_id }, handle as usize);
+            // Without the GIL, as in `create`; nothing below touches a Python object.
+            result = py.detach(move || {
+                // After a reset the stream is gone with its context, and so is our retain on
+                // it: destroying or releasing would hit the new context.
+                driver::ensure_same_context(context as CUcontext, id)?;
+                let destroyed = driver::destroy_stream(handle as CUstream);
                 destroyed.and(driver::release_primary_context(device))
             });
         }
@@ -439,15 +442,20 @@ pub fn create<'py>(py: Python<'py>, device: Option<i32>, non_blocking: bool, pri
             if count == 1 { "" } else { "s" }
         )));
     }
-    let context = driver::retain_primary_context(device).py(py)?;
-    let created = driver::context_id(context).and_then(|id| Ok((id, driver::create_stream(context, non_blocking, priority)?)));
-    let (context_id, handle) = match created {
-        Ok(h) => h,
-        Err(e) => {
+    // Without the GIL: a first retain creates the context (~100 ms), and a driver call
+    // that waits on a driver lock must not hold the GIL, which that lock's holder may need
+    // (a host callback, another library's nogil call): under compute-sanitizer that wait
+    // hung a threaded workload. Pointers cross as usize, which is Send.
+    let created = py.detach(move || -> Result<(usize, u64, usize), DriverError> {
+        let context = driver::retain_primary_context(device)?;
+        let made = driver::context_id(context).and_then(|id| Ok((id, driver::create_stream(context, non_blocking, priority)?)));
+        if made.is_err() {
             let _ = driver::release_primary_context(device);
-            return Err(e).py(py);
         }
-    };
+        made.map(|(id, handle)| (context as usize, id, handle as usize))
+    });
+    let (context, context_id, handle) = created.py(py)?;
+    let (context, handle) = (context as CUcontext, handle as CUstream);
     let parts = Parts {
         handle: handle as usize as u64,
         flags: CUSTREAM_FLAG_OWNED | if non_blocking { CUSTREAM_FLAG_NON_BLOCKING } else { 0 },
