@@ -117,13 +117,16 @@ def object_word(o, Py_ssize_t k, Py_ssize_t n):
     return perf_counter_ns() - t0, acc
 '''
 
-RMM_PYX = '''# distutils: language = c++
+RMM_HEAD = '''# distutils: language = c++
 # cython: language_level=3
 from libc.stdint cimport uintptr_t
 from time import perf_counter_ns
 from rmm.pylibrmm.stream cimport Stream
 {barrier}
+'''
 
+# Two modules, so that the field read still builds where the view() call does not.
+RMM_VIEW_PYX = RMM_HEAD + '''
 def rmm_view_value(Stream s, Py_ssize_t n):
     cdef Py_ssize_t i
     cdef uintptr_t acc = 0
@@ -133,8 +136,9 @@ def rmm_view_value(Stream s, Py_ssize_t n):
             bench_barrier()
             acc += <uintptr_t>s.view().{getter}()
     return perf_counter_ns() - t0, acc
+'''
 
-
+RMM_FIELD_PYX = RMM_HEAD + '''
 def rmm_field(Stream s, Py_ssize_t n):
     cdef Py_ssize_t i
     cdef uintptr_t acc = 0
@@ -150,8 +154,11 @@ def rmm_field(Stream s, Py_ssize_t n):
 def _run(cmd: list[str], cwd: str, timeout: float = 180) -> None:
     p = subprocess.run(cmd, cwd=cwd, check=False, capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
-        tail = (p.stdout + p.stderr).strip().splitlines()[-12:]
-        raise RuntimeError(f"{os.path.basename(cmd[0])} failed: " + " | ".join(tail))
+        lines = (p.stdout + p.stderr).strip().splitlines()
+        # The first error explains the rest; the last lines say where it stopped.
+        first = next((i for i, ln in enumerate(lines) if "error" in ln.lower()), 0)
+        keep = lines[first:first + 4] + (["..."] + lines[-6:] if len(lines) > first + 10 else lines[first + 4:])
+        raise RuntimeError(f"{os.path.basename(cmd[0])} failed: " + " | ".join(keep))
 
 
 def build(name: str, source: str, workdir: str, *, cplus: bool = False, include: list[str] = (),
@@ -167,7 +174,7 @@ def build(name: str, source: str, workdir: str, *, cplus: bool = False, include:
     _run(cy + [pyx, "-o", csrc], workdir)
     so = os.path.join(workdir, name + sysconfig.get_config_var("EXT_SUFFIX"))
     cc = [os.environ.get("CXX", "g++") if cplus else os.environ.get("CC", "gcc"), "-O2", "-shared", "-fPIC", "-w"]
-    cc += ["-std=c++17"] if cplus else []
+    cc += ["-std=c++20"] if cplus else []  # librmm 26 uses concepts
     cc += ["-I" + sysconfig.get_paths()["include"]] + ["-I" + d for d in include]
     _run(cc + [csrc, "-o", so] + list(link), workdir)
     spec = importlib.util.spec_from_file_location(name, so)
@@ -205,17 +212,17 @@ def custream_declaration() -> tuple[str, str]:
 
 
 def include_candidates() -> list[str]:
-    """Header folders an rmm cimport may need: CUDA's, librmm's, rapids_logger's, CCCL's."""
+    """Header folders an rmm cimport may need: librmm's own (with the CCCL it was built
+    against, which must come before the toolkit's older one), rapids_logger's, CUDA's."""
+    sites = [p for p in sys.path if os.path.isdir(p)]
+    found = []
+    for pattern in ("librmm/include", "librmm/include/rapids", "librmm/include/rapids/libcudacxx", "rapids_logger/include"):
+        found += [d for site in sites for d in glob.glob(os.path.join(site, pattern))]
     roots = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
-    found = [os.path.join(r, "include") for r in roots if r]
+    found += [os.path.join(r, "include") for r in roots if r]
+    for pattern in ("nvidia/*/include", "nvidia/cu*/include"):
+        found += [d for site in sites for d in glob.glob(os.path.join(site, pattern))]
     found += [os.path.join(r, "include", "cccl") for r in roots if r]
-    for site in sys.path:
-        if not os.path.isdir(site):
-            continue
-        for pattern in ("nvidia/*/include", "nvidia/*/include/cccl", "nvidia/cu*/include", "librmm/include",
-                        "librmm/include/rapids", "librmm/include/rapids/libcudacxx", "rapids_logger/include",
-                        "libcudacxx/include", "cuda/cccl/headers/include"):
-            found += glob.glob(os.path.join(site, pattern))
     seen, out = set(), []
     for d in found:
         if os.path.isdir(d) and d not in seen:
@@ -280,20 +287,27 @@ def rmm_loops(mod, mode: str, workdir: str, cfg: dict) -> dict:
         return {"na": "rmm streams need a GPU"}
     streams = [RmmStream(), RmmStream()]
     out: dict = {}
-    # rmm 26.x's view() is a cuda::stream_ref (.get()); older ones, a cuda_stream_view (.value()).
+    common = dict(workdir=workdir, cplus=True, include=include_candidates(),
+                  cython_include=[p for p in sys.path if os.path.isdir(p)], link=rmm_link_flags())
     failures = []
+    # rmm 26.x's view() is a cuda::stream_ref (.get()); older ones, a cuda_stream_view (.value()).
     for n, getter in enumerate(("get", "value")):
         try:
-            rmod, _ = build(f"bench_rmm_read{n}", RMM_PYX.format(barrier=BARRIER, getter=getter), workdir, cplus=True,
-                            include=include_candidates(), cython_include=[p for p in sys.path if os.path.isdir(p)],
-                            link=rmm_link_flags())
+            vmod, _ = build(f"bench_rmm_view{n}", RMM_VIEW_PYX.format(barrier=BARRIER, getter=getter), **common)
         except Exception as e:
             failures.append(f"view().{getter}(): {str(e)[-600:]}")
             continue
-        out["view_value"] = dict(time_loop(rmod.rmm_view_value, streams[0], **cfg), label=f"s.view().{getter}() (rmm's .pxd)")
-        out["field"] = dict(time_loop(rmod.rmm_field, streams[0], **cfg), label="s._cuda_stream (rmm's .pxd)")
+        out["view_value"] = dict(time_loop(vmod.rmm_view_value, streams[0], **cfg), label=f"s.view().{getter}() (rmm's .pxd)")
+        break
+    try:
+        fmod, _ = build("bench_rmm_field", RMM_FIELD_PYX.format(barrier=BARRIER), **common)
+        out["field"] = dict(time_loop(fmod.rmm_field, streams[0], **cfg), label="s._cuda_stream (rmm's .pxd)")
+    except Exception as e:
+        failures.append(f"_cuda_stream: {str(e)[-600:]}")
+    if failures:
+        out["cimport_failed"] = " || ".join(failures)[-1500:]
+    if "view_value" in out or "field" in out:
         return out
-    out["cimport_failed"] = " || ".join(failures)[-1200:]
     # Fallback: find the word after the object header that holds the handle, in two streams.
     handles = [st.__cuda_stream__()[1] for st in streams]
     # Only words inside the object: tp_basicsize bounds what may be read.

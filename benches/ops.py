@@ -93,7 +93,12 @@ CUSTREAM = Lib(
     import_stmt="import custream",
     version_expr="custream.__version__",
     dists=("custream",),
-    setup="import custream\nCS = custream.Stream\ns = CS()\nH = s.handle\np = Producer(H)\n",
+    # The device's primary context current in the timing thread, as in raw_driver.c and as
+    # every peer's own setup leaves it (custream itself never changes the current context).
+    setup=("import ctypes, custream\n_cu = ctypes.CDLL('libcuda.so.1')\n_ctx = ctypes.c_void_p()\n"
+           "assert _cu.cuInit(0) == 0 and _cu.cuDevicePrimaryCtxRetain(ctypes.byref(_ctx), 0) == 0\n"
+           "assert _cu.cuCtxSetCurrent(_ctx) == 0\n"
+           "CS = custream.Stream\ns = CS()\nH = s.handle\np = Producer(H)\n"),
     ops={
         "cuda_stream": ["s.__cuda_stream__()"],
         "handle_int": ["s.handle"],

@@ -76,13 +76,6 @@ def summarize_rounds(interleaved: dict | None) -> dict:
         entry = {"raw_ns": [w for _, w in pairs], "custream_ns": [m for m, _ in pairs], "ratios": [m / w for m, w in pairs],
                  "ratio_median": ratios[len(ratios) // 2] if len(ratios) % 2 else
                  (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2}
-        if key == "create_destroy":
-            # The same work from a thread with no current context, as the worker's is.
-            nc = [_fig(r["raw"].get("create_destroy_no_current")) for r in rounds]
-            entry["raw_no_current_ns"] = [v for v in nc if v]
-            nc_ratios = sorted(m / v for m, v in zip(mine, nc) if m and v)
-            if nc_ratios:
-                entry["ratio_no_current_median"] = nc_ratios[len(nc_ratios) // 2]
         out[key] = entry
     if "stopped" in (interleaved or {}):
         out["stopped"] = interleaved["stopped"]
@@ -150,7 +143,7 @@ def assemble(mode: str, libs: dict, floors: dict, cython: dict, import_rows: dic
                                                 **mine_lib["cold_create_destroy"]}
     raw_titles = {
         "create_destroy_no_current": "raw driver: create + destroy from a thread with no current context (push, create, pop, destroy)",
-        "custream_call_sequence": "raw driver: the calls custream's create + close make, primary context current (10 calls)",
+        "custream_call_sequence": "raw driver: the calls custream's create + close make, primary context current (9 calls)",
         "ctx_push_pop": "raw driver: cuCtxPushCurrent + cuCtxPopCurrent",
         "primary_ctx_retain_release": "raw driver: cuDevicePrimaryCtxRetain + Release",
         "priority_range": "raw driver: cuCtxGetStreamPriorityRange",
@@ -236,7 +229,7 @@ def table(results: dict) -> str:
         if cb:
             out.append(f"  Cython Stream declaration: {cb.get('declaration')}")
             if "rmm_cimport_failed" in cb:
-                out.append(f"  rmm .pxd cimport failed, field read by offset instead: {cb['rmm_cimport_failed'][-200:]}")
+                out.append(f"  rmm .pxd builds that failed: {cb['rmm_cimport_failed'][-300:]}")
         out.append("")
     rounds = {k: v for k, v in results.get("interleaved", {}).items() if isinstance(v, dict)}
     if rounds:
@@ -246,8 +239,6 @@ def table(results: dict) -> str:
             line_ = (f"  {results['operations'][key]['title']}: " + " ".join(f"{r:.2f}" for r in e["ratios"])
                      + f"  median {e['ratio_median']:.2f}x  (raw {fmt(min(e['raw_ns']))}-{fmt(max(e['raw_ns']))} ns, "
                      f"custream {fmt(min(e['custream_ns']))}-{fmt(max(e['custream_ns']))} ns)")
-            if "ratio_no_current_median" in e:
-                line_ += f"; against raw with no current context: median {e['ratio_no_current_median']:.2f}x"
             out.append(line_)
         if "stopped" in results.get("interleaved", {}):
             out.append(f"  stopped {results['interleaved']['stopped']}")

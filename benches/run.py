@@ -86,14 +86,13 @@ def interleave(rounds: int, quick: bool, left) -> dict:
     create + destroy above all) drifts over a run by more than the margin the target
     allows; a ratio taken within one round, measured back to back, is not moved by that."""
     keys = [op.key for op in ops.OPERATIONS if op.target.raw is not None]
-    raw_keys = keys + ["create_destroy_no_current"]
     out: dict = {"rounds": [], "keys": keys}
     for r in range(rounds):
         if left() < 40:
             out["stopped"] = f"after {r} rounds: the time budget was spent"
             break
         print(f"interleaved round {r + 1}/{rounds} ...", file=sys.stderr, flush=True)
-        raw = raw_driver(quick, raw_keys)
+        raw = raw_driver(quick, keys)
         mine = worker("custream", "gpu", quick, min(60, left() - 25), keys)
         out["rounds"].append({"raw": raw.get("ops", {"error": raw.get("error")}),
                               "custream": mine.get("ops", {"error": mine.get("error")})})

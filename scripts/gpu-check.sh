@@ -12,6 +12,8 @@
 # 5. stage "bench": benches/run.py --gpu, if that script exists;
 # 6. stage "sanitizer": scripts/sanitizer-check.sh, if that script exists.
 #
+# SANITIZER_SUITE=1 adds the gpu-marked tests under both tools to the sanitizer stage.
+#
 # Results go to $OUT (default ./gpu-out): gpu-tests.log, gpu-junit.xml, peer-table.txt,
 # versions.txt, bench.json, bench.png, sanitizer-logs/. One peer's failure never stops the
 # others; every stage has a time limit and the whole script ends within about 9 minutes.
@@ -240,7 +242,7 @@ if want sanitizer; then
     if [ -f scripts/sanitizer-check.sh ]; then
         t=$(budget 420)
         mkdir -p "$OUT/sanitizer-logs"
-        OUT="$OUT" PYTHON="$PY" SANITIZER_LOGS="$OUT/sanitizer-logs" timeout -k 10 "$t" bash scripts/sanitizer-check.sh
+        OUT="$OUT" PYTHON="$PY" SANITIZER_LOGS="$OUT/sanitizer-logs" timeout -k 10 "$t" bash scripts/sanitizer-check.sh ${SANITIZER_SUITE:+--suite}
         rc=$?
         case $rc in 0) status[sanitizer]="passed" ;; 124 | 137) status[sanitizer]="TIMED OUT after ${t}s" ;; *) status[sanitizer]="FAILED (exit $rc)" ;; esac
     else

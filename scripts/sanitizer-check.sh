@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run custream under compute-sanitizer on the GPU machine: memcheck and racecheck over a
 # focused workload (scripts/sanitizer-workload.py, real CuPy/PyTorch kernels on custream
-# streams) and, with --suite, memcheck over the gpu-marked tests too. Prints one
+# streams) and, with --suite, both tools over the gpu-marked tests too. Prints one
 # "<tool> <target>: ERROR SUMMARY: N errors" line per run; exits non-zero if any run
 # reported an error or failed.
 #
@@ -45,7 +45,9 @@ if [ "${1:-}" = "--suite" ]; then
     # they run child processes of their own.
     suite=(tests/test_gpu_reliability.py)
     [ -d tests/gpu ] && suite+=(tests/gpu)
-    run memcheck gpu-tests "$python" -m pytest -q -m gpu -p no:cacheprovider "${suite[@]}" \
-        -k "not 100k and not fork and not exit and not reset"
+    for tool in memcheck racecheck; do
+        run "$tool" gpu-tests "$python" -m pytest -q -m gpu -p no:cacheprovider -o faulthandler_timeout=100 \
+            "${suite[@]}" -k "not 100k and not fork and not exit and not reset"
+    done
 fi
 exit $status

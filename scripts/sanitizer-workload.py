@@ -76,8 +76,9 @@ def main():
     # Under memcheck this workload hung in its threads section (2026-12-02): one thread in
     # Stream() while custream held the GIL across its driver calls, one in a CuPy kernel
     # launch, the main thread waiting for the GIL. custream now releases the GIL around
-    # every driver call that may block. Should anything stall again, every thread's Python
-    # stack goes to the log before the tool's timeout.
+    # every driver call that may block (after which the threads got further; see `work`).
+    # Should anything stall again, every thread's Python stack goes to the log before the
+    # tool's timeout.
     faulthandler.dump_traceback_later(int(os.environ.get("WORKLOAD_STALL_S", "150")), exit=True)
     assert custream.is_available(), "no GPU"
     s = Stream(device=0)
@@ -113,13 +114,22 @@ def main():
     b.close()
 
     step("streams, events, waits, default tokens")
-    # Threads: each with its own stream and kernels, all waiting on a shared one.
+    # Threads: each creates, waits on a shared stream, records, synchronizes and closes its
+    # own stream concurrently; the kernels queued on them are launched one thread at a time.
+    # Under memcheck, four threads launching CuPy kernels at once hung, every thread inside a
+    # CuPy call and none in custream (2026-12-02, the faulthandler dump). Serializing the
+    # launches keeps that interaction of CuPy and the tool out of what this checks: custream
+    # used from many threads at once.
+    launch = threading.Lock()
+
     def work(k):
         mine = Stream(device=0)
         for _ in range(2):
-            kernels(mine)
+            with launch:
+                kernels(mine)
             mine.wait(s)
             mine.record().synchronize()
+            Stream.from_handle(mine.handle, owner=mine).synchronize()
         mine.close()
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
@@ -138,7 +148,7 @@ def main():
 
     for _ in range(10):
         r = Stream(device=0)
-        kernels(r)
+        kernels(r)  # one thread launches here
         th = threading.Thread(target=sync, args=(r,))
         th.start()
         r.close()

@@ -43,8 +43,10 @@ pub fn handle_from_int(value: &Bound<'_, PyAny>, what: impl Fn() -> String) -> P
     Ok(h)
 }
 
-/// Check a producer's result and return the handle; `producer` is named in errors only.
-fn parse_result(result: &Bound<'_, PyAny>, producer: &Bound<'_, PyAny>) -> PyResult<u64> {
+/// Check a producer's result and return the handle, and whether the result can be kept
+/// as the stream's own (0, handle) tuple (an exact tuple holding an exact int: immutable).
+/// `producer` is named in errors only.
+fn parse_result(result: &Bound<'_, PyAny>, producer: &Bound<'_, PyAny>) -> PyResult<(u64, bool)> {
     let owner_type = || type_name(producer);
     let tuple = result.cast::<PyTuple>().map_err(|_| {
         PyTypeError::new_err(format!(
@@ -60,7 +62,8 @@ fn parse_result(result: &Bound<'_, PyAny>, producer: &Bound<'_, PyAny>) -> PyRes
             tuple.len()
         )));
     }
-    let version = tuple.get_item(0)?;
+    // Borrowed items: the tuple holds them for as long as this runs.
+    let version = tuple.get_borrowed_item(0)?;
     if !version.is_exact_instance_of::<PyInt>() {
         return Err(PyTypeError::new_err(format!(
             "{}.__cuda_stream__() returned version {} of type {}: the version must be the int 0",
@@ -69,14 +72,20 @@ fn parse_result(result: &Bound<'_, PyAny>, producer: &Bound<'_, PyAny>) -> PyRes
             type_name(&version)
         )));
     }
-    if version.extract::<i64>().ok() != Some(0) {
+    // SAFETY: an exact int; -1 with an error set is an overflow, which is not 0 either.
+    if unsafe { ffi::PyLong_AsLong(version.as_ptr()) } != 0 {
+        if PyErr::occurred(producer.py()) {
+            drop(PyErr::fetch(producer.py()));
+        }
         return Err(PyValueError::new_err(format!(
             "{}.__cuda_stream__() returned version {}: custream understands protocol version 0 only",
             owner_type(),
             int_repr(&version)
         )));
     }
-    handle_from_int(&tuple.get_item(1)?, || format!("the handle returned by {}.__cuda_stream__()", owner_type()))
+    let handle = tuple.get_borrowed_item(1)?;
+    let h = handle_from_int(&handle, || format!("the handle returned by {}.__cuda_stream__()", owner_type()))?;
+    Ok((h, result.is_exact_instance_of::<PyTuple>() && handle.is_exact_instance_of::<PyInt>()))
 }
 
 /// The result when calling `obj.__cuda_stream__()` raised `raised`: the producer's own
@@ -133,11 +142,11 @@ pub fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         Ok(result) => result,
         Err(raised) => non_method_result(obj, raised)?,
     };
-    let handle = parse_result(&result, obj)?;
+    let (handle, keep_result) = parse_result(&result, obj)?;
     let mut parts = Parts::borrowed(handle, None, Some(obj.clone()))?;
-    // A plain (0, int) tuple from the producer is immutable and can be our own cache.
-    if result.is_exact_instance_of::<PyTuple>() && result.cast::<PyTuple>()?.get_item(1)?.is_exact_instance_of::<PyInt>() {
-        parts.protocol = Some(result.cast_into::<PyTuple>()?);
+    if keep_result {
+        // SAFETY: parse_result found an exact tuple.
+        parts.protocol = Some(unsafe { result.cast_into_unchecked::<PyTuple>() });
     }
     stream::make(py, parts)
 }

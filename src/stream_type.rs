@@ -188,7 +188,7 @@ unsafe extern "C" fn synchronize(obj: *mut ffi::PyObject, _: *mut ffi::PyObject)
 
 unsafe extern "C" fn query(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
     boundary(|py| {
-        let done = slf(obj).use_handle(py, "query()", driver::stream_query)?;
+        let done = slf(obj).use_handle_attached(py, "query()", driver::stream_query)?;
         Ok(ffi::Py_NewRef(if done { ffi::Py_True() } else { ffi::Py_False() }))
     })
 }
