@@ -79,6 +79,8 @@ def summarize_rounds(interleaved: dict | None) -> dict:
         out[key] = entry
     if "stopped" in (interleaved or {}):
         out["stopped"] = interleaved["stopped"]
+    if (interleaved or {}).get("cpu") is not None:
+        out["cpu"] = interleaved["cpu"]
     return out
 
 
@@ -233,8 +235,10 @@ def table(results: dict) -> str:
         out.append("")
     rounds = {k: v for k, v in results.get("interleaved", {}).items() if isinstance(v, dict)}
     if rounds:
-        out.append("ratio to raw, in rounds alternating the C program and a fresh custream worker "
-                   "(the '/raw' column and the status of these rows are the median of the rounds):")
+        cpu = results["interleaved"].get("cpu")
+        out.append("ratio to raw, in rounds alternating the C program and a fresh custream worker"
+                   + (f", both on CPU {cpu}" if cpu is not None else "")
+                   + " (the '/raw' column and the status of these rows are the median of the rounds):")
         for key, e in rounds.items():
             line_ = (f"  {results['operations'][key]['title']}: " + " ".join(f"{r:.2f}" for r in e["ratios"])
                      + f"  median {e['ratio_median']:.2f}x  (raw {fmt(min(e['raw_ns']))}-{fmt(max(e['raw_ns']))} ns, "

@@ -41,11 +41,19 @@ def _interrupt(signum, frame):
     raise Interrupted()
 
 
-def worker(lib: str, mode: str, quick: bool, timeout: float, only: list[str] | None = None) -> dict:
+def pinned(cpu: int | None):
+    """A preexec_fn that runs the child on one CPU only, or None."""
+    if cpu is None or not hasattr(os, "sched_setaffinity"):
+        return None
+    return lambda: os.sched_setaffinity(0, {cpu})
+
+
+def worker(lib: str, mode: str, quick: bool, timeout: float, only: list[str] | None = None,
+           cpu: int | None = None) -> dict:
     cmd = [sys.executable, os.path.join(HERE, "worker.py"), lib, "--mode", mode] + (["--quick"] if quick else [])
     cmd += ["--ops", ",".join(only)] if only else []
     try:
-        p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout, preexec_fn=pinned(cpu))
     except subprocess.TimeoutExpired:
         return {"lib": lib, "error": f"worker timed out after {timeout:.0f} s"}
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
@@ -58,7 +66,7 @@ def worker(lib: str, mode: str, quick: bool, timeout: float, only: list[str] | N
 _RAW_EXE: list[str] = []
 
 
-def raw_driver(quick: bool, only: list[str] | None = None) -> dict:
+def raw_driver(quick: bool, only: list[str] | None = None, cpu: int | None = None) -> dict:
     """Build (once) and run raw_driver.c. Returns its JSON, or {"error": ...}."""
     if not _RAW_EXE:
         build = tempfile.mkdtemp(prefix="custream-bench-raw-")
@@ -71,7 +79,7 @@ def raw_driver(quick: bool, only: list[str] | None = None) -> dict:
     exe = _RAW_EXE[0]
     args = (["5", "2"] if quick else ["15", "20"]) + ([",".join(only)] if only else [])
     try:
-        p = subprocess.run([exe] + args, check=False, capture_output=True, text=True, timeout=120)
+        p = subprocess.run([exe] + args, check=False, capture_output=True, text=True, timeout=120, preexec_fn=pinned(cpu))
     except subprocess.TimeoutExpired:
         return {"error": "raw_driver timed out"}
     try:
@@ -86,14 +94,18 @@ def interleave(rounds: int, quick: bool, left) -> dict:
     create + destroy above all) drifts over a run by more than the margin the target
     allows; a ratio taken within one round, measured back to back, is not moved by that."""
     keys = [op.key for op in ops.OPERATIONS if op.target.raw is not None]
-    out: dict = {"rounds": [], "keys": keys}
+    # Both programs on the same CPU (not the first, which takes most interrupts): where a
+    # process lands moves the driver's cost by more than the target's margin.
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    cpu = cpus[len(cpus) // 2] if len(cpus) > 1 else None
+    out: dict = {"rounds": [], "keys": keys, "cpu": cpu}
     for r in range(rounds):
         if left() < 40:
             out["stopped"] = f"after {r} rounds: the time budget was spent"
             break
         print(f"interleaved round {r + 1}/{rounds} ...", file=sys.stderr, flush=True)
-        raw = raw_driver(quick, keys)
-        mine = worker("custream", "gpu", quick, min(60, left() - 25), keys)
+        raw = raw_driver(quick, keys, cpu)
+        mine = worker("custream", "gpu", quick, min(60, left() - 25), keys, cpu)
         out["rounds"].append({"raw": raw.get("ops", {"error": raw.get("error")}),
                               "custream": mine.get("ops", {"error": mine.get("error")})})
     return out
@@ -147,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="wall-clock budget for the whole run (default 165 s); later libraries are skipped past it")
     ap.add_argument("--rounds", type=int, default=None,
                     help="rounds of raw C and custream, alternating, for the ratio-to-raw operations "
-                         "(default 6, 2 with --quick; 0 to skip)")
+                         "(default 8, 2 with --quick; 0 to skip)")
     ap.add_argument("--from-json", metavar="PATH", help="measure nothing: print the table (and --plot) of an earlier --json")
     args = ap.parse_args(argv)
 
@@ -161,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.rounds is None:
-        args.rounds = 2 if args.quick else 6
+        args.rounds = 2 if args.quick else 8
     run_mode = "gpu" if args.gpu or (not args.cpu and gpu_available()) else "cpu"
     t_start = time.perf_counter()
     chosen = set(args.only) if args.only else None
