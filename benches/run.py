@@ -94,18 +94,22 @@ def interleave(rounds: int, quick: bool, left) -> dict:
     create + destroy above all) drifts over a run by more than the margin the target
     allows; a ratio taken within one round, measured back to back, is not moved by that."""
     keys = [op.key for op in ops.OPERATIONS if op.target.raw is not None]
+    # custream's absolute targets too: one worker's figure moves with the machine's state
+    # when it ran (by half on this project's GPU machine); the median of fresh workers does not.
+    bound_keys = [op.key for op in ops.OPERATIONS if op.target.bound is not None and op.unit == "ns"
+                  and op.key in ops.CUSTREAM.ops]
     # Both programs on the same CPU (not the first, which takes most interrupts): where a
     # process lands moves the driver's cost by more than the target's margin.
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     cpu = cpus[len(cpus) // 2] if len(cpus) > 1 else None
-    out: dict = {"rounds": [], "keys": keys, "cpu": cpu}
+    out: dict = {"rounds": [], "keys": keys, "bound_keys": bound_keys, "cpu": cpu}
     for r in range(rounds):
         if left() < 40:
             out["stopped"] = f"after {r} rounds: the time budget was spent"
             break
         print(f"interleaved round {r + 1}/{rounds} ...", file=sys.stderr, flush=True)
         raw = raw_driver(quick, keys, cpu)
-        mine = worker("custream", "gpu", quick, min(60, left() - 25), keys, cpu)
+        mine = worker("custream", "gpu", quick, min(60, left() - 25), keys + bound_keys, cpu)
         out["rounds"].append({"raw": raw.get("ops", {"error": raw.get("error")}),
                               "custream": mine.get("ops", {"error": mine.get("error")})})
     return out
