@@ -197,8 +197,7 @@ impl StreamRef {
     ) -> PyResult<R> {
         self.check_process().py(py)?;
         self.lifecycle().enter().map_err(|_| closed_error(what))?;
-        let h = self.handle() as usize as CUstream;
-        let result = self.check_context(h).and_then(|_| f(h)).map_err(|e| self.explain(e));
+        let result = self.call_on_handle(f);
         if self.lifecycle().leave() == Release::Now {
             // The close() that raced this call left the release to us; its errors have no
             // caller to go to.
@@ -220,8 +219,13 @@ impl StreamRef {
     ) -> PyResult<R> {
         self.check_process().py(py)?;
         self.ensure_open(what)?;
+        self.call_on_handle(f).py(py)
+    }
+
+    /// The driver call of `use_handle` and `use_handle_attached`, once the stream is known open.
+    fn call_on_handle<R>(self, f: impl FnOnce(CUstream) -> Result<R, DriverError>) -> Result<R, DriverError> {
         let h = self.handle() as usize as CUstream;
-        self.check_context(h).and_then(|_| f(h)).map_err(|e| self.explain(e)).py(py)
+        self.check_context(h).and_then(|_| f(h)).map_err(|e| self.explain(e))
     }
 
     /// Learn a borrowed stream's context on first use (the stream is alive then: its owner
