@@ -10,6 +10,13 @@
  * `repeats` loops, each sized to last about `target_ms`. Operations run with the device's
  * primary context current (as the runtime API, CuPy, PyTorch and rmm leave it), on an idle
  * non-blocking stream.
+ *
+ *     gcc -O2 -shared -fPIC -DRAW_DRIVER_LIB -o libraw_driver.so raw_driver.c -ldl
+ *
+ * builds the same loops as a library with two entry points, raw_init() and raw_time(op, n),
+ * which benches/worker.py calls through ctypes: the raw loop and custream's then run in one
+ * process and thread, one repeat of each in turn, so that what moves the driver's cost
+ * between processes and over a run moves both figures of a pair alike.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -69,11 +76,6 @@ static int64_t now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* State the operations share. */
@@ -168,6 +170,98 @@ static void op_query(long n) {
     for (long i = 0; i < n; i++) CHECK(cuStreamQuery(idle));
 }
 
+/* Load the driver, make the primary context of device 0 current, create the idle stream.
+ * 0 on success; an error has been printed as JSON otherwise. */
+static CUresult destroy_no_current;
+static int version, count;
+static char name[256];
+
+static int setup(void) {
+    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) lib = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        printf("{\"error\": \"cannot load libcuda.so.1: %s\"}\n", dlerror());
+        return 1;
+    }
+    cuInit = sym("cuInit");
+    cuDriverGetVersion = sym("cuDriverGetVersion");
+    cuDeviceGet = sym("cuDeviceGet");
+    cuDeviceGetCount = sym("cuDeviceGetCount");
+    cuDeviceGetName = sym("cuDeviceGetName");
+    cuDevicePrimaryCtxRetain = sym("cuDevicePrimaryCtxRetain");
+    cuDevicePrimaryCtxRelease = sym("cuDevicePrimaryCtxRelease_v2");
+    cuCtxSetCurrent = sym("cuCtxSetCurrent");
+    cuCtxGetCurrent = sym("cuCtxGetCurrent");
+    cuCtxGetDevice = sym("cuCtxGetDevice");
+    cuCtxGetId = sym("cuCtxGetId");
+    cuCtxPushCurrent = sym("cuCtxPushCurrent_v2");
+    cuCtxPopCurrent = sym("cuCtxPopCurrent_v2");
+    cuCtxGetStreamPriorityRange = sym("cuCtxGetStreamPriorityRange");
+    cuStreamCreate = sym("cuStreamCreate");
+    cuStreamCreateWithPriority = sym("cuStreamCreateWithPriority");
+    cuStreamDestroy = sym("cuStreamDestroy_v2");
+    cuStreamSynchronize = sym("cuStreamSynchronize");
+    cuStreamQuery = sym("cuStreamQuery");
+
+    CHECK(cuInit(0));
+    CHECK(cuDriverGetVersion(&version));
+    CHECK(cuDeviceGetCount(&count));
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuDeviceGetName(name, sizeof name - 1, dev));
+    for (char *p = name; *p; p++)
+        if (*p == '"' || *p == '\\') *p = ' ';
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuStreamCreate(&idle, CU_STREAM_NON_BLOCKING));
+
+    /* A fact custream's close() relies on: cuStreamDestroy with no current context. */
+    CUstream probe;
+    CHECK(cuStreamCreate(&probe, CU_STREAM_NON_BLOCKING));
+    CHECK(cuCtxSetCurrent(NULL));
+    destroy_no_current = cuStreamDestroy(probe);
+    CHECK(cuCtxSetCurrent(ctx));
+    return 0;
+}
+
+static const struct {
+    const char *key;
+    op_fn f;
+} ops[] = {
+    {"empty_loop", op_empty},
+    {"create_destroy", op_create_destroy},
+    {"create_destroy_no_current", op_create_destroy_no_current},
+    {"custream_call_sequence", op_custream_call_sequence},
+    {"ctx_push_pop", op_push_pop},
+    {"primary_ctx_retain_release", op_retain_release},
+    {"priority_range", op_priority_range},
+    {"ctx_get_current", op_get_current},
+    {"synchronize", op_synchronize},
+    {"query", op_query},
+};
+static const int n_ops = (int)(sizeof ops / sizeof ops[0]);
+
+#ifdef RAW_DRIVER_LIB
+
+int raw_init(void) { return lib ? 0 : setup(); }
+
+/* Nanoseconds that n calls of operation `key` take, or -1 for an unknown key. */
+double raw_time(const char *key, long n) {
+    for (int i = 0; i < n_ops; i++)
+        if (strcmp(ops[i].key, key) == 0) {
+            int64_t t = now_ns();
+            ops[i].f(n);
+            return (double)(now_ns() - t);
+        }
+    return -1;
+}
+
+#else
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 /* Median ns per call; loops sized to last about target_ms each. */
 static void bench(const char *key, op_fn f, int repeats, double target_ms, int last) {
     long n = 1;
@@ -216,66 +310,8 @@ int main(int argc, char **argv) {
     double target_ms = argc > 2 ? atof(argv[2]) : 20.0;
     const char *only = argc > 3 ? argv[3] : NULL;
     if (repeats < 1) repeats = 1;
+    if (setup() != 0) return 1;
 
-    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) lib = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        printf("{\"error\": \"cannot load libcuda.so.1: %s\"}\n", dlerror());
-        return 1;
-    }
-    cuInit = sym("cuInit");
-    cuDriverGetVersion = sym("cuDriverGetVersion");
-    cuDeviceGet = sym("cuDeviceGet");
-    cuDeviceGetCount = sym("cuDeviceGetCount");
-    cuDeviceGetName = sym("cuDeviceGetName");
-    cuDevicePrimaryCtxRetain = sym("cuDevicePrimaryCtxRetain");
-    cuDevicePrimaryCtxRelease = sym("cuDevicePrimaryCtxRelease_v2");
-    cuCtxSetCurrent = sym("cuCtxSetCurrent");
-    cuCtxGetCurrent = sym("cuCtxGetCurrent");
-    cuCtxGetDevice = sym("cuCtxGetDevice");
-    cuCtxGetId = sym("cuCtxGetId");
-    cuCtxPushCurrent = sym("cuCtxPushCurrent_v2");
-    cuCtxPopCurrent = sym("cuCtxPopCurrent_v2");
-    cuCtxGetStreamPriorityRange = sym("cuCtxGetStreamPriorityRange");
-    cuStreamCreate = sym("cuStreamCreate");
-    cuStreamCreateWithPriority = sym("cuStreamCreateWithPriority");
-    cuStreamDestroy = sym("cuStreamDestroy_v2");
-    cuStreamSynchronize = sym("cuStreamSynchronize");
-    cuStreamQuery = sym("cuStreamQuery");
-
-    int version = 0, count = 0;
-    char name[256] = {0};
-    CHECK(cuInit(0));
-    CHECK(cuDriverGetVersion(&version));
-    CHECK(cuDeviceGetCount(&count));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDeviceGetName(name, sizeof name - 1, dev));
-    for (char *p = name; *p; p++)
-        if (*p == '"' || *p == '\\') *p = ' ';
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
-    CHECK(cuStreamCreate(&idle, CU_STREAM_NON_BLOCKING));
-
-    /* A fact custream's close() relies on: cuStreamDestroy with no current context. */
-    CUstream probe;
-    CHECK(cuStreamCreate(&probe, CU_STREAM_NON_BLOCKING));
-    CHECK(cuCtxSetCurrent(NULL));
-    CUresult destroy_no_current = cuStreamDestroy(probe);
-    CHECK(cuCtxSetCurrent(ctx));
-
-    static const struct { const char *key; op_fn f; } ops[] = {
-        {"empty_loop", op_empty},
-        {"create_destroy", op_create_destroy},
-        {"create_destroy_no_current", op_create_destroy_no_current},
-        {"custream_call_sequence", op_custream_call_sequence},
-        {"ctx_push_pop", op_push_pop},
-        {"primary_ctx_retain_release", op_retain_release},
-        {"priority_range", op_priority_range},
-        {"ctx_get_current", op_get_current},
-        {"synchronize", op_synchronize},
-        {"query", op_query},
-    };
-    const int n_ops = (int)(sizeof ops / sizeof ops[0]);
     printf("{\n  \"gpu\": \"%s\",\n  \"driver_version\": %d,\n  \"device_count\": %d,\n", name, version, count);
     printf("  \"destroy_with_no_current_context\": %d,\n", destroy_no_current);
     printf("  \"ops\": {\n");
@@ -291,3 +327,5 @@ int main(int argc, char **argv) {
     CHECK(cuDevicePrimaryCtxRelease(dev));
     return 0;
 }
+
+#endif

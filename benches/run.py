@@ -41,19 +41,12 @@ def _interrupt(signum, frame):
     raise Interrupted()
 
 
-def pinned(cpu: int | None):
-    """A preexec_fn that runs the child on one CPU only, or None."""
-    if cpu is None or not hasattr(os, "sched_setaffinity"):
-        return None
-    return lambda: os.sched_setaffinity(0, {cpu})
-
-
 def worker(lib: str, mode: str, quick: bool, timeout: float, only: list[str] | None = None,
-           cpu: int | None = None) -> dict:
+           extra: list[str] | None = None) -> dict:
     cmd = [sys.executable, os.path.join(HERE, "worker.py"), lib, "--mode", mode] + (["--quick"] if quick else [])
-    cmd += ["--ops", ",".join(only)] if only else []
+    cmd += (["--ops", ",".join(only)] if only else []) + (extra or [])
     try:
-        p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout, preexec_fn=pinned(cpu))
+        p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"lib": lib, "error": f"worker timed out after {timeout:.0f} s"}
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
@@ -63,23 +56,30 @@ def worker(lib: str, mode: str, quick: bool, timeout: float, only: list[str] | N
     return json.loads(lines[-1])
 
 
-_RAW_EXE: list[str] = []
+_BUILT: dict = {}
 
 
-def raw_driver(quick: bool, only: list[str] | None = None, cpu: int | None = None) -> dict:
-    """Build (once) and run raw_driver.c. Returns its JSON, or {"error": ...}."""
-    if not _RAW_EXE:
-        build = tempfile.mkdtemp(prefix="custream-bench-raw-")
-        exe = os.path.join(build, "raw_driver")
+def build_raw(kind: str) -> str | dict:
+    """raw_driver.c compiled (once per kind) as the program ("exe") or as the library the
+    paired worker loads ("lib"). The path, or {"error": ...}."""
+    if kind not in _BUILT:
+        out = os.path.join(tempfile.mkdtemp(prefix="custream-bench-raw-"), "raw_driver" if kind == "exe" else "libraw_driver.so")
         cc = os.environ.get("CC", "gcc")
-        p = subprocess.run([cc, "-O2", "-o", exe, os.path.join(HERE, "raw_driver.c"), "-ldl"], check=False, capture_output=True, text=True)
-        if p.returncode != 0:
-            return {"error": f"{cc} failed: {p.stderr.strip()[-400:]}"}
-        _RAW_EXE.append(exe)
-    exe = _RAW_EXE[0]
-    args = (["5", "2"] if quick else ["15", "20"]) + ([",".join(only)] if only else [])
+        flags = ["-shared", "-fPIC", "-DRAW_DRIVER_LIB"] if kind == "lib" else []
+        p = subprocess.run([cc, "-O2", *flags, "-o", out, os.path.join(HERE, "raw_driver.c"), "-ldl"],
+                           check=False, capture_output=True, text=True)
+        _BUILT[kind] = out if p.returncode == 0 else {"error": f"{cc} failed: {p.stderr.strip()[-400:]}"}
+    return _BUILT[kind]
+
+
+def raw_driver(quick: bool) -> dict:
+    """Run raw_driver.c, every loop. Returns its JSON, or {"error": ...}."""
+    exe = build_raw("exe")
+    if isinstance(exe, dict):
+        return exe
     try:
-        p = subprocess.run([exe] + args, check=False, capture_output=True, text=True, timeout=120, preexec_fn=pinned(cpu))
+        p = subprocess.run([exe, "5" if quick else "15", "2" if quick else "20"], check=False, capture_output=True,
+                           text=True, timeout=120)
     except subprocess.TimeoutExpired:
         return {"error": "raw_driver timed out"}
     try:
@@ -88,30 +88,30 @@ def raw_driver(quick: bool, only: list[str] | None = None, cpu: int | None = Non
         return {"error": f"raw_driver exited with status {p.returncode}: {(p.stdout + p.stderr).strip()[-400:]}"}
 
 
-def interleave(rounds: int, quick: bool, left) -> dict:
-    """The operations whose target is a ratio to the raw driver, measured again in rounds
-    that alternate the C program and a fresh custream worker. The driver's own cost (a
-    create + destroy above all) drifts over a run by more than the margin the target
-    allows; a ratio taken within one round, measured back to back, is not moved by that."""
+def paired_rounds(rounds: int, quick: bool, left) -> dict:
+    """The operations whose target is a ratio to the raw driver, measured in rounds of fresh
+    workers that time custream and raw_driver.c's loop for the same calls in one process and
+    thread, a repeat of each in turn. The driver's own cost (a create + destroy above all)
+    drifts over a run, and differs between processes and the CPUs they land on, by more than
+    the margin the target allows; the ratio within a pair is not moved by that, and the
+    rounds' median is not moved by one process's luck."""
     keys = [op.key for op in ops.OPERATIONS if op.target.raw is not None]
     # custream's absolute targets too: one worker's figure moves with the machine's state
     # when it ran (by half on this project's GPU machine); the median of fresh workers does not.
     bound_keys = [op.key for op in ops.OPERATIONS if op.target.bound is not None and op.unit == "ns"
                   and op.key in ops.CUSTREAM.ops]
-    # Both programs on the same CPU (not the first, which takes most interrupts): where a
-    # process lands moves the driver's cost by more than the target's margin.
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    cpu = cpus[len(cpus) // 2] if len(cpus) > 1 else None
-    out: dict = {"rounds": [], "keys": keys, "bound_keys": bound_keys, "cpu": cpu}
+    out: dict = {"rounds": [], "keys": keys, "bound_keys": bound_keys}
+    lib = build_raw("lib")
+    if isinstance(lib, dict):
+        return {**out, "stopped": lib["error"]}
     for r in range(rounds):
         if left() < 40:
             out["stopped"] = f"after {r} rounds: the time budget was spent"
             break
-        print(f"interleaved round {r + 1}/{rounds} ...", file=sys.stderr, flush=True)
-        raw = raw_driver(quick, keys, cpu)
-        mine = worker("custream", "gpu", quick, min(60, left() - 25), keys + bound_keys, cpu)
-        out["rounds"].append({"raw": raw.get("ops", {"error": raw.get("error")}),
-                              "custream": mine.get("ops", {"error": mine.get("error")})})
+        print(f"paired round {r + 1}/{rounds} ...", file=sys.stderr, flush=True)
+        res = worker("paired", "gpu", quick, min(60, left() - 25), keys,
+                     ["--raw-lib", lib, "--bound-ops", ",".join(bound_keys)])
+        out["rounds"].append({k: res[k] for k in ("ops", "bound", "error") if k in res})
     return out
 
 
@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=165.0,
                     help="wall-clock budget for the whole run (default 165 s); later libraries are skipped past it")
     ap.add_argument("--rounds", type=int, default=None,
-                    help="rounds of raw C and custream, alternating, for the ratio-to-raw operations "
-                         "(default 8, 2 with --quick; 0 to skip)")
+                    help="rounds of fresh workers timing custream and the raw C loops in turn, for the "
+                         "ratio-to-raw operations and custream's absolute targets (default 8, 2 with --quick; 0 to skip)")
     ap.add_argument("--from-json", metavar="PATH", help="measure nothing: print the table (and --plot) of an earlier --json")
     args = ap.parse_args(argv)
 
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     floors: dict = {}
     cython: dict = {}
     import_rows: dict = {}
-    interleaved: dict = {}
+    paired: dict = {}
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         if run_mode == "gpu" and wanted("raw"):
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 libs[peer.name] = {"error": "peers are measured with --gpu"}
         if run_mode == "gpu" and args.rounds > 0 and wanted("raw") and wanted("custream"):
-            interleaved = interleave(args.rounds, args.quick, left)
+            paired = paired_rounds(args.rounds, args.quick, left)
         if not args.no_import:
             print("import times ...", file=sys.stderr, flush=True)
             stmts = {lib.name: lib.import_stmt for lib in [ops.CUSTREAM, *ops.PEERS] if wanted(lib.name)}
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     versions = {name: libs[name].get("version") for name in LIBS if name != "raw"}
-    results = report.assemble(run_mode, libs, floors, cython, import_rows, LIBS, interleaved)
+    results = report.assemble(run_mode, libs, floors, cython, import_rows, LIBS, paired)
     results["machine"] = machine_info(libs["raw"], versions)
     results["settings"] = {"quick": args.quick, "mode": run_mode, "seconds": round(time.perf_counter() - t_start, 1),
                            "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}

@@ -2,9 +2,11 @@
 contexts, pools, caches, imported modules) touches another's. Prints one JSON object.
 
     python benches/worker.py LIB --mode cpu|gpu [--quick] [--ops KEY,KEY,...]
+    python benches/worker.py paired --mode gpu --raw-lib libraw_driver.so --ops KEY,... [--bound-ops KEY,...]
 
-LIB is `custream`, `floors`, `cython`, or a peer's name from ops.PEERS. run.py calls this; it is not
-meant to be run by hand except to debug one library.
+LIB is `custream`, `floors`, `cython`, or a peer's name from ops.PEERS; `paired` times custream
+and raw_driver.c's loops (built as a library) in turn in this one process. run.py calls this;
+it is not meant to be run by hand except to debug one library.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import os
 import sys
 import time
+import timeit
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -103,12 +106,38 @@ def cold_create(ns: dict, quick: bool) -> dict:
             "stmt": "custream.Stream().close()  # with no other stream alive"}
 
 
+def paired(ns: dict, keys: list[str], bound_keys: list[str], raw_lib: str, cfg: dict) -> dict:
+    """custream's driver-bound operations against raw_driver.c's loops for the same calls,
+    in this process and thread, one repeat of each in turn (timing.paired); then custream
+    alone for the operations whose target is absolute."""
+    import ctypes
+
+    raw = ctypes.CDLL(raw_lib)
+    raw.raw_time.restype = ctypes.c_double
+    raw.raw_time.argtypes = [ctypes.c_char_p, ctypes.c_long]
+    if raw.raw_init() != 0:
+        raise RuntimeError("raw_init failed: the driver or its primary context could not be set up")
+    out: dict = {"ops": {}, "bound": {}}
+    for key in keys:
+        stmt = ops.CUSTREAM.ops[key][0]
+        timer = timeit.Timer(stmt, globals=ns, timer=time.perf_counter_ns)
+        name = key.encode()
+        if raw.raw_time(name, 1) < 0:
+            raise RuntimeError(f"raw_driver.c has no loop named {key!r}")
+        out["ops"][key] = dict(timing.paired(timer.timeit, lambda n, name=name: raw.raw_time(name, n), **cfg), stmt=stmt)
+    for key in bound_keys:
+        out["bound"][key] = timing.measure(ops.CUSTREAM.ops[key][0], ns, **cfg)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("lib")
     ap.add_argument("--mode", choices=["cpu", "gpu"], default="cpu")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--ops", help="comma-separated operation keys: measure only these (no cold create)")
+    ap.add_argument("--raw-lib", help="paired: raw_driver.c built with -DRAW_DRIVER_LIB")
+    ap.add_argument("--bound-ops", default="", help="paired: operations timed for custream alone, after the pairs")
     args = ap.parse_args()
     only = set(args.ops.split(",")) if args.ops else None
     cfg = settings(args.quick)
@@ -129,6 +158,15 @@ def main() -> int:
         result["empty_loop"] = timing.empty_loop(ns, **cfg)
         result["ops"] = {key: [dict(timing.measure(stmt, ns, **cfg), label=label) for label, stmt in floors]
                          for key, floors in ops.FLOORS.items()}
+        print(json.dumps(result))
+        return 0
+
+    if args.lib == "paired":
+        try:
+            exec(ops.CUSTREAM.setup, ns)
+            result.update(paired(ns, [k for k in (args.ops or "").split(",") if k], [k for k in args.bound_ops.split(",") if k], args.raw_lib, cfg))
+        except Exception as e:
+            result["error"] = f"{type(e).__name__}: {e}"
         print(json.dumps(result))
         return 0
 

@@ -51,3 +51,31 @@ def test_cpu_quick_run_reports_every_operation(tmp_path):
         assert line in p.stdout
     if plot:
         assert (tmp_path / "bench.png").stat().st_size > 10_000
+
+
+def test_paired_timing_takes_the_ratio_within_each_pair():
+    """timing.paired: the two runners go in turn, first one then the other first, and the
+    figure is the median of the per-pair ratios. Runners here report made-up elapsed times
+    (no clock), so the statistic is checked exactly: a drift that moves both alike between
+    pairs leaves the ratio alone."""
+    spec = importlib.util.spec_from_file_location("bench_timing", BENCHES / "timing.py")
+    timing = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(timing)
+    calls = []
+    drift = [1.0]
+
+    def runner(name, per_call):
+        def run(n):
+            calls.append(name)
+            drift[0] *= 1.05  # the machine slows down over the run, for both
+            return per_call * n * drift[0] * 1e6  # ns: one repeat is long enough at once
+
+        return run
+
+    out = timing.paired(runner("mine", 3.0), runner("theirs", 2.0), repeats=6, target_ms=1.0, budget_s=1.0)
+    assert out["repeats"] == 6
+    timed = calls[-12:]
+    assert [timed[i:i + 2] for i in range(0, 12, 2)] == [["mine", "theirs"], ["theirs", "mine"]] * 3
+    # Within a pair the later runner saw 5 % more drift: ratios 1.5/1.05 and 1.5*1.05, alternately.
+    assert abs(out["ratio"] - 1.5 * (1.05 + 1 / 1.05) / 2) < 1e-9
+    assert out["ratio_min"] < 1.5 < out["ratio_max"]
