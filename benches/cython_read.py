@@ -45,6 +45,17 @@ cdef extern from "custream.h":
         cdef custream_handle_t handle
 '''
 
+def loop(name: str, params: str, read: str, *, nogil: bool = True, before: str = "", guard: str = "") -> str:
+    """One timed loop in Cython: n iterations, each a compiler barrier then `read` added to a
+    sum (returned, so the read cannot be dropped); returns (elapsed ns, sum). `guard` runs
+    before the read and may `break`; `before` declares what the loop needs."""
+    head = "with nogil:\n        for i in range(n):\n            bench_barrier()\n" if nogil else "for i in range(n):\n"
+    pad = " " * (12 if nogil else 8)
+    body = "".join(pad + ln + "\n" for ln in guard.splitlines() + [f"acc += {read}"])
+    return (f"\n\ndef {name}({params}Py_ssize_t n):\n    cdef Py_ssize_t i\n    cdef uintptr_t acc = 0\n{before}"
+            f"    t0 = perf_counter_ns()\n    {head}{body}    return perf_counter_ns() - t0, acc\n")
+
+
 CUSTREAM_PYX = '''# cython: language_level=3
 from libc.stdint cimport uintptr_t
 from time import perf_counter_ns
@@ -57,65 +68,15 @@ cdef extern from "custream.h":
     bint bench_closed(void *o) nogil
 
 
-def floor(Py_ssize_t n):
-    cdef Py_ssize_t i
-    cdef uintptr_t acc = 0
-    t0 = perf_counter_ns()
-    with nogil:
-        for i in range(n):
-            bench_barrier()
-            acc += <uintptr_t>i
-    return perf_counter_ns() - t0, acc
-
-
-def custream_field(Stream s, Py_ssize_t n):
-    cdef Py_ssize_t i
-    cdef uintptr_t acc = 0
-    t0 = perf_counter_ns()
-    with nogil:
-        for i in range(n):
-            bench_barrier()
-            acc += <uintptr_t>s.handle
-    return perf_counter_ns() - t0, acc
-
-
-def custream_checked(Stream s, Py_ssize_t n):
-    cdef Py_ssize_t i
-    cdef uintptr_t acc = 0
-    t0 = perf_counter_ns()
-    with nogil:
-        for i in range(n):
-            bench_barrier()
-            if bench_closed(<void *>s):
-                break
-            acc += <uintptr_t>s.handle
-    return perf_counter_ns() - t0, acc
-
-
-def python_attribute(s, Py_ssize_t n):
-    cdef Py_ssize_t i
-    cdef uintptr_t acc = 0
-    t0 = perf_counter_ns()
-    for i in range(n):
-        acc += <uintptr_t>s.handle
-    return perf_counter_ns() - t0, acc
-
-
 def word_at(o, Py_ssize_t k):
     return bench_word(<void *>o, k)
-
-
-def object_word(o, Py_ssize_t k, Py_ssize_t n):
-    cdef Py_ssize_t i
-    cdef uintptr_t acc = 0
-    cdef void *p = <void *>o
-    t0 = perf_counter_ns()
-    with nogil:
-        for i in range(n):
-            bench_barrier()
-            acc += bench_word(p, k)
-    return perf_counter_ns() - t0, acc
-'''
+''' + "".join([
+    loop("floor", "", "<uintptr_t>i"),
+    loop("custream_field", "Stream s, ", "<uintptr_t>s.handle"),
+    loop("custream_checked", "Stream s, ", "<uintptr_t>s.handle", guard="if bench_closed(<void *>s):\n    break"),
+    loop("python_attribute", "s, ", "<uintptr_t>s.handle", nogil=False),
+    loop("object_word", "o, Py_ssize_t k, ", "bench_word(p, k)", before="    cdef void *p = <void *>o\n"),
+])  # the loops hold no braces: nothing to escape for format()
 
 RMM_HEAD = '''# distutils: language = c++
 # cython: language_level=3
@@ -126,29 +87,8 @@ from rmm.pylibrmm.stream cimport Stream
 '''
 
 # Two modules, so that the field read still builds where the view() call does not.
-RMM_VIEW_PYX = RMM_HEAD + '''
-def rmm_view_value(Stream s, Py_ssize_t n):
-    cdef Py_ssize_t i
-    cdef uintptr_t acc = 0
-    t0 = perf_counter_ns()
-    with nogil:
-        for i in range(n):
-            bench_barrier()
-            acc += <uintptr_t>s.view().{getter}()
-    return perf_counter_ns() - t0, acc
-'''
-
-RMM_FIELD_PYX = RMM_HEAD + '''
-def rmm_field(Stream s, Py_ssize_t n):
-    cdef Py_ssize_t i
-    cdef uintptr_t acc = 0
-    t0 = perf_counter_ns()
-    with nogil:
-        for i in range(n):
-            bench_barrier()
-            acc += <uintptr_t>s._cuda_stream
-    return perf_counter_ns() - t0, acc
-'''
+RMM_VIEW_PYX = RMM_HEAD + loop("rmm_view_value", "Stream s, ", "<uintptr_t>s.view().GETTER()").replace("GETTER", "{getter}")
+RMM_FIELD_PYX = RMM_HEAD + loop("rmm_field", "Stream s, ", "<uintptr_t>s._cuda_stream")
 
 
 def _run(cmd: list[str], cwd: str, timeout: float = 180) -> None:
