@@ -62,6 +62,37 @@ OPS = {op.key: op for op in OPERATIONS + EXTRAS}
 
 
 @dataclass(frozen=True)
+class Part:
+    """A pair timed in the paired workers (benches/run.py --rounds) to split custream's gap
+    to raw into its parts: `a` less `b`, each a statement in custream's GPU setup namespace
+    or `raw:LOOP`, a loop of raw_driver.c. Python statements include the timing loop's own
+    cost (about 5 ns); the C loops, next to none."""
+
+    op: str
+    label: str
+    a: str
+    b: str
+
+
+BREAKDOWN = [
+    Part("create_destroy", "custream's own work: Stream().close() less its 9 driver calls made from C",
+         "CS().close()", "raw:custream_call_sequence"),
+    Part("create_destroy", "custream's driver calls: those 9 less cuStreamCreate + cuStreamDestroy",
+         "raw:custream_call_sequence", "raw:create_destroy"),
+    Part("create_destroy", "a Stream made and closed with no driver call: from_handle(H).close() less the empty loop",
+         "CS.from_handle(H).close()", "pass"),
+    Part("create_destroy", "letting the GIL go and taking it back: a no-op called through ctypes.CDLL less ctypes.PyDLL",
+         "nop_gil_released()", "nop_gil_held()"),
+    Part("query", "custream's own work: s.query() less its 2 driver calls made from C",
+         "s.query()", "raw:query_checked"),
+    Part("query", "the context-reset check: cuCtxGetId + cuStreamQuery less cuStreamQuery",
+         "raw:query_checked", "raw:query"),
+    Part("query", "calling a method of the stream: s.__cuda_stream__() less the empty loop",
+         "s.__cuda_stream__()", "pass"),
+]
+
+
+@dataclass(frozen=True)
 class NA:
     reason: str
 

@@ -162,6 +162,20 @@ static void op_get_current(long n) {
     for (long i = 0; i < n; i++) CHECK(cuCtxGetCurrent(&c));
 }
 
+static void op_ctx_get_id(long n) {
+    unsigned long long id;
+    for (long i = 0; i < n; i++) CHECK(cuCtxGetId(ctx, &id));
+}
+
+/* A query as custream makes it: first the check that the stream's context was not reset. */
+static void op_query_checked(long n) {
+    unsigned long long id;
+    for (long i = 0; i < n; i++) {
+        CHECK(cuCtxGetId(ctx, &id));
+        CHECK(cuStreamQuery(idle));
+    }
+}
+
 static void op_synchronize(long n) {
     for (long i = 0; i < n; i++) CHECK(cuStreamSynchronize(idle));
 }
@@ -235,14 +249,20 @@ static const struct {
     {"primary_ctx_retain_release", op_retain_release},
     {"priority_range", op_priority_range},
     {"ctx_get_current", op_get_current},
+    {"ctx_get_id", op_ctx_get_id},
     {"synchronize", op_synchronize},
     {"query", op_query},
+    {"query_checked", op_query_checked},
 };
 static const int n_ops = (int)(sizeof ops / sizeof ops[0]);
 
 #ifdef RAW_DRIVER_LIB
 
 int raw_init(void) { return lib ? 0 : setup(); }
+
+/* Does nothing: called through ctypes.CDLL (which lets the GIL go around a call) and
+ * ctypes.PyDLL (which does not), the difference is what a release and retake of the GIL costs. */
+void raw_nop(void) {}
 
 /* Nanoseconds that n calls of operation `key` take, or -1 for an unknown key. */
 double raw_time(const char *key, long n) {

@@ -82,6 +82,14 @@ def summarize_rounds(paired: dict | None) -> dict:
         mine = sorted(r["bound"][key]["ns"] for r in rounds if key in r.get("bound", {}))
         if mine:
             out[key] = {"custream_ns": mine, "median": _median(mine)}
+    parts = [p for p in ops.BREAKDOWN if p.op in paired.get("keys", [])]
+    if parts and all(len(r.get("breakdown", [])) == len(parts) for r in rounds if "error" not in r):
+        out["breakdown"] = []
+        for i, part in enumerate(parts):
+            diffs = [r["breakdown"][i]["diff_ns"] for r in rounds if "error" not in r]
+            if diffs:
+                out["breakdown"].append({"op": part.op, "label": part.label, "a": part.a, "b": part.b,
+                                         "diff_ns": diffs, "diff_median_ns": _median(diffs)})
     errors = [r["error"] for r in rounds if "error" in r]
     if errors:
         out["errors"] = errors
@@ -161,6 +169,8 @@ def assemble(mode: str, libs: dict, floors: dict, cython: dict, import_rows: dic
         "primary_ctx_retain_release": "raw driver: cuDevicePrimaryCtxRetain + Release",
         "priority_range": "raw driver: cuCtxGetStreamPriorityRange",
         "ctx_get_current": "raw driver: cuCtxGetCurrent",
+        "ctx_get_id": "raw driver: cuCtxGetId",
+        "query_checked": "raw driver: cuCtxGetId + cuStreamQuery (a query as custream makes it)",
     }
     for k, title in raw_titles.items():
         entry = libs.get("raw", {}).get("ops", {}).get(k)
@@ -246,6 +256,13 @@ def table(results: dict) -> str:
         out.append("")
     summary = results.get("paired", {})
     rounds = {k: v for k, v in summary.items() if isinstance(v, dict)}
+    if summary.get("breakdown"):
+        out.append("where custream's time over raw goes: each line is A less B, timed in turn in the same workers "
+                   "(median over rounds of the median difference per pair, ns; Python figures include the ~5 ns loop):")
+        for b in summary["breakdown"]:
+            out.append(f"  {results['operations'][b['op']]['title']}: {b['label']}: {fmt(b['diff_median_ns'])} ns"
+                       f"  (rounds {fmt(min(b['diff_ns']))} to {fmt(max(b['diff_ns']))})")
+        out.append("")
     if rounds:
         out.append("ratio to raw, per round: a fresh worker timing custream and raw_driver.c's loop for the same calls "
                    "in turn, in one process (the '/raw' column and the status of these rows are the median of the rounds):")

@@ -111,7 +111,7 @@ def paired_rounds(rounds: int, quick: bool, left) -> dict:
         print(f"paired round {r + 1}/{rounds} ...", file=sys.stderr, flush=True)
         res = worker("paired", "gpu", quick, min(60, left() - 25), keys,
                      ["--raw-lib", lib, "--bound-ops", ",".join(bound_keys)])
-        out["rounds"].append({k: res[k] for k in ("ops", "bound", "error") if k in res})
+        out["rounds"].append({k: res[k] for k in ("ops", "breakdown", "bound", "error") if k in res})
     return out
 
 
@@ -159,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="few, short repeats: a smoke run, not figures to quote")
     ap.add_argument("--only", metavar="LIB", action="append", help="measure only these libraries (repeatable)")
     ap.add_argument("--no-import", action="store_true", help="skip the import-time row")
-    ap.add_argument("--budget-s", type=float, default=165.0,
-                    help="wall-clock budget for the whole run (default 165 s); later libraries are skipped past it")
+    ap.add_argument("--budget-s", type=float, default=200.0,
+                    help="wall-clock budget for the whole run (default 200 s); later libraries are skipped past it")
     ap.add_argument("--rounds", type=int, default=None,
                     help="rounds of fresh workers timing custream and the raw C loops in turn, for the "
                          "ratio-to-raw operations and custream's absolute targets (default 8, 2 with --quick; 0 to skip)")

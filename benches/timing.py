@@ -58,6 +58,7 @@ def paired(mine, theirs, *, repeats: int = 15, target_ms: float = 20.0, budget_s
             b.append(theirs(n_theirs) / n_theirs)
     ratios = [x / y for x, y in zip(a, b)]
     return {"ns": statistics.median(a), "raw_ns": statistics.median(b), "ratio": statistics.median(ratios),
+            "diff_ns": statistics.median([x - y for x, y in zip(a, b)]),
             "ratio_min": min(ratios), "ratio_max": max(ratios), "repeats": len(a), "number": n_mine}
 
 

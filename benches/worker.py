@@ -108,8 +108,8 @@ def cold_create(ns: dict, quick: bool) -> dict:
 
 def paired(ns: dict, keys: list[str], bound_keys: list[str], raw_lib: str, cfg: dict) -> dict:
     """custream's driver-bound operations against raw_driver.c's loops for the same calls,
-    in this process and thread, one repeat of each in turn (timing.paired); then custream
-    alone for the operations whose target is absolute."""
+    in this process and thread, one repeat of each in turn (timing.paired); then the pairs
+    of ops.BREAKDOWN; then custream alone for the operations whose target is absolute."""
     import ctypes
 
     raw = ctypes.CDLL(raw_lib)
@@ -117,14 +117,25 @@ def paired(ns: dict, keys: list[str], bound_keys: list[str], raw_lib: str, cfg: 
     raw.raw_time.argtypes = [ctypes.c_char_p, ctypes.c_long]
     if raw.raw_init() != 0:
         raise RuntimeError("raw_init failed: the driver or its primary context could not be set up")
-    out: dict = {"ops": {}, "bound": {}}
+    ns["nop_gil_released"], ns["nop_gil_held"] = raw.raw_nop, ctypes.PyDLL(raw_lib).raw_nop
+    for nop in (ns["nop_gil_released"], ns["nop_gil_held"]):
+        nop.restype, nop.argtypes = None, []
+
+    def runner(spec: str):
+        if spec.startswith("raw:"):
+            name = spec[4:].encode()
+            if raw.raw_time(name, 1) < 0:
+                raise RuntimeError(f"raw_driver.c has no loop named {spec[4:]!r}")
+            return lambda n: raw.raw_time(name, n)
+        return timeit.Timer(spec, globals=ns, timer=time.perf_counter_ns).timeit
+
+    out: dict = {"ops": {}, "breakdown": [], "bound": {}}
     for key in keys:
         stmt = ops.CUSTREAM.ops[key][0]
-        timer = timeit.Timer(stmt, globals=ns, timer=time.perf_counter_ns)
-        name = key.encode()
-        if raw.raw_time(name, 1) < 0:
-            raise RuntimeError(f"raw_driver.c has no loop named {key!r}")
-        out["ops"][key] = dict(timing.paired(timer.timeit, lambda n, name=name: raw.raw_time(name, n), **cfg), stmt=stmt)
+        out["ops"][key] = dict(timing.paired(runner(stmt), runner("raw:" + key), **cfg), stmt=stmt)
+    for part in ops.BREAKDOWN:
+        if part.op in keys:
+            out["breakdown"].append(timing.paired(runner(part.a), runner(part.b), **{**cfg, "repeats": 9}))
     for key in bound_keys:
         out["bound"][key] = timing.measure(ops.CUSTREAM.ops[key][0], ns, **cfg)
     return out

@@ -227,8 +227,8 @@ fi
 if want bench; then
     banner "benchmarks"
     if [ -f benches/run.py ]; then
-        t=$(budget 180)
-        timeout -k 10 "$t" "$PY" benches/run.py --gpu --json "$OUT/bench.json" --plot "$OUT/bench.png"
+        t=$(budget 230)
+        timeout -k 10 "$t" "$PY" benches/run.py --gpu --budget-s $((t - 15)) --json "$OUT/bench.json" --plot "$OUT/bench.png"
         rc=$?
         case $rc in 0) status[bench]="passed" ;; 124 | 137) status[bench]="TIMED OUT after ${t}s" ;; *) status[bench]="FAILED (exit $rc)" ;; esac
     else
