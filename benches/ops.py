@@ -75,9 +75,9 @@ class Part:
 
 
 BREAKDOWN = [
-    Part("create_destroy", "custream's own work: Stream().close() less its 9 driver calls made from C",
+    Part("create_destroy", "custream's own work: Stream().close() less its 8 driver calls made from C",
          "CS().close()", "raw:custream_call_sequence"),
-    Part("create_destroy", "custream's driver calls: those 9 less cuStreamCreate + cuStreamDestroy",
+    Part("create_destroy", "custream's driver calls: those 8 less cuStreamCreate + cuStreamDestroy",
          "raw:custream_call_sequence", "raw:create_destroy"),
     Part("create_destroy", "a Stream made and closed with no driver call: from_handle(H).close() less the empty loop",
          "CS.from_handle(H).close()", "pass"),

@@ -110,8 +110,7 @@ static void op_custream_call_sequence(long n) {
         CHECK(cuCtxGetCurrent(&cur)); /* the default device: the current context's */
         if (cur) CHECK(cuCtxGetDevice(&d2));
         CHECK(cuDevicePrimaryCtxRetain(&c, dev));
-        CHECK(cuCtxGetId(c, &id));
-        CHECK(cuCtxGetCurrent(&cur)); /* push and pop only when c is not current */
+        CHECK(cuCtxGetId(c, &id)); /* c is current (cur): no push and pop */
         CHECK(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0));
         CHECK(cuCtxGetId(c, &id)); /* close(): the context is still the one it was */
         CHECK(cuStreamDestroy(s));

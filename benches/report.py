@@ -164,7 +164,7 @@ def assemble(mode: str, libs: dict, floors: dict, cython: dict, import_rows: dic
                                                 **mine_lib["cold_create_destroy"]}
     raw_titles = {
         "create_destroy_no_current": "raw driver: create + destroy from a thread with no current context (push, create, pop, destroy)",
-        "custream_call_sequence": "raw driver: the calls custream's create + close make, primary context current (9 calls)",
+        "custream_call_sequence": "raw driver: the calls custream's create + close make, primary context current (8 calls)",
         "ctx_push_pop": "raw driver: cuCtxPushCurrent + cuCtxPopCurrent",
         "primary_ctx_retain_release": "raw driver: cuDevicePrimaryCtxRetain + Release",
         "priority_range": "raw driver: cuCtxGetStreamPriorityRange",

@@ -118,18 +118,38 @@ fn error_message(code: cu::CUresult) -> String {
     }
 }
 
-/// Turn a driver status into a Result, with the driver's own name and message.
+/// Turn a driver status into a Result, with the driver's own name and message. Inlined:
+/// on the hot paths (query, create, destroy) success is one compare, and the error's
+/// strings are built out of line.
+#[inline]
 pub fn check(code: cu::CUresult) -> Result<()> {
     if code == cu::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
-        Err(DriverError::Cuda { code: code as u32, name: error_name(code), message: error_message(code) })
+        Err(failed(code))
     }
 }
 
+#[cold]
+#[inline(never)]
+fn failed(code: cu::CUresult) -> DriverError {
+    DriverError::Cuda { code: code as u32, name: error_name(code), message: error_message(code) }
+}
+
 /// Load the library and call cuInit once per process (again in a child that forked before
-/// the parent initialized). Every function below that calls the driver starts here.
+/// the parent initialized). Every function below that calls the driver starts here, so
+/// the check that it was done is inlined: three loads.
+#[inline]
 pub fn init() -> Result<()> {
+    if !is_finalizing() && INIT_GENERATION.load(Ordering::Acquire) == fork_generation() {
+        return Ok(());
+    }
+    init_slow()
+}
+
+#[cold]
+#[inline(never)]
+fn init_slow() -> Result<()> {
     if is_finalizing() {
         return Err(DriverError::Finalizing);
     }
@@ -173,12 +193,20 @@ pub fn driver_version() -> Result<i32> {
 
 /// The device handles by ordinal. cuInit fixes the set (CUDA_VISIBLE_DEVICES is read
 /// there), so they are asked for once: creating a stream is then one driver call shorter.
+#[inline]
 fn devices() -> Result<&'static [CUdevice]> {
     init()?;
-    static DEVICES: OnceLock<Vec<CUdevice>> = OnceLock::new();
-    if let Some(found) = DEVICES.get() {
-        return Ok(found);
+    match DEVICES.get() {
+        Some(found) => Ok(found),
+        None => devices_slow(),
     }
+}
+
+static DEVICES: OnceLock<Vec<CUdevice>> = OnceLock::new();
+
+#[cold]
+#[inline(never)]
+fn devices_slow() -> Result<&'static [CUdevice]> {
     let mut n: c_int = 0;
     check(unsafe { cu::cuDeviceGetCount(&mut n) })?;
     let found = (0..n)
@@ -236,7 +264,12 @@ pub fn current_context() -> Result<CUcontext> {
 
 /// The device of the current context, or None when no context is current.
 pub fn current_device() -> Result<Option<i32>> {
-    if current_context()?.is_null() {
+    current_device_of(current_context()?)
+}
+
+/// The device of `current`, the calling thread's current context (null: none).
+pub fn current_device_of(current: CUcontext) -> Result<Option<i32>> {
+    if current.is_null() {
         return Ok(None);
     }
     let mut d: CUdevice = 0;
@@ -258,18 +291,32 @@ const CONTEXT_IS_DESTROYED: u32 = cu::CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED 
 /// another library (cudaDeviceReset, cuDevicePrimaryCtxReset) keeps its address but gets a
 /// new id, or none while inactive; the streams and events of the old one are gone, and the
 /// driver may crash rather than fail on them.
+///
+/// Every use of a stream or event makes this check first, so the success path is inlined.
+#[inline]
 pub fn ensure_same_context(ctx: CUcontext, id: u64) -> Result<()> {
-    match context_id(ctx) {
-        Ok(now) if now == id => Ok(()),
-        Ok(_) | Err(DriverError::Cuda { code: CONTEXT_IS_DESTROYED, .. }) => Err(DriverError::Cuda {
+    init()?;
+    let mut now: std::os::raw::c_ulonglong = 0;
+    let code = unsafe { cu::cuCtxGetId(ctx, &mut now) };
+    if code == cu::CUresult::CUDA_SUCCESS && now == id {
+        return Ok(());
+    }
+    Err(context_changed(code))
+}
+
+#[cold]
+#[inline(never)]
+fn context_changed(code: cu::CUresult) -> DriverError {
+    match code {
+        cu::CUresult::CUDA_SUCCESS | cu::CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED => DriverError::Cuda {
             code: CONTEXT_IS_DESTROYED,
             name: "CUDA_ERROR_CONTEXT_IS_DESTROYED".into(),
             message: "the CUDA context this stream or event belongs to was destroyed or reset \
                       (e.g. by cudaDeviceReset or cuDevicePrimaryCtxReset in another library) \
                       after it was made; its handle no longer exists"
                 .into(),
-        }),
-        Err(e) => Err(e),
+        },
+        code => failed(code),
     }
 }
 
@@ -297,11 +344,11 @@ pub fn in_context<R>(ctx: CUcontext, f: impl FnOnce() -> Result<R>) -> Result<R>
     f()
 }
 
-/// `in_context`, without the push and pop when `ctx` is already current (the usual case
-/// in a thread where CuPy, PyTorch or the runtime has been used): one cheap query instead
-/// of two calls that change thread state.
-pub fn in_context_if_needed<R>(ctx: CUcontext, f: impl FnOnce() -> Result<R>) -> Result<R> {
-    if current_context()? == ctx {
+/// `in_context`, without the push and pop when `ctx` is `current`, the calling thread's
+/// current context (the usual case in a thread where CuPy, PyTorch or the runtime has been
+/// used): the caller has asked for it already.
+pub fn in_context_if_needed<R>(ctx: CUcontext, current: CUcontext, f: impl FnOnce() -> Result<R>) -> Result<R> {
+    if current == ctx {
         f()
     } else {
         in_context(ctx, f)
@@ -330,10 +377,11 @@ pub fn stream_priority_range() -> Result<(i32, i32)> {
     Ok((least, greatest))
 }
 
-/// An owned stream: created in `ctx`, which the caller has retained.
-pub fn create_stream(ctx: CUcontext, non_blocking: bool, priority: i32) -> Result<CUstream> {
+/// An owned stream: created in `ctx`, which the caller has retained; `current` is the
+/// calling thread's current context.
+pub fn create_stream(ctx: CUcontext, current: CUcontext, non_blocking: bool, priority: i32) -> Result<CUstream> {
     init()?;
-    in_context_if_needed(ctx, || {
+    in_context_if_needed(ctx, current, || {
         // 0 is every device's lowest priority, always valid: spare the range query.
         let (least, greatest) = if priority == 0 { (0, 0) } else { stream_priority_range()? };
         if priority > least || priority < greatest {

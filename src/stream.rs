@@ -453,9 +453,10 @@ pub fn make<'py>(py: Python<'py>, parts: Parts<'py>) -> PyResult<Bound<'py, PyAn
 /// A new owned stream in `device`'s primary context (default: the current context's
 /// device, else 0). The thread's current context is the same before and after.
 pub fn create<'py>(py: Python<'py>, device: Option<i32>, non_blocking: bool, priority: i32) -> PyResult<Bound<'py, PyAny>> {
+    let current = driver::current_context().py(py)?;
     let device = match device {
         Some(d) => d,
-        None => driver::current_device().py(py)?.unwrap_or(0),
+        None => driver::current_device_of(current).py(py)?.unwrap_or(0),
     };
     let count = driver::device_count().py(py)?;
     if device >= count {
@@ -468,9 +469,11 @@ pub fn create<'py>(py: Python<'py>, device: Option<i32>, non_blocking: bool, pri
     // that waits on a driver lock must not hold the GIL, which that lock's holder may need
     // (a host callback, another library's nogil call): under compute-sanitizer that wait
     // hung a threaded workload. Pointers cross as usize, which is Send.
+    let current = current as usize;
     let created = py.detach(move || -> Result<(usize, u64, usize), DriverError> {
         let context = driver::retain_primary_context(device)?;
-        let made = driver::context_id(context).and_then(|id| Ok((id, driver::create_stream(context, non_blocking, priority)?)));
+        let made = driver::context_id(context)
+            .and_then(|id| Ok((id, driver::create_stream(context, current as CUcontext, non_blocking, priority)?)));
         if made.is_err() {
             let _ = driver::release_primary_context(device);
         }
