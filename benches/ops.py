@@ -74,6 +74,15 @@ class Part:
     b: str
 
 
+# The least a Python binding can do for the ratio-to-raw operations: benches/floor_ext.c, a C
+# extension with one function per driver call, timed against the raw loop in the paired
+# workers as custream is.
+FLOOR_BINDING = {
+    "create_destroy": "fdestroy(fcreate())",
+    "synchronize": "fsync(H)",
+    "query": "fquery(H)",
+}
+
 BREAKDOWN = [
     Part("create_destroy", "custream's own work: Stream().close() less its 8 driver calls made from C",
          "CS().close()", "raw:custream_call_sequence"),

@@ -78,6 +78,10 @@ def summarize_rounds(paired: dict | None) -> dict:
         if got:
             out[key] = {"ratios": [g["ratio"] for g in got], "raw_ns": [g["raw_ns"] for g in got],
                         "custream_ns": [g["ns"] for g in got], "ratio_median": _median([g["ratio"] for g in got])}
+            floor = [r["floor"][key] for r in rounds if key in r.get("floor", {})]
+            if floor:
+                out[key]["floor"] = {"stmt": floor[0]["stmt"], "ratios": [f["ratio"] for f in floor],
+                                     "ns": [f["ns"] for f in floor], "ratio_median": _median([f["ratio"] for f in floor])}
     for key in paired.get("bound_keys", []):
         mine = sorted(r["bound"][key]["ns"] for r in rounds if key in r.get("bound", {}))
         if mine:
@@ -95,6 +99,8 @@ def summarize_rounds(paired: dict | None) -> dict:
         out["errors"] = errors
     if "stopped" in paired:
         out["stopped"] = paired["stopped"]
+    if "floor_error" in paired:
+        out["floor_error"] = paired["floor_error"]
     return out
 
 
@@ -272,6 +278,10 @@ def table(results: dict) -> str:
             out.append(f"  {results['operations'][key]['title']}: " + " ".join(f"{r:.2f}" for r in e["ratios"])
                        + f"  median {e['ratio_median']:.2f}x  (raw {fmt(min(e['raw_ns']))}-{fmt(max(e['raw_ns']))} ns, "
                        f"custream {fmt(min(e['custream_ns']))}-{fmt(max(e['custream_ns']))} ns)")
+            if "floor" in e:
+                f = e["floor"]
+                out.append(f"    the least a binding adds (floor_ext.c: {f['stmt']}): " + " ".join(f"{r:.2f}" for r in f["ratios"])
+                           + f"  median {f['ratio_median']:.2f}x; custream over it: {e['ratio_median'] / f['ratio_median']:.2f}x")
         bound = {k: e for k, e in rounds.items() if "median" in e}
         if bound:
             out.append("custream alone in the same rounds, for its absolute targets (the status of these rows is the "
@@ -279,7 +289,8 @@ def table(results: dict) -> str:
             for key, e in bound.items():
                 out.append(f"  {results['operations'][key]['title']}: " + " ".join(fmt(v) for v in e["custream_ns"])
                            + f"  median {fmt(e['median'])} ns  (target {results['operations'][key]['target']})")
-    for line_ in summary.get("errors", []) + ([f"stopped {summary['stopped']}"] if "stopped" in summary else []):
+    for line_ in (summary.get("errors", []) + ([f"stopped {summary['stopped']}"] if "stopped" in summary else [])
+                  + ([f"floor_ext.c not built: {summary['floor_error']}"] if "floor_error" in summary else [])):
         out.append(f"  {line_}")
     if rounds or summary:
         out.append("")

@@ -20,6 +20,7 @@ import platform
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 
@@ -61,12 +62,18 @@ _BUILT: dict = {}
 
 def build_raw(kind: str) -> str | dict:
     """raw_driver.c compiled (once per kind) as the program ("exe") or as the library the
-    paired worker loads ("lib"). The path, or {"error": ...}."""
+    paired worker loads ("lib"), or floor_ext.c as an extension of this interpreter ("ext").
+    The path, or {"error": ...}."""
     if kind not in _BUILT:
-        out = os.path.join(tempfile.mkdtemp(prefix="custream-bench-raw-"), "raw_driver" if kind == "exe" else "libraw_driver.so")
+        source, name, flags = {
+            "exe": ("raw_driver.c", "raw_driver", []),
+            "lib": ("raw_driver.c", "libraw_driver.so", ["-shared", "-fPIC", "-DRAW_DRIVER_LIB"]),
+            "ext": ("floor_ext.c", "floor_ext" + sysconfig.get_config_var("EXT_SUFFIX"),
+                    ["-shared", "-fPIC", "-I" + sysconfig.get_paths()["include"]]),
+        }[kind]
+        out = os.path.join(tempfile.mkdtemp(prefix="custream-bench-raw-"), name)
         cc = os.environ.get("CC", "gcc")
-        flags = ["-shared", "-fPIC", "-DRAW_DRIVER_LIB"] if kind == "lib" else []
-        p = subprocess.run([cc, "-O2", *flags, "-o", out, os.path.join(HERE, "raw_driver.c"), "-ldl"],
+        p = subprocess.run([cc, "-O2", *flags, "-o", out, os.path.join(HERE, source), "-ldl"],
                            check=False, capture_output=True, text=True)
         _BUILT[kind] = out if p.returncode == 0 else {"error": f"{cc} failed: {p.stderr.strip()[-400:]}"}
     return _BUILT[kind]
@@ -104,14 +111,18 @@ def paired_rounds(rounds: int, quick: bool, left) -> dict:
     lib = build_raw("lib")
     if isinstance(lib, dict):
         return {**out, "stopped": lib["error"]}
+    ext = build_raw("ext")
+    floor_args = [] if isinstance(ext, dict) else ["--floor-ext", ext]
+    if isinstance(ext, dict):
+        out["floor_error"] = ext["error"]
     for r in range(rounds):
         if left() < 40:
             out["stopped"] = f"after {r} rounds: the time budget was spent"
             break
         print(f"paired round {r + 1}/{rounds} ...", file=sys.stderr, flush=True)
         res = worker("paired", "gpu", quick, min(60, left() - 25), keys,
-                     ["--raw-lib", lib, "--bound-ops", ",".join(bound_keys)])
-        out["rounds"].append({k: res[k] for k in ("ops", "breakdown", "bound", "error") if k in res})
+                     ["--raw-lib", lib, "--bound-ops", ",".join(bound_keys), *floor_args])
+        out["rounds"].append({k: res[k] for k in ("ops", "floor", "breakdown", "bound", "error") if k in res})
     return out
 
 

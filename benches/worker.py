@@ -3,6 +3,7 @@ contexts, pools, caches, imported modules) touches another's. Prints one JSON ob
 
     python benches/worker.py LIB --mode cpu|gpu [--quick] [--ops KEY,KEY,...]
     python benches/worker.py paired --mode gpu --raw-lib libraw_driver.so --ops KEY,... [--bound-ops KEY,...]
+                             [--floor-ext floor_ext.so]
 
 LIB is `custream`, `floors`, `cython`, or a peer's name from ops.PEERS; `paired` times custream
 and raw_driver.c's loops (built as a library) in turn in this one process. run.py calls this;
@@ -106,10 +107,22 @@ def cold_create(ns: dict, quick: bool) -> dict:
             "stmt": "custream.Stream().close()  # with no other stream alive"}
 
 
-def paired(ns: dict, keys: list[str], bound_keys: list[str], raw_lib: str, cfg: dict) -> dict:
+def load_floor_ext(path: str):
+    """floor_ext.c, built by run.py for this interpreter."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("floor_ext", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def paired(ns: dict, keys: list[str], bound_keys: list[str], raw_lib: str, cfg: dict,
+           floor_ext: str | None = None) -> dict:
     """custream's driver-bound operations against raw_driver.c's loops for the same calls,
-    in this process and thread, one repeat of each in turn (timing.paired); then the pairs
-    of ops.BREAKDOWN; then custream alone for the operations whose target is absolute."""
+    in this process and thread, one repeat of each in turn (timing.paired); the same for
+    floor_ext.c's functions (ops.FLOOR_BINDING), the least a binding can add; then the
+    pairs of ops.BREAKDOWN; then custream alone for the operations whose target is absolute."""
     import ctypes
 
     raw = ctypes.CDLL(raw_lib)
@@ -129,10 +142,17 @@ def paired(ns: dict, keys: list[str], bound_keys: list[str], raw_lib: str, cfg: 
             return lambda n: raw.raw_time(name, n)
         return timeit.Timer(spec, globals=ns, timer=time.perf_counter_ns).timeit
 
-    out: dict = {"ops": {}, "breakdown": [], "bound": {}}
+    out: dict = {"ops": {}, "floor": {}, "breakdown": [], "bound": {}}
     for key in keys:
         stmt = ops.CUSTREAM.ops[key][0]
         out["ops"][key] = dict(timing.paired(runner(stmt), runner("raw:" + key), **cfg), stmt=stmt)
+    if floor_ext:
+        mod = load_floor_ext(floor_ext)
+        ns.update({name: getattr(mod, name) for name in ("fcreate", "fdestroy", "fquery", "fsync")})
+        for key in keys:
+            stmt = ops.FLOOR_BINDING.get(key)
+            if stmt:
+                out["floor"][key] = dict(timing.paired(runner(stmt), runner("raw:" + key), **cfg), stmt=stmt)
     for part in ops.BREAKDOWN:
         if part.op in keys:
             out["breakdown"].append(timing.paired(runner(part.a), runner(part.b), **{**cfg, "repeats": 9}))
@@ -149,6 +169,7 @@ def main() -> int:
     ap.add_argument("--ops", help="comma-separated operation keys: measure only these (no cold create)")
     ap.add_argument("--raw-lib", help="paired: raw_driver.c built with -DRAW_DRIVER_LIB")
     ap.add_argument("--bound-ops", default="", help="paired: operations timed for custream alone, after the pairs")
+    ap.add_argument("--floor-ext", help="paired: floor_ext.c built as an extension of this interpreter")
     args = ap.parse_args()
     only = set(args.ops.split(",")) if args.ops else None
     cfg = settings(args.quick)
@@ -175,7 +196,7 @@ def main() -> int:
     if args.lib == "paired":
         try:
             exec(ops.CUSTREAM.setup, ns)
-            result.update(paired(ns, [k for k in (args.ops or "").split(",") if k], [k for k in args.bound_ops.split(",") if k], args.raw_lib, cfg))
+            result.update(paired(ns, [k for k in (args.ops or "").split(",") if k], [k for k in args.bound_ops.split(",") if k], args.raw_lib, cfg, args.floor_ext))
         except Exception as e:
             result["error"] = f"{type(e).__name__}: {e}"
         print(json.dumps(result))

@@ -79,3 +79,25 @@ def test_paired_timing_takes_the_ratio_within_each_pair():
     # Within a pair the later runner saw 5 % more drift: ratios 1.5/1.05 and 1.5*1.05, alternately.
     assert abs(out["ratio"] - 1.5 * (1.05 + 1 / 1.05) / 2) < 1e-9
     assert out["ratio_min"] < 1.5 < out["ratio_max"]
+
+
+def test_rounds_summary_keeps_the_floor_binding_beside_custream():
+    """report.summarize_rounds: per ratio-to-raw operation, custream's ratio per round and the
+    floor binding's (floor_ext.c), each with its median over rounds."""
+    sys.path.insert(0, str(BENCHES))
+    try:
+        import report
+    finally:
+        sys.path.remove(str(BENCHES))
+
+    def pair(ns, raw):
+        return {"ns": ns, "raw_ns": raw, "ratio": ns / raw}
+
+    rounds = [{"ops": {"query": pair(130.0, 100.0)}, "floor": {"query": dict(pair(110.0, 100.0), stmt="fquery(H)")}},
+              {"ops": {"query": pair(260.0, 200.0)}, "floor": {"query": dict(pair(240.0, 200.0), stmt="fquery(H)")}},
+              {"ops": {"query": pair(140.0, 100.0)}}]
+    out = report.summarize_rounds({"keys": ["query"], "bound_keys": [], "rounds": rounds})
+    q = out["query"]
+    assert q["ratios"] == [1.3, 1.3, 1.4] and q["ratio_median"] == 1.3
+    assert q["floor"]["stmt"] == "fquery(H)"
+    assert q["floor"]["ratios"] == [1.1, 1.2] and abs(q["floor"]["ratio_median"] - 1.15) < 1e-12
