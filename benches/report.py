@@ -83,9 +83,14 @@ def summarize_rounds(paired: dict | None) -> dict:
                 out[key]["floor"] = {"stmt": floor[0]["stmt"], "ratios": [f["ratio"] for f in floor],
                                      "ns": [f["ns"] for f in floor], "ratio_median": _median([f["ratio"] for f in floor])}
     for key in paired.get("bound_keys", []):
-        mine = sorted(r["bound"][key]["ns"] for r in rounds if key in r.get("bound", {}))
-        if mine:
+        got = [r["bound"][key] for r in rounds if key in r.get("bound", {})]
+        if got:
+            mine = sorted(g["ns"] for g in got)
             out[key] = {"custream_ns": mine, "median": _median(mine)}
+            over = [g["floor_ratio"] for g in got if "floor_ratio" in g]
+            if over:
+                out[key].update(floor=got[0]["floor"], floor_ns=sorted(g["floor_ns"] for g in got),
+                                floor_ratio_median=_median(over))
     parts = [p for p in ops.BREAKDOWN if p.op in paired.get("keys", [])]
     if parts and all(len(r.get("breakdown", [])) == len(parts) for r in rounds if "error" not in r):
         out["breakdown"] = []
@@ -289,6 +294,9 @@ def table(results: dict) -> str:
             for key, e in bound.items():
                 out.append(f"  {results['operations'][key]['title']}: " + " ".join(fmt(v) for v in e["custream_ns"])
                            + f"  median {fmt(e['median'])} ns  (target {results['operations'][key]['target']})")
+                if "floor" in e:
+                    out.append(f"    its floor ({e['floor']}) in turn: {fmt(min(e['floor_ns']))}-{fmt(max(e['floor_ns']))} ns; "
+                               f"custream over it: median {e['floor_ratio_median']:.2f}x")
     for line_ in (summary.get("errors", []) + ([f"stopped {summary['stopped']}"] if "stopped" in summary else [])
                   + ([f"floor_ext.c not built: {summary['floor_error']}"] if "floor_error" in summary else [])):
         out.append(f"  {line_}")
