@@ -62,6 +62,14 @@ def _status(op: ops.Op, mine: float | None, raw: float | None, extra: dict) -> s
     return ""
 
 
+def pinned_line(pinned: dict | None) -> str:
+    if not pinned:
+        return "workers: where the OS put them (not pinned)"
+    probe = pinned["probe_ns"]
+    return (f"workers: all on CPU {pinned['cpu']}, where a Python call took {fmt(pinned['cpu_ns'])} ns "
+            f"(on the {len(probe)} CPUs: {fmt(min(probe.values()))} to {fmt(max(probe.values()))} ns)")
+
+
 def _median(values: list[float]) -> float:
     v = sorted(values)
     return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
@@ -244,6 +252,7 @@ def table(results: dict) -> str:
         f"machine: {m.get('gpu') or 'no GPU'}" + (f", driver {m['driver_version']}" if m.get("driver_version") else "")
         + f"; {m.get('cpu', '')}; Python {m.get('python', '')}",
         "versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val),
+        pinned_line(m.get("pinned")),
         "empty timing loop (included in every figure, not subtracted): "
         + ", ".join(f"{k} {fmt(val)}" for k, val in results.get("empty_loop_ns", {}).items()),
         "",
