@@ -64,10 +64,11 @@ def _status(op: ops.Op, mine: float | None, raw: float | None, extra: dict) -> s
 
 def pinned_line(pinned: dict | None) -> str:
     if not pinned:
-        return "workers: where the OS put them (not pinned)"
+        return "workers: on every CPU (not pinned)"
     probe = pinned["probe_ns"]
-    return (f"workers: all on CPU {pinned['cpu']}, where a Python call took {fmt(pinned['cpu_ns'])} ns "
-            f"(on the {len(probe)} CPUs: {fmt(min(probe.values()))} to {fmt(max(probe.values()))} ns)")
+    fast = [probe[str(c)] for c in pinned["cpus"]]
+    return (f"workers: on CPUs {','.join(map(str, pinned['cpus']))}, where a Python call took {fmt(min(fast))}-{fmt(max(fast))} ns "
+            f"(on all {len(probe)} CPUs: {fmt(min(probe.values()))} to {fmt(max(probe.values()))} ns)")
 
 
 def _median(values: list[float]) -> float:
