@@ -299,8 +299,8 @@ def table(results: dict) -> str:
                            + f"  median {f['ratio_median']:.2f}x; custream over it: {e['ratio_median'] / f['ratio_median']:.2f}x")
         bound = {k: e for k, e in rounds.items() if "median" in e}
         if bound:
-            out.append("custream alone in the same rounds, for its absolute targets (the status of these rows is the "
-                       "median of the rounds; the table's figure is the single pass):")
+            out.append("custream in the same rounds, for its absolute targets, timed in turn with its floor (the status "
+                       "of these rows is the median of the rounds; the table's figure is the single pass):")
             for key, e in bound.items():
                 out.append(f"  {results['operations'][key]['title']}: " + " ".join(fmt(v) for v in e["custream_ns"])
                            + f"  median {fmt(e['median'])} ns  (target {results['operations'][key]['target']})")

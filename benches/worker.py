@@ -122,7 +122,8 @@ def paired(ns: dict, keys: list[str], bound_keys: list[str], raw_lib: str, cfg: 
     """custream's driver-bound operations against raw_driver.c's loops for the same calls,
     in this process and thread, one repeat of each in turn (timing.paired); the same for
     floor_ext.c's functions (ops.FLOOR_BINDING), the least a binding can add; then the
-    pairs of ops.BREAKDOWN; then custream alone for the operations whose target is absolute."""
+    pairs of ops.BREAKDOWN; then, for the operations whose target is absolute, custream in
+    turn with its floor from ops.FLOORS."""
     import ctypes
 
     raw = ctypes.CDLL(raw_lib)
@@ -179,7 +180,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--ops", help="comma-separated operation keys: measure only these (no cold create)")
     ap.add_argument("--raw-lib", help="paired: raw_driver.c built with -DRAW_DRIVER_LIB")
-    ap.add_argument("--bound-ops", default="", help="paired: operations timed for custream alone, after the pairs")
+    ap.add_argument("--bound-ops", default="", help="paired: operations with an absolute target, timed in turn with their floor")
     ap.add_argument("--floor-ext", help="paired: floor_ext.c built as an extension of this interpreter")
     args = ap.parse_args()
     only = set(args.ops.split(",")) if args.ops else None
