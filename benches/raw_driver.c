@@ -111,10 +111,20 @@ static void op_custream_call_sequence(long n) {
         if (cur) CHECK(cuCtxGetDevice(&d2));
         CHECK(cuDevicePrimaryCtxRetain(&c, dev));
         CHECK(cuCtxGetId(c, &id)); /* c is current (cur): no push and pop */
-        CHECK(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0));
+        CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)); /* priority 0: the plain create */
         CHECK(cuCtxGetId(c, &id)); /* close(): the context is still the one it was */
         CHECK(cuStreamDestroy(s));
         CHECK(cuDevicePrimaryCtxRelease(dev));
+    }
+}
+
+/* cuStreamCreateWithPriority(.., 0) makes the stream cuStreamCreate makes: what, if
+ * anything, the variant costs more (custream calls it only for a priority other than 0). */
+static void op_create_destroy_with_priority(long n) {
+    for (long i = 0; i < n; i++) {
+        CUstream s;
+        CHECK(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0));
+        CHECK(cuStreamDestroy(s));
     }
 }
 
@@ -242,6 +252,7 @@ static const struct {
 } ops[] = {
     {"empty_loop", op_empty},
     {"create_destroy", op_create_destroy},
+    {"create_destroy_with_priority", op_create_destroy_with_priority},
     {"create_destroy_no_current", op_create_destroy_no_current},
     {"custream_call_sequence", op_custream_call_sequence},
     {"ctx_push_pop", op_push_pop},

@@ -183,6 +183,7 @@ def assemble(mode: str, libs: dict, floors: dict, cython: dict, import_rows: dic
         out["extras"]["cold_create_destroy"] = {"title": "custream create + destroy, no other stream alive",
                                                 **mine_lib["cold_create_destroy"]}
     raw_titles = {
+        "create_destroy_with_priority": "raw driver: create + destroy with cuStreamCreateWithPriority(.., 0)",
         "create_destroy_no_current": "raw driver: create + destroy from a thread with no current context (push, create, pop, destroy)",
         "custream_call_sequence": "raw driver: the calls custream's create + close make, primary context current (8 calls)",
         "ctx_push_pop": "raw driver: cuCtxPushCurrent + cuCtxPopCurrent",
