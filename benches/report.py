@@ -354,8 +354,11 @@ def caption(results: dict) -> str:
         where += f", CUDA driver API {d // 1000}.{d % 1000 // 10}"
     s = results.get("settings", {})
     vers = ", ".join(f"{k} {val}" for k, val in v.items() if val)
+    judged = ("; [pass]/[MISS]: custream judged on the median of the paired rounds (see the table), "
+              "which a single pass can straddle" if results.get("paired") else "")
     return (f"{where}; {m.get('cpu', '')}; Python {m.get('python', '')}\n{vers}\n"
-            f"median ns per call over repeats{' (quick run)' if s.get('quick') else ''}; {m.get('date', '')}")
+            f"bars: one pass per library, median ns per call over repeats{' (quick run)' if s.get('quick') else ''}"
+            f"{judged}; {m.get('date', '')}")
 
 
 def plot(results: dict, path: str) -> None:
