@@ -396,15 +396,7 @@ pub fn create_stream(ctx: CUcontext, current: CUcontext, non_blocking: bool, pri
         }
         let flags = if non_blocking { cu::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint } else { 0 };
         let mut h: CUstream = std::ptr::null_mut();
-        // The same stream either way; benches/raw_driver.c prices the priority variant's
-        // extra cost (create_destroy_with_priority), paid only when a priority is asked for.
-        check(unsafe {
-            if priority == 0 {
-                cu::cuStreamCreate(&mut h, flags)
-            } else {
-                cu::cuStreamCreateWithPriority(&mut h, flags, priority)
-            }
-        })?;
+        check(unsafe { cu::cuStreamCreateWithPriority(&mut h, flags, priority) })?;
         Ok(h)
     })
 }
