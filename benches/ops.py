@@ -83,6 +83,11 @@ FLOOR_BINDING = {
     "query": "fquery(H)",
 }
 
+# The peers timed in the paired rounds too, against raw in their own fresh workers: the best
+# peers of DESIGN.md's ratio rows (rmm, CuPy) and NVIDIA's own (cuda.core). The others are
+# timed in the single pass only, which keeps a full run within the GPU machine's budget.
+PAIRED_PEERS = ("rmm", "CuPy", "cuda.core")
+
 BREAKDOWN = [
     Part("create_destroy", "custream's own work: Stream().close() less its 8 driver calls made from C",
          "CS().close()", "raw:custream_call_sequence"),

@@ -78,7 +78,8 @@ def _median(values: list[float]) -> float:
 
 def summarize_rounds(paired: dict | None) -> dict:
     """Per operation: custream's ratio to raw in each paired round (the median over its
-    pairs), and the median over rounds; for the absolute targets, custream's figure per round."""
+    pairs), and the median over rounds, with the floor binding's and each paired peer's
+    alike; for the absolute targets, custream's figure per round."""
     paired = paired or {}
     rounds = paired.get("rounds", [])
     out: dict = {}
@@ -91,6 +92,15 @@ def summarize_rounds(paired: dict | None) -> dict:
             if floor:
                 out[key]["floor"] = {"stmt": floor[0]["stmt"], "ratios": [f["ratio"] for f in floor],
                                      "ns": [f["ns"] for f in floor], "ratio_median": _median([f["ratio"] for f in floor])}
+            peers = {}
+            for name in paired.get("peers", []):
+                theirs = [r["peers"][name][key] for r in rounds
+                          if "ratio" in r.get("peers", {}).get(name, {}).get(key, {})]
+                if theirs:
+                    peers[name] = {"stmt": theirs[0]["stmt"], "ratios": [t["ratio"] for t in theirs],
+                                   "ns": [t["ns"] for t in theirs], "ratio_median": _median([t["ratio"] for t in theirs])}
+            if peers:
+                out[key]["peers"] = peers
     for key in paired.get("bound_keys", []):
         got = [r["bound"][key] for r in rounds if key in r.get("bound", {})]
         if got:
@@ -109,6 +119,7 @@ def summarize_rounds(paired: dict | None) -> dict:
                 out["breakdown"].append({"op": part.op, "label": part.label, "a": part.a, "b": part.b,
                                          "diff_ns": diffs, "diff_median_ns": _median(diffs)})
     errors = [r["error"] for r in rounds if "error" in r]
+    errors += sorted({f"{name}: {got['error']}" for r in rounds for name, got in r.get("peers", {}).items() if "error" in got})
     if errors:
         out["errors"] = errors
     if "stopped" in paired:
@@ -173,6 +184,13 @@ def assemble(mode: str, libs: dict, floors: dict, cython: dict, import_rows: dic
         op["ratio_raw"] = entry["ratio_median"]
         op["ratio_raw_from"] = f"median of {len(entry['ratios'])} paired rounds"
         op["status"] = "pass" if entry["ratio_median"] <= ops.OPS[key].target.raw else "MISS"
+        if entry.get("peers"):
+            # Against the best peer measured the same way: both ratios to raw, from the rounds.
+            best = min(entry["peers"], key=lambda n: entry["peers"][n]["ratio_median"])
+            op["ratio_best_peer_single_pass"] = op["ratio_best_peer"]
+            op["best_peer"], op["best_peer_ratio_raw"] = best, entry["peers"][best]["ratio_median"]
+            op["ratio_best_peer"] = entry["ratio_median"] / entry["peers"][best]["ratio_median"]
+            op["ratio_best_from"] = f"medians of the paired rounds ({best})"
     mine_lib = libs.get("custream", {})
     for extra_op in ops.EXTRAS:
         entry = mine_lib.get("ops", {}).get(extra_op.key)
@@ -287,7 +305,8 @@ def table(results: dict) -> str:
         out.append("")
     if rounds:
         out.append("ratio to raw, per round: a fresh worker timing custream and raw_driver.c's loop for the same calls "
-                   "in turn, in one process (the '/raw' column and the status of these rows are the median of the rounds):")
+                   "in turn, in one process (the '/raw' column and the status of these rows are the median of the rounds; "
+                   "the peers below custream, each in its own fresh worker per round, give these rows' '/best'):")
         for key, e in rounds.items():
             if "median" in e:
                 continue
@@ -298,6 +317,9 @@ def table(results: dict) -> str:
                 f = e["floor"]
                 out.append(f"    the least a binding adds (floor_ext.c: {f['stmt']}): " + " ".join(f"{r:.2f}" for r in f["ratios"])
                            + f"  median {f['ratio_median']:.2f}x; custream over it: {e['ratio_median'] / f['ratio_median']:.2f}x")
+            for name, pr in e.get("peers", {}).items():
+                out.append(f"    {name} ({pr['stmt']}): " + " ".join(f"{r:.2f}" for r in pr["ratios"])
+                           + f"  median {pr['ratio_median']:.2f}x")
         bound = {k: e for k, e in rounds.items() if "median" in e}
         if bound:
             out.append("custream in the same rounds, for its absolute targets, timed in turn with its floor (the status "

@@ -118,19 +118,21 @@ def raw_driver(quick: bool) -> dict:
         return {"error": f"raw_driver exited with status {p.returncode}: {(p.stdout + p.stderr).strip()[-400:]}"}
 
 
-def paired_rounds(rounds: int, quick: bool, left) -> dict:
+def paired_rounds(rounds: int, quick: bool, left, peers: list[str] = ()) -> dict:
     """The operations whose target is a ratio to the raw driver, measured in rounds of fresh
     workers that time custream and raw_driver.c's loop for the same calls in one process and
     thread, a repeat of each in turn. The driver's own cost (a create + destroy above all)
     drifts over a run, and differs between processes and the CPUs they land on, by more than
     the margin the target allows; the ratio within a pair is not moved by that, and the
-    rounds' median is not moved by one process's luck."""
+    rounds' median is not moved by one process's luck. Each round also times `peers` (names
+    from ops.PAIRED_PEERS) the same way, each in its own fresh worker, so that custream's
+    ratio is set beside theirs measured alike."""
     keys = [op.key for op in ops.OPERATIONS if op.target.raw is not None]
     # custream's absolute targets too: one worker's figure moves with the machine's state
     # when it ran (by half on this project's GPU machine); the median of fresh workers does not.
     bound_keys = [op.key for op in ops.OPERATIONS if op.target.bound is not None and op.unit == "ns"
                   and op.key in ops.CUSTREAM.ops]
-    out: dict = {"rounds": [], "keys": keys, "bound_keys": bound_keys}
+    out: dict = {"rounds": [], "keys": keys, "bound_keys": bound_keys, "peers": list(peers)}
     lib = build_raw("lib")
     if isinstance(lib, dict):
         return {**out, "stopped": lib["error"]}
@@ -146,6 +148,11 @@ def paired_rounds(rounds: int, quick: bool, left) -> dict:
         res = worker("paired", "gpu", quick, min(60, left() - 25), keys,
                      ["--raw-lib", lib, "--bound-ops", ",".join(bound_keys), *floor_args])
         out["rounds"].append({k: res[k] for k in ("ops", "floor", "breakdown", "bound", "error") if k in res})
+        for name in peers:
+            if left() < 30:
+                break
+            got = worker("paired", "gpu", quick, min(60, left() - 25), keys, ["--raw-lib", lib, "--peer", name])
+            out["rounds"][-1].setdefault("peers", {})[name] = got.get("ops") or {"error": got.get("error", "no figures")}
     return out
 
 
@@ -258,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 libs[peer.name] = {"error": "peers are measured with --gpu"}
         if run_mode == "gpu" and args.rounds > 0 and wanted("raw") and wanted("custream"):
-            paired = paired_rounds(args.rounds, args.quick, left)
+            peers = [n for n in ops.PAIRED_PEERS if wanted(n) and "error" not in libs.get(n, {})]
+            paired = paired_rounds(args.rounds, args.quick, left, peers)
         if not args.no_import:
             print("import times ...", file=sys.stderr, flush=True)
             stmts = {lib.name: lib.import_stmt for lib in [ops.CUSTREAM, *ops.PEERS] if wanted(lib.name)}

@@ -3,11 +3,11 @@ contexts, pools, caches, imported modules) touches another's. Prints one JSON ob
 
     python benches/worker.py LIB --mode cpu|gpu [--quick] [--ops KEY,KEY,...]
     python benches/worker.py paired --mode gpu --raw-lib libraw_driver.so --ops KEY,... [--bound-ops KEY,...]
-                             [--floor-ext floor_ext.so]
+                             [--floor-ext floor_ext.so] [--peer NAME]
 
 LIB is `custream`, `floors`, `cython`, or a peer's name from ops.PEERS; `paired` times custream
-and raw_driver.c's loops (built as a library) in turn in this one process. run.py calls this;
-it is not meant to be run by hand except to debug one library.
+(or, with --peer, that peer) and raw_driver.c's loops (built as a library) in turn in this one
+process. run.py calls this; it is not meant to be run by hand except to debug one library.
 """
 
 from __future__ import annotations
@@ -117,13 +117,9 @@ def load_floor_ext(path: str):
     return mod
 
 
-def paired(ns: dict, keys: list[str], bound_keys: list[str], raw_lib: str, cfg: dict,
-           floor_ext: str | None = None) -> dict:
-    """custream's driver-bound operations against raw_driver.c's loops for the same calls,
-    in this process and thread, one repeat of each in turn (timing.paired); the same for
-    floor_ext.c's functions (ops.FLOOR_BINDING), the least a binding can add; then the
-    pairs of ops.BREAKDOWN; then, for the operations whose target is absolute, custream in
-    turn with its floor from ops.FLOORS."""
+def raw_runner(raw_lib: str, ns: dict):
+    """Load raw_driver.c (built as a library) and return runner(spec): `raw:LOOP` times that
+    C loop, anything else is a statement timed in `ns`; each runner(n) returns elapsed ns."""
     import ctypes
 
     raw = ctypes.CDLL(raw_lib)
@@ -143,6 +139,17 @@ def paired(ns: dict, keys: list[str], bound_keys: list[str], raw_lib: str, cfg: 
             return lambda n: raw.raw_time(name, n)
         return timeit.Timer(spec, globals=ns, timer=time.perf_counter_ns).timeit
 
+    return runner
+
+
+def paired(ns: dict, keys: list[str], bound_keys: list[str], raw_lib: str, cfg: dict,
+           floor_ext: str | None = None) -> dict:
+    """custream's driver-bound operations against raw_driver.c's loops for the same calls,
+    in this process and thread, one repeat of each in turn (timing.paired); the same for
+    floor_ext.c's functions (ops.FLOOR_BINDING), the least a binding can add; then the
+    pairs of ops.BREAKDOWN; then, for the operations whose target is absolute, custream in
+    turn with its floor from ops.FLOORS."""
+    runner = raw_runner(raw_lib, ns)
     out: dict = {"ops": {}, "floor": {}, "breakdown": [], "bound": {}}
     for key in keys:
         stmt = ops.CUSTREAM.ops[key][0]
@@ -173,6 +180,27 @@ def paired(ns: dict, keys: list[str], bound_keys: list[str], raw_lib: str, cfg: 
     return out
 
 
+def paired_peer(lib: ops.Lib, ns: dict, keys: list[str], raw_lib: str, cfg: dict) -> dict:
+    """A peer's ratio-to-raw operations, each timed in turn with raw_driver.c's loop as
+    custream's are: the one comparison with custream's ratio that a process's luck does not
+    move. The peer's setup runs after raw_init, which leaves the primary context current,
+    as every peer's own setup does too."""
+    runner = raw_runner(raw_lib, ns)
+    exec(lib.import_stmt, ns)
+    exec(lib.setup, ns)
+    out: dict = {"peer": lib.name, "ops": {}}
+    for key in keys:
+        spec = lib.ops.get(key)
+        if spec is None or isinstance(spec, ops.NA) or key in lib.not_best:
+            continue
+        stmt, why = first_working(spec, ns)
+        if stmt is None:
+            out["ops"][key] = {"na": f"no spelling worked ({why})"}
+            continue
+        out["ops"][key] = dict(timing.paired(runner(stmt), runner("raw:" + key), **cfg), stmt=stmt)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("lib")
@@ -182,6 +210,7 @@ def main() -> int:
     ap.add_argument("--raw-lib", help="paired: raw_driver.c built with -DRAW_DRIVER_LIB")
     ap.add_argument("--bound-ops", default="", help="paired: operations with an absolute target, timed in turn with their floor")
     ap.add_argument("--floor-ext", help="paired: floor_ext.c built as an extension of this interpreter")
+    ap.add_argument("--peer", help="paired: time this peer (a name from ops.PEERS) against raw, not custream")
     args = ap.parse_args()
     only = set(args.ops.split(",")) if args.ops else None
     cfg = settings(args.quick)
@@ -202,6 +231,17 @@ def main() -> int:
         result["empty_loop"] = timing.empty_loop(ns, **cfg)
         result["ops"] = {key: [dict(timing.measure(stmt, ns, **cfg), label=label) for label, stmt in floors]
                          for key, floors in ops.FLOORS.items()}
+        print(json.dumps(result))
+        return 0
+
+    if args.lib == "paired" and args.peer:
+        peer = next((p for p in ops.PEERS if p.name == args.peer), None)
+        try:
+            if peer is None:
+                raise ValueError(f"unknown peer {args.peer!r}")
+            result.update(paired_peer(peer, ns, [k for k in (args.ops or "").split(",") if k], args.raw_lib, cfg))
+        except Exception as e:
+            result["error"] = f"{type(e).__name__}: {e}"
         print(json.dumps(result))
         return 0
 

@@ -227,7 +227,7 @@ fi
 if want bench; then
     banner "benchmarks"
     if [ -f benches/run.py ]; then
-        t=$(budget 230)
+        t=$(budget 300)
         timeout -k 10 "$t" "$PY" benches/run.py --gpu --budget-s $((t - 15)) --json "$OUT/bench.json" --plot "$OUT/bench.png"
         rc=$?
         case $rc in 0) status[bench]="passed" ;; 124 | 137) status[bench]="TIMED OUT after ${t}s" ;; *) status[bench]="FAILED (exit $rc)" ;; esac

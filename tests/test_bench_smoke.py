@@ -101,3 +101,44 @@ def test_rounds_summary_keeps_the_floor_binding_beside_custream():
     assert q["ratios"] == [1.3, 1.3, 1.4] and q["ratio_median"] == 1.3
     assert q["floor"]["stmt"] == "fquery(H)"
     assert q["floor"]["ratios"] == [1.1, 1.2] and abs(q["floor"]["ratio_median"] - 1.15) < 1e-12
+
+
+def test_paired_peers_give_the_ratio_rows_their_best_peer():
+    """The peers timed against raw in the paired rounds (ops.PAIRED_PEERS) are summarized
+    as custream is, a peer's failed round is reported, and the '/best' of a ratio row comes
+    from the rounds' medians, not from the single pass."""
+    sys.path.insert(0, str(BENCHES))
+    try:
+        import ops
+        import report
+    finally:
+        sys.path.remove(str(BENCHES))
+
+    def pair(ns, raw, stmt="s.query()"):
+        return {"ns": ns, "raw_ns": raw, "ratio": ns / raw, "stmt": stmt}
+
+    rounds = [
+        {"ops": {"query": pair(125.0, 100.0)},
+         "peers": {"CuPy": {"query": pair(150.0, 100.0, "s.done")}, "rmm": {"error": "ImportError: no rmm"}}},
+        {"ops": {"query": pair(250.0, 200.0)}, "peers": {"CuPy": {"query": pair(280.0, 200.0, "s.done")}}},
+        {"ops": {"query": pair(130.0, 100.0)}, "peers": {"CuPy": {"query": pair(160.0, 100.0, "s.done")}}},
+    ]
+    paired = {"keys": ["query"], "bound_keys": [], "peers": ["CuPy", "rmm"], "rounds": rounds}
+    summary = report.summarize_rounds(paired)
+    cupy = summary["query"]["peers"]["CuPy"]
+    assert cupy["stmt"] == "s.done" and cupy["ratios"] == [1.5, 1.4, 1.6] and cupy["ratio_median"] == 1.5
+    assert "rmm" not in summary["query"]["peers"]
+    assert summary["errors"] == ["rmm: ImportError: no rmm"]
+
+    single = {"raw": {"ops": {"query": {"ns": 100.0}}}, "custream": {"ops": {"query": {"ns": 120.0}}},
+              "CuPy": {"ops": {"query": {"ns": 100.0}}}}
+    names = ["raw", "CuPy", "custream"]
+    results = report.assemble("gpu", single, {}, {}, {}, names, paired)
+    q = results["operations"]["query"]
+    assert q["ratio_raw"] == 1.25 and q["status"] == ("pass" if 1.25 <= ops.OPS["query"].target.raw else "MISS")
+    assert q["best_peer"] == "CuPy" and q["best_peer_ratio_raw"] == 1.5
+    assert abs(q["ratio_best_peer"] - 1.25 / 1.5) < 1e-12
+    assert q["ratio_best_peer_single_pass"] == 1.2
+    text = report.table(results)
+    assert "    CuPy (s.done): 1.50 1.40 1.60  median 1.50x" in text
+    assert "rmm: ImportError: no rmm" in text
