@@ -74,6 +74,18 @@ STUB_CASES = [
     ("Stream().close()", "CS().close()"),
 ]
 
+# The same calls through floor_ext.c, the least binding (ops.FLOOR_BINDING): custream's count
+# less its binding's is what custream adds, in instructions, whatever the machine's speed.
+STUB_FLOOR_CASES = {"s.query()": "fquery(H)", "s.synchronize()": "fsync(H)", "CS().close()": "fdestroy(fcreate())"}
+
+LOAD_FLOOR_EXT = """
+import importlib.util as _u
+_spec = _u.spec_from_file_location("floor_ext", {path!r})
+_m = _u.module_from_spec(_spec)
+_spec.loader.exec_module(_m)
+fcreate, fdestroy, fquery, fsync = _m.fcreate, _m.fdestroy, _m.fquery, _m.fsync
+"""
+
 
 def build_stub(workdir: str) -> dict:
     libdir = os.path.join(workdir, "stubdriver")
@@ -159,14 +171,28 @@ def main() -> int:
         print()
     if args.stub_driver:
         env = build_stub(workdir)
+        import run  # noqa: E402  (benches/run.py: builds floor_ext.c for this interpreter)
+
+        ext = run.build_raw("ext")
+        floor_setup = None if isinstance(ext, dict) else "ops.CUSTREAM.setup + " + repr(LOAD_FLOOR_EXT.format(path=ext))
         print("over the stub driver (each driver call returns at once; counts are custream's own work):\n")
         for title, stmt in STUB_CASES:
             if args.only and not any(o in stmt for o in args.only):
                 continue
             total, funcs = profile(stmt, args.calls, helper, workdir, args.top, "ops.CUSTREAM.setup", env)
-            print(f"{title}   [{stmt}]: {total / args.calls - (loop_per_call or 0):.0f} instructions per call")
+            mine = total / args.calls - (loop_per_call or 0)
+            print(f"{title}   [{stmt}]: {mine:.0f} instructions per call")
             for ir, name in funcs:
                 print(f"    {ir / args.calls:8.1f}  {short(name)}")
+            if floor_setup:
+                floor = STUB_FLOOR_CASES[stmt]
+                total, funcs = profile(floor, args.calls, helper, workdir, args.top, floor_setup, env)
+                theirs = total / args.calls - (loop_per_call or 0)
+                print(f"  the least binding [{floor}]: {theirs:.0f} instructions per call; custream adds {mine - theirs:.0f}")
+                for ir, name in funcs:
+                    print(f"    {ir / args.calls:8.1f}  {short(name)}")
+            else:
+                print(f"  the least binding: not built ({ext['error']})")
             print()
     if not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
