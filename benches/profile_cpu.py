@@ -79,10 +79,8 @@ STUB_CASES = [
 STUB_FLOOR_CASES = {"s.query()": "fquery(H)", "s.synchronize()": "fsync(H)", "CS().close()": "fdestroy(fcreate())"}
 
 LOAD_FLOOR_EXT = """
-import importlib.util as _u
-_spec = _u.spec_from_file_location("floor_ext", {path!r})
-_m = _u.module_from_spec(_spec)
-_spec.loader.exec_module(_m)
+import worker as _worker
+_m = _worker.load_floor_ext({path!r})
 fcreate, fdestroy, fquery, fsync = _m.fcreate, _m.fdestroy, _m.fquery, _m.fsync
 """
 

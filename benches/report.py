@@ -76,6 +76,13 @@ def _median(values: list[float]) -> float:
     return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
 
 
+def _ratio_series(pairs: list[dict]) -> dict:
+    """One binding's pairs against raw over the rounds: its statement, ratio and ns per
+    round, and the median ratio."""
+    ratios = [p["ratio"] for p in pairs]
+    return {"stmt": pairs[0]["stmt"], "ratios": ratios, "ns": [p["ns"] for p in pairs], "ratio_median": _median(ratios)}
+
+
 def summarize_rounds(paired: dict | None) -> dict:
     """Per operation: custream's ratio to raw in each paired round (the median over its
     pairs), and the median over rounds, with the floor binding's and each paired peer's
@@ -90,15 +97,13 @@ def summarize_rounds(paired: dict | None) -> dict:
                         "custream_ns": [g["ns"] for g in got], "ratio_median": _median([g["ratio"] for g in got])}
             floor = [r["floor"][key] for r in rounds if key in r.get("floor", {})]
             if floor:
-                out[key]["floor"] = {"stmt": floor[0]["stmt"], "ratios": [f["ratio"] for f in floor],
-                                     "ns": [f["ns"] for f in floor], "ratio_median": _median([f["ratio"] for f in floor])}
+                out[key]["floor"] = _ratio_series(floor)
             peers = {}
             for name in paired.get("peers", []):
                 theirs = [r["peers"][name][key] for r in rounds
                           if "ratio" in r.get("peers", {}).get(name, {}).get(key, {})]
                 if theirs:
-                    peers[name] = {"stmt": theirs[0]["stmt"], "ratios": [t["ratio"] for t in theirs],
-                                   "ns": [t["ns"] for t in theirs], "ratio_median": _median([t["ratio"] for t in theirs])}
+                    peers[name] = _ratio_series(theirs)
             if peers:
                 out[key]["peers"] = peers
     for key in paired.get("bound_keys", []):

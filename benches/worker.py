@@ -213,6 +213,7 @@ def main() -> int:
     ap.add_argument("--peer", help="paired: time this peer (a name from ops.PEERS) against raw, not custream")
     args = ap.parse_args()
     only = set(args.ops.split(",")) if args.ops else None
+    keys = [k for k in (args.ops or "").split(",") if k]
     cfg = settings(args.quick)
     result: dict = {"lib": args.lib, "mode": args.mode}
     ns: dict = {"__name__": "__bench__"}
@@ -239,7 +240,7 @@ def main() -> int:
         try:
             if peer is None:
                 raise ValueError(f"unknown peer {args.peer!r}")
-            result.update(paired_peer(peer, ns, [k for k in (args.ops or "").split(",") if k], args.raw_lib, cfg))
+            result.update(paired_peer(peer, ns, keys, args.raw_lib, cfg))
         except Exception as e:
             result["error"] = f"{type(e).__name__}: {e}"
         print(json.dumps(result))
@@ -248,7 +249,7 @@ def main() -> int:
     if args.lib == "paired":
         try:
             exec(ops.CUSTREAM.setup, ns)
-            result.update(paired(ns, [k for k in (args.ops or "").split(",") if k], [k for k in args.bound_ops.split(",") if k], args.raw_lib, cfg, args.floor_ext))
+            result.update(paired(ns, keys, [k for k in args.bound_ops.split(",") if k], args.raw_lib, cfg, args.floor_ext))
         except Exception as e:
             result["error"] = f"{type(e).__name__}: {e}"
         print(json.dumps(result))
