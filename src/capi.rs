@@ -1,21 +1,30 @@
 //! The C-API table exported as the capsule `custream._custream._C_API` (pxd/custream.h
-//! declares it). Every entry runs inside `ffi::boundary`, so no panic crosses into C.
+//! declares it). Every entry runs inside `boundary`, so no panic crosses into C. Each
+//! entry's contract (custream.h) is that of a C API call: the GIL is held and every
+//! `PyObject *` is NULL or alive; that is the SAFETY of the pointer reads below.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_void, CStr};
+use std::ptr::NonNull;
 use std::sync::OnceLock;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
 
-use crate::ffi::boundary;
-use crate::layout::{custream_deleter_t, custream_handle_t, CustreamCAPI, CustreamStream, CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME};
+use crate::boundary::boundary;
+use crate::layout::{
+    custream_deleter_t, custream_handle_t, CustreamCAPI, CustreamStream, CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME,
+};
+use crate::lifecycle::{self, Managed};
 use crate::protocol;
 use crate::stream::{self, Parts, StreamRef};
 
 struct Table(CustreamCAPI);
-// SAFETY: the table is written once, before it is published, and only read afterwards.
+// SAFETY: the table is written once, before it is published, and only read afterwards;
+// its pointers are to functions and to the type object, which live for the process.
 unsafe impl Sync for Table {}
+// SAFETY: as above.
 unsafe impl Send for Table {}
 
 static TABLE: OnceLock<Table> = OnceLock::new();
@@ -24,34 +33,50 @@ fn device_of(device: c_int) -> PyResult<Option<i32>> {
     match device {
         d if d >= 0 => Ok(Some(d)),
         -1 => Ok(None),
-        d => Err(PyValueError::new_err(format!("custream C API: device {d} is not an ordinal (use -1 for unknown)"))),
+        d => Err(PyValueError::new_err(format!(
+            "custream C API: device {d} is not an ordinal (use -1 for unknown)"
+        ))),
     }
 }
 
+/// # Safety
+/// `obj` is NULL or alive.
 unsafe fn stream_arg(py: Python<'_>, obj: *mut ffi::PyObject, fname: &str) -> PyResult<StreamRef> {
-    if obj.is_null() || !stream::is_stream(obj) {
-        let got = if obj.is_null() {
-            "NULL".to_owned()
-        } else {
-            Bound::from_borrowed_ptr(py, obj).get_type().name()?.to_string()
-        };
-        return Err(PyTypeError::new_err(format!("{fname}() expected a custream.Stream, got {got}")));
+    // SAFETY: the caller's contract.
+    let Some(obj) = (unsafe { Bound::from_borrowed_ptr_or_opt(py, obj) }) else {
+        return Err(PyTypeError::new_err(format!(
+            "{fname}() expected a custream.Stream, got NULL"
+        )));
+    };
+    // SAFETY: alive.
+    if !unsafe { stream::is_stream(obj.as_ptr()) } {
+        let got = obj.get_type().name()?.to_string();
+        return Err(PyTypeError::new_err(format!(
+            "{fname}() expected a custream.Stream, got {got}"
+        )));
     }
-    Ok(StreamRef::of(obj))
+    // SAFETY: a live Stream, which the caller holds for the call.
+    Ok(unsafe { StreamRef::of(obj.as_ptr()) })
 }
 
 unsafe extern "C" fn as_stream(obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
     boundary(|py| {
-        if obj.is_null() {
+        // SAFETY: see the module's note.
+        let Some(obj) = (unsafe { Bound::from_borrowed_ptr_or_opt(py, obj) }) else {
             return Err(PyTypeError::new_err("Custream_AsStream() expected an object, got NULL"));
-        }
-        Ok(protocol::as_stream(&Bound::from_borrowed_ptr(py, obj))?.into_ptr())
+        };
+        Ok(protocol::as_stream(&obj)?.into_ptr())
     })
 }
 
-unsafe extern "C" fn from_handle(handle: custream_handle_t, device: c_int, owner: *mut ffi::PyObject) -> *mut ffi::PyObject {
+unsafe extern "C" fn from_handle(
+    handle: custream_handle_t,
+    device: c_int,
+    owner: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
     boundary(|py| {
-        let owner = (!owner.is_null()).then(|| Bound::from_borrowed_ptr(py, owner)).filter(|o| !o.is_none());
+        // SAFETY: see the module's note.
+        let owner = unsafe { Bound::from_borrowed_ptr_or_opt(py, owner) }.filter(|o| !o.is_none());
         Ok(stream::make(py, Parts::borrowed(handle as usize as u64, device_of(device)?, owner)?)?.into_ptr())
     })
 }
@@ -72,12 +97,14 @@ unsafe extern "C" fn from_handle_with_deleter(
 }
 
 unsafe extern "C" fn check(obj: *mut ffi::PyObject) -> c_int {
-    (!obj.is_null() && stream::is_stream(obj)) as c_int
+    // SAFETY: see the module's note.
+    c_int::from(!obj.is_null() && unsafe { stream::is_stream(obj) })
 }
 
 unsafe extern "C" fn synchronize(obj: *mut ffi::PyObject) -> c_int {
     boundary(|py| {
-        let s = stream_arg(py, obj, "Custream_Synchronize")?;
+        // SAFETY: see the module's note.
+        let s = unsafe { stream_arg(py, obj, "Custream_Synchronize") }?;
         s.synchronize(py)?;
         Ok(0)
     })
@@ -85,17 +112,21 @@ unsafe extern "C" fn synchronize(obj: *mut ffi::PyObject) -> c_int {
 
 unsafe extern "C" fn handle_checked(obj: *mut ffi::PyObject, out: *mut custream_handle_t) -> c_int {
     boundary(|py| {
-        let s = stream_arg(py, obj, "Custream_HandleChecked")?;
-        s.ensure_open("handle")?;
+        // SAFETY: see the module's note.
+        let s = unsafe { stream_arg(py, obj, "Custream_HandleChecked") }?;
+        if s.is_closed() {
+            return Err(lifecycle::closed_error(StreamRef::KIND, "handle"));
+        }
         if !out.is_null() {
-            *out = s.handle() as usize as custream_handle_t;
+            // SAFETY: the caller passes NULL or a place for one handle.
+            unsafe { *out = s.handle_value() as usize as custream_handle_t };
         }
         Ok(0)
     })
 }
 
 /// The capsule holding the table; the table lives for the process.
-pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     let table = TABLE.get_or_init(|| {
         Table(CustreamCAPI {
             abi_version: CUSTREAM_ABI_VERSION,
@@ -111,11 +142,7 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
             handle_checked: Some(handle_checked),
         })
     });
-    let ptr = &table.0 as *const CustreamCAPI as *mut c_void;
-    // SAFETY: the name is a 'static C string, as PyCapsule_New requires.
-    let cap = unsafe { ffi::PyCapsule_New(ptr, CUSTREAM_CAPSULE_NAME.as_ptr().cast(), None) };
-    if cap.is_null() {
-        return Err(PyErr::fetch(py));
-    }
-    Ok(unsafe { Bound::from_owned_ptr(py, cap) })
+    let name = CStr::from_bytes_with_nul(CUSTREAM_CAPSULE_NAME).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    // SAFETY: the table lives for the process, as the capsule's readers need.
+    unsafe { PyCapsule::new_with_pointer(py, NonNull::from(&table.0).cast(), name) }
 }

@@ -1,9 +1,11 @@
-//! custream's exceptions, and the one place driver failures become Python exceptions.
+//! custream's exceptions, and the one conversion of a driver failure into one of them, so
+//! `?` turns a `DriverError` into the right Python exception anywhere.
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
-use crate::driver::{self, DriverError};
+use crate::driver::{self, code, DriverError};
+use crate::libcuda::LoadError;
 
 pyo3::create_exception!(
     custream,
@@ -22,58 +24,75 @@ pyo3::create_exception!(
      (e.g. ``CUDA_ERROR_INVALID_HANDLE``) and ``message`` (the driver's own description)."
 );
 
-/// The exception for a failed driver call (or a refused one).
-pub fn to_pyerr(py: Python<'_>, err: DriverError) -> PyErr {
-    let (code, name, message) = match err {
-        DriverError::Unavailable(names) => {
-            return CudaUnavailableError::new_err(format!(
-                "no CUDA driver: could not load libcuda (looked for {}); install the NVIDIA \
-                 driver or put the directory holding libcuda.so.1 on LD_LIBRARY_PATH",
-                names.join(", ")
-            ))
-        }
-        DriverError::TooOld(version) => {
-            return CudaUnavailableError::new_err(format!(
-                "the CUDA driver is too old: it supports CUDA {}, custream needs {} or newer \
-                 (for cuCtxGetId); update the NVIDIA driver",
-                driver::version_text(version),
-                driver::version_text(driver::MIN_DRIVER_VERSION)
-            ))
-        }
-        DriverError::Cuda { code, name, message } => (code, name, message),
-        DriverError::Forked => (
-            3,
-            "CUDA_ERROR_NOT_INITIALIZED".to_owned(),
-            "CUDA cannot be used in a process forked after CUDA was initialized, nor on a \
-             stream made before the fork; start workers with the 'spawn' or 'forkserver' method"
-                .to_owned(),
+fn unavailable_message(err: &LoadError) -> String {
+    match err {
+        LoadError::NotFound { looked_for, stub: None } => format!(
+            "no CUDA driver: could not load libcuda (looked for {}); install the NVIDIA \
+             driver, put the directory holding it on the library path, or name it in \
+             CUSTREAM_LIBCUDA",
+            looked_for.join(", ")
         ),
-        DriverError::Finalizing => (
-            4,
-            "CUDA_ERROR_DEINITIALIZED".to_owned(),
-            "the interpreter is shutting down; custream no longer calls the driver".to_owned(),
+        LoadError::NotFound {
+            looked_for,
+            stub: Some(stub),
+        } => format!(
+            "no CUDA driver: only {stub} loaded, and it is the CUDA toolkit's link stub, not a \
+             driver (looked for {}); install the NVIDIA driver, or name the real libcuda.so.1 \
+             in CUSTREAM_LIBCUDA",
+            looked_for.join(", ")
         ),
-    };
-    let make = || -> PyResult<PyErr> {
-        let exc = py.get_type::<CudaError>().call1((format!("{name} ({code}): {message}"),))?;
-        exc.setattr("code", code)?;
-        exc.setattr("name", name.as_str())?;
-        exc.setattr("message", message.as_str())?;
-        Ok(PyErr::from_value(exc))
-    };
-    make().unwrap_or_else(|e| e)
-}
-
-pub trait IntoPyResult<T> {
-    fn py(self, py: Python<'_>) -> PyResult<T>;
-}
-
-impl<T> IntoPyResult<T> for Result<T, DriverError> {
-    fn py(self, py: Python<'_>) -> PyResult<T> {
-        self.map_err(|e| to_pyerr(py, e))
+        LoadError::MissingSymbol { symbol, version } => format!(
+            "the CUDA driver (CUDA {}) has no {symbol}, which custream calls; update the \
+             NVIDIA driver",
+            driver::version_text(*version)
+        ),
     }
 }
 
-pub fn closed_error(what: &str) -> PyErr {
-    PyValueError::new_err(format!("{what} on a closed custream.Stream"))
+impl From<DriverError> for PyErr {
+    fn from(err: DriverError) -> PyErr {
+        let (status, name, message) = match err {
+            DriverError::Unavailable(LoadError::MissingSymbol { version, .. })
+                if version < driver::MIN_DRIVER_VERSION =>
+            {
+                return DriverError::TooOld(version).into();
+            }
+            DriverError::Unavailable(e) => return CudaUnavailableError::new_err(unavailable_message(&e)),
+            DriverError::TooOld(version) => {
+                return CudaUnavailableError::new_err(format!(
+                    "the CUDA driver is too old: it supports CUDA {}, custream needs {} or newer \
+                     (for cuCtxGetId); update the NVIDIA driver",
+                    driver::version_text(version),
+                    driver::version_text(driver::MIN_DRIVER_VERSION)
+                ))
+            }
+            DriverError::Cuda { code, name, message } => (code, name, message),
+            DriverError::Forked => (
+                code::NOT_INITIALIZED,
+                "CUDA_ERROR_NOT_INITIALIZED".to_owned(),
+                "CUDA cannot be used in a process forked after CUDA was initialized, nor on a \
+                 stream made before the fork; start workers with the 'spawn' or 'forkserver' method"
+                    .to_owned(),
+            ),
+            DriverError::Finalizing => (
+                code::DEINITIALIZED,
+                "CUDA_ERROR_DEINITIALIZED".to_owned(),
+                "the interpreter is shutting down; custream no longer calls the driver".to_owned(),
+            ),
+        };
+        let text = format!("{name} ({status}): {message}");
+        // The attributes need the interpreter; while it finalizes pyo3 will not attach, and
+        // the exception goes without them.
+        Python::try_attach(|py| {
+            let made = || -> PyResult<PyErr> {
+                let exc = py.get_type::<CudaError>().call1((&text,))?;
+                exc.setattr("code", status)?;
+                exc.setattr("name", name.as_str())?;
+                exc.setattr("message", message.as_str())?;
+                Ok(PyErr::from_value(exc))
+            };
+            made().unwrap_or_else(|e| e)
+        })
+        .unwrap_or_else(|| CudaError::new_err(text))
+    }
 }

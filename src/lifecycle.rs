@@ -1,59 +1,62 @@
-//! The one word of a Stream's state that changes after creation (`CustreamStream.state`):
-//! the closed bit, the released bit, and the count of driver calls in flight on the handle.
+//! The one lifecycle of every custream object that holds a driver object (Stream, Event):
+//! where it lives and how it is made (`Home`), how a use holds it open (`InUse`), and how it
+//! is closed and released exactly once (`close`, `close_quietly`, `release_at_dealloc`).
 //!
+//! The state word: the closed bit, the released bit, and the count of uses in flight.
 //! `close()` may race a `synchronize()` that released the GIL, another `close()`, or the
 //! deallocation that follows. The rule that keeps them apart: whoever moves the word to
-//! "closed with no users" releases the stream, and only one compare-and-swap can do that,
-//! so the handle is destroyed (or the deleter called) exactly once and never while a call
-//! on it is still in flight.
+//! "closed with no users" releases the object, and only one compare-and-swap can do that,
+//! so the driver object is destroyed (or the deleter called) exactly once and never while
+//! a call on it is still in flight. Nothing outside this file writes the word.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::layout::{CUSTREAM_STATE_CLOSED as CLOSED, CUSTREAM_STATE_RELEASED as RELEASED, CUSTREAM_STATE_USERS as USERS};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
 
-pub struct Lifecycle<'a>(&'a AtomicU32);
+use crate::driver::{self, Context, DriverError};
+use crate::layout::{
+    CUSTREAM_STATE_CLOSED as CLOSED, CUSTREAM_STATE_RELEASED as RELEASED, CUSTREAM_STATE_USERS as USERS,
+};
+use crate::libcuda;
 
 /// What the caller must do after `close()` or the end of a use.
 #[must_use]
 #[derive(Debug, PartialEq, Eq)]
-pub enum Release {
-    /// Release the stream now: this caller won the right to, once.
+enum Release {
+    /// Release the object now: this caller won the right to, once.
     Now,
     /// Nothing: it is still in use, or somebody else released it.
     NotYours,
 }
 
-impl<'a> Lifecycle<'a> {
-    pub fn new(word: &'a AtomicU32) -> Self {
-        Lifecycle(word)
-    }
+/// The state word's transitions.
+struct Word<'a>(&'a AtomicU32);
 
-    /// # Safety
-    /// `word` must point at a live `state` field that is only ever accessed atomically.
-    pub unsafe fn from_ptr(word: *mut u32) -> Self {
-        Lifecycle(AtomicU32::from_ptr(word))
-    }
-
-    pub fn is_closed(&self) -> bool {
+impl Word<'_> {
+    fn is_closed(&self) -> bool {
         self.0.load(Ordering::Acquire) & CLOSED != 0
     }
 
-    /// Begin a driver call on the handle; fails once the stream is closed.
-    pub fn enter(&self) -> Result<(), ()> {
+    /// Begin a use; false once closed.
+    fn enter(&self) -> bool {
         let mut s = self.0.load(Ordering::Acquire);
         loop {
             if s & CLOSED != 0 || s & USERS == USERS {
-                return Err(());
+                return false;
             }
-            match self.0.compare_exchange_weak(s, s + 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Ok(()),
+            match self
+                .0
+                .compare_exchange_weak(s, s + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
                 Err(now) => s = now,
             }
         }
     }
 
-    /// End a driver call begun by `enter`.
-    pub fn leave(&self) -> Release {
+    /// End a use begun by `enter`.
+    fn leave(&self) -> Release {
         let before = self.0.fetch_sub(1, Ordering::AcqRel);
         if before == CLOSED | 1 {
             self.claim_release()
@@ -62,8 +65,8 @@ impl<'a> Lifecycle<'a> {
         }
     }
 
-    /// Mark closed. Returns `Now` if no call is in flight and nobody released it before.
-    pub fn close(&self) -> Release {
+    /// Mark closed. `Now` if no use is in flight and nobody released it before.
+    fn close(&self) -> Release {
         let before = self.0.fetch_or(CLOSED, Ordering::AcqRel);
         if before & CLOSED == 0 && before & USERS == 0 {
             self.claim_release()
@@ -73,10 +76,183 @@ impl<'a> Lifecycle<'a> {
     }
 
     fn claim_release(&self) -> Release {
-        match self.0.compare_exchange(CLOSED, CLOSED | RELEASED, Ordering::AcqRel, Ordering::Acquire) {
+        match self
+            .0
+            .compare_exchange(CLOSED, CLOSED | RELEASED, Ordering::AcqRel, Ordering::Acquire)
+        {
             Ok(_) => Release::Now,
             Err(_) => Release::NotYours,
         }
+    }
+
+    /// At deallocation nothing else can reach the object (no reference, so no use in
+    /// flight), so a load and a store do what `close` does: its read-modify-writes cost
+    /// more than the rest of a borrowed stream's teardown.
+    fn close_unshared(&self) -> Release {
+        if self.0.load(Ordering::Acquire) & RELEASED != 0 {
+            return Release::NotYours;
+        }
+        self.0.store(CLOSED | RELEASED, Ordering::Release);
+        Release::Now
+    }
+}
+
+/// An object with this lifecycle: its state word, the fork generation it was made in, and
+/// what releasing it means.
+pub trait Managed {
+    /// The Python type's name, for errors.
+    const KIND: &'static str;
+    fn state(&self) -> &AtomicU32;
+    fn fork_generation(&self) -> u32;
+    /// Give back what the object holds. Runs once, with the GIL held.
+    fn release(&self, py: Python<'_>) -> driver::Result<()>;
+}
+
+/// Whether this process may call the driver (or a C deleter) for an object made in
+/// `generation`: not in a forked child, not during finalization, where its handles belong
+/// to a dead parent or to the process's exit.
+pub fn may_release(generation: u32) -> bool {
+    generation == libcuda::fork_generation() && !libcuda::is_finalizing()
+}
+
+pub fn is_closed<T: Managed>(obj: &T) -> bool {
+    Word(obj.state()).is_closed()
+}
+
+/// The error for a use of a closed object.
+pub fn closed_error(kind: &str, what: &str) -> PyErr {
+    PyValueError::new_err(format!("{what} on a closed {kind}"))
+}
+
+/// Fails with the closed-object error naming `what`, without holding the object open: for a
+/// use that keeps the GIL from start to end, during which no close can begin.
+pub fn ensure_usable<T: Managed>(obj: &T, what: &str) -> PyResult<()> {
+    if obj.fork_generation() != libcuda::fork_generation() {
+        return Err(DriverError::Forked.into());
+    }
+    if is_closed(obj) {
+        return Err(closed_error(T::KIND, what));
+    }
+    Ok(())
+}
+
+/// A use in flight: the object stays open until this is dropped; a `close()` meanwhile
+/// takes effect then, and its release runs here.
+pub struct InUse<'a, T: Managed> {
+    obj: &'a T,
+    py: Python<'a>,
+}
+
+/// Begin a use of `obj`: fails after a fork or once closed. `what` names it in errors.
+pub fn enter<'a, T: Managed>(obj: &'a T, py: Python<'a>, what: &str) -> PyResult<InUse<'a, T>> {
+    if obj.fork_generation() != libcuda::fork_generation() {
+        return Err(DriverError::Forked.into());
+    }
+    if !Word(obj.state()).enter() {
+        return Err(closed_error(T::KIND, what));
+    }
+    Ok(InUse { obj, py })
+}
+
+impl<T: Managed> Drop for InUse<'_, T> {
+    fn drop(&mut self) {
+        if Word(self.obj.state()).leave() == Release::Now {
+            // The close() that raced this use left the release to us; its errors have no
+            // caller to go to.
+            let _ = self.obj.release(self.py);
+        }
+    }
+}
+
+/// close(): idempotent; the first call releases (now, or when the uses in flight end).
+pub fn close<T: Managed>(obj: &T, py: Python<'_>) -> PyResult<()> {
+    match Word(obj.state()).close() {
+        Release::Now => Ok(obj.release(py)?),
+        Release::NotYours => Ok(()),
+    }
+}
+
+/// close() without raising: for tp_clear and Drop.
+pub fn close_quietly<T: Managed>(obj: &T, py: Python<'_>) {
+    if Word(obj.state()).close() == Release::Now {
+        let _ = obj.release(py);
+    }
+}
+
+/// The release at deallocation (see `Word::close_unshared`).
+pub fn release_at_dealloc<T: Managed>(obj: &T, py: Python<'_>) {
+    if Word(obj.state()).close_unshared() == Release::Now {
+        let _ = obj.release(py);
+    }
+}
+
+/// Where a driver object lives: its context, that context's id when the object was made,
+/// its device, and whether we hold a retain on the device's primary context for it.
+#[derive(Clone, Copy, Debug)]
+pub struct Home {
+    pub context: Context,
+    pub context_id: u64,
+    pub device: i32,
+    pub retains_primary: bool,
+}
+
+impl Home {
+    /// Make a driver object with `make`, in `device`'s primary context (retained for the
+    /// object's life), or in `context` when that is given and is another one (no retain:
+    /// its owner keeps it). On failure nothing is kept. Without the GIL: a first retain
+    /// creates the context (~100 ms), and a driver call that waits on a driver lock must not
+    /// hold the GIL, which that lock's holder may need (a host callback, another library's
+    /// nogil call): under compute-sanitizer that wait hung a threaded workload.
+    pub fn make<H: Send>(
+        py: Python<'_>,
+        device: i32,
+        context: Option<Context>,
+        make: impl FnOnce(Context) -> driver::Result<H> + Send,
+    ) -> PyResult<(Home, H)> {
+        let made = py.detach(move || {
+            let primary = driver::retain_primary_context(device)?;
+            let (context, retains_primary) = match context {
+                Some(c) if c != primary => {
+                    let _ = driver::release_primary_context(device);
+                    (c, false)
+                }
+                _ => (primary, true),
+            };
+            let made = driver::context_id(context).and_then(|id| Ok((id, make(context)?)));
+            if made.is_err() && retains_primary {
+                let _ = driver::release_primary_context(device);
+            }
+            let (context_id, object) = made?;
+            Ok::<_, DriverError>((
+                Home {
+                    context,
+                    context_id,
+                    device,
+                    retains_primary,
+                },
+                object,
+            ))
+        });
+        Ok(made?)
+    }
+
+    /// Destroy the object with `destroy` and give back the retain, without the GIL (see
+    /// `make`). After a reset the object is gone with its context, and so is the retain:
+    /// destroying or releasing then would hit the new context.
+    pub fn release(
+        self,
+        py: Python<'_>,
+        destroy: impl FnOnce(Context) -> driver::Result<()> + Send,
+    ) -> driver::Result<()> {
+        py.detach(move || {
+            driver::ensure_same_context(self.context, self.context_id)?;
+            let destroyed = destroy(self.context);
+            if self.retains_primary {
+                destroyed.and(driver::release_primary_context(self.device))
+            } else {
+                destroyed
+            }
+        })
     }
 }
 
@@ -86,29 +262,25 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
     use std::sync::Arc;
 
-    fn word() -> Box<u32> {
-        Box::new(0)
-    }
-
     #[test]
     fn close_without_users_releases_once() {
-        let mut w = word();
-        let l = unsafe { Lifecycle::from_ptr(&mut *w) };
+        let w = AtomicU32::new(0);
+        let l = Word(&w);
         assert!(!l.is_closed());
         assert_eq!(l.close(), Release::Now);
         assert!(l.is_closed());
         assert_eq!(l.close(), Release::NotYours);
-        assert!(l.enter().is_err());
+        assert!(!l.enter());
     }
 
     #[test]
     fn close_during_a_call_defers_release_to_the_caller() {
-        let mut w = word();
-        let l = unsafe { Lifecycle::from_ptr(&mut *w) };
-        l.enter().unwrap();
-        l.enter().unwrap();
+        let w = AtomicU32::new(0);
+        let l = Word(&w);
+        assert!(l.enter());
+        assert!(l.enter());
         assert_eq!(l.close(), Release::NotYours);
-        assert!(l.enter().is_err(), "a closed stream accepts no new calls");
+        assert!(!l.enter(), "a closed object accepts no new uses");
         assert_eq!(l.leave(), Release::NotYours);
         assert_eq!(l.leave(), Release::Now);
         assert_eq!(l.close(), Release::NotYours);
@@ -116,11 +288,22 @@ mod tests {
 
     #[test]
     fn calls_that_end_before_close_leave_nothing_to_release() {
-        let mut w = word();
-        let l = unsafe { Lifecycle::from_ptr(&mut *w) };
-        l.enter().unwrap();
+        let w = AtomicU32::new(0);
+        let l = Word(&w);
+        assert!(l.enter());
         assert_eq!(l.leave(), Release::NotYours);
         assert_eq!(l.close(), Release::Now);
+    }
+
+    #[test]
+    fn dealloc_releases_unless_close_already_did() {
+        let w = AtomicU32::new(0);
+        assert_eq!(Word(&w).close_unshared(), Release::Now);
+        assert!(Word(&w).is_closed());
+        assert_eq!(Word(&w).close_unshared(), Release::NotYours);
+        let w = AtomicU32::new(0);
+        assert_eq!(Word(&w).close(), Release::Now);
+        assert_eq!(Word(&w).close_unshared(), Release::NotYours);
     }
 
     #[test]
@@ -132,12 +315,10 @@ mod tests {
                 .map(|i| {
                     let (w, released) = (w.clone(), released.clone());
                     std::thread::spawn(move || {
-                        let l = unsafe { Lifecycle::from_ptr(w.as_ptr()) };
+                        let l = Word(&w);
                         for _ in 0..50 {
-                            if l.enter().is_ok() {
-                                if l.leave() == Release::Now {
-                                    released.fetch_add(1, Ordering::SeqCst);
-                                }
+                            if l.enter() && l.leave() == Release::Now {
+                                released.fetch_add(1, Ordering::SeqCst);
                             }
                         }
                         if i % 2 == 0 && l.close() == Release::Now {

@@ -1,5 +1,5 @@
 //! The CUDA Stream Protocol, consumer side: `as_stream(obj)` and the rules a producer's
-//! `__cuda_stream__()` result must follow (DESIGN.md, "The protocol"). No driver call here.
+//! `__cuda_stream__()` result must follow (docs/design.md, "The protocol"). No driver call here.
 
 use pyo3::exceptions::{PyDeprecationWarning, PyTypeError, PyValueError};
 use pyo3::ffi;
@@ -7,11 +7,14 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyTuple};
 
-use crate::ffi::{int_repr, is_int_not_bool, short_repr};
+use crate::args::{int_repr, is_int_not_bool, short_repr};
 use crate::stream::{self, Parts};
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.get_type().fully_qualified_name().map(|n| n.to_string()).unwrap_or_else(|_| "<unknown type>".into())
+    obj.get_type()
+        .fully_qualified_name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "<unknown type>".into())
 }
 
 /// A stream handle given as a Python int: an `int` (not `bool`) in [0, 2**64).
@@ -31,6 +34,7 @@ pub fn handle_from_int(value: &Bound<'_, PyAny>, what: impl Fn() -> String) -> P
     #[cfg(all(target_pointer_width = "64", not(windows)))]
     let h = unsafe { ffi::PyLong_AsUnsignedLong(value.as_ptr()) } as u64;
     #[cfg(not(all(target_pointer_width = "64", not(windows))))]
+    // SAFETY: as above.
     let h = unsafe { ffi::PyLong_AsUnsignedLongLong(value.as_ptr()) };
     if h == u64::MAX && PyErr::occurred(value.py()) {
         drop(PyErr::fetch(value.py()));
@@ -84,8 +88,13 @@ fn parse_result(result: &Bound<'_, PyAny>, producer: &Bound<'_, PyAny>) -> PyRes
         )));
     }
     let handle = tuple.get_borrowed_item(1)?;
-    let h = handle_from_int(&handle, || format!("the handle returned by {}.__cuda_stream__()", owner_type()))?;
-    Ok((h, result.is_exact_instance_of::<PyTuple>() && handle.is_exact_instance_of::<PyInt>()))
+    let h = handle_from_int(&handle, || {
+        format!("the handle returned by {}.__cuda_stream__()", owner_type())
+    })?;
+    Ok((
+        h,
+        result.is_exact_instance_of::<PyTuple>() && handle.is_exact_instance_of::<PyInt>(),
+    ))
 }
 
 /// The result when calling `obj.__cuda_stream__()` raised `raised`: the producer's own
@@ -132,13 +141,10 @@ pub fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         return Ok(obj.clone());
     }
     let py = obj.py();
-    let name = intern!(py, "__cuda_stream__");
     // The common case first: call the method without making a bound-method object
     // (CPython's method-call path). Only on failure is the attribute looked at, to tell a
     // missing or non-callable attribute from a producer that raised.
-    // SAFETY: obj and name are alive; the argument list is NULL-terminated.
-    let called = unsafe { ffi::PyObject_CallMethodObjArgs(obj.as_ptr(), name.as_ptr(), std::ptr::null_mut::<ffi::PyObject>()) };
-    let result = match unsafe { Bound::from_owned_ptr_or_err(py, called) } {
+    let result = match obj.call_method0(intern!(py, "__cuda_stream__")) {
         Ok(result) => result,
         Err(raised) => non_method_result(obj, raised)?,
     };

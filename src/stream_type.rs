@@ -8,15 +8,16 @@ use std::mem::offset_of;
 use std::ptr::null_mut;
 use std::sync::atomic::Ordering;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyType;
+use pyo3::types::{PyBool, PyInt, PyString, PyTuple, PyType};
 
-use crate::driver;
+use crate::args::{bool_arg, device_arg, i32_arg, Signature};
+use crate::boundary::{boundary, no_unwind};
 use crate::event::Event;
-use crate::ffi::{boundary, bool_arg, device_arg, i32_arg, Signature};
 use crate::layout::CustreamStream;
+use crate::lifecycle::{self, Managed};
 use crate::protocol::{self, handle_from_int};
 use crate::stream::{self, Parts, StreamRef, STREAM_TYPE};
 
@@ -32,11 +33,33 @@ somebody else made, keeping its owner alive. ``close()`` (or leaving a ``with`` 
 destroys an owned stream and lets go of a borrowed one's owner; after it, every handle
 accessor raises ValueError.";
 
+/// # Safety
+/// `obj` is the live Stream CPython passed to a slot or method.
 unsafe fn slf(obj: *mut ffi::PyObject) -> StreamRef {
-    StreamRef::of(obj)
+    // SAFETY: the caller's contract.
+    unsafe { StreamRef::of(obj) }
+}
+
+fn none(py: Python<'_>) -> *mut ffi::PyObject {
+    py.None().into_ptr()
+}
+
+fn bool_ptr(py: Python<'_>, b: bool) -> *mut ffi::PyObject {
+    PyBool::new(py, b).to_owned().into_ptr()
+}
+
+/// The Stream a slot or method was called on, and the GIL CPython holds for the call.
+///
+/// # Safety
+/// `obj` is the live Stream CPython passed.
+unsafe fn attached(obj: *mut ffi::PyObject) -> (StreamRef, Python<'static>) {
+    // SAFETY: the caller's contract; CPython calls slots and methods with the GIL held.
+    unsafe { (StreamRef::of(obj), Python::assume_attached()) }
 }
 
 // ---- slots ------------------------------------------------------------------------------
+// Every slot and method below is called by CPython with the GIL held and `obj` a live
+// Stream; that is the SAFETY of each `slf(obj)`.
 
 static NEW_SIG: Signature = Signature {
     name: "Stream",
@@ -45,9 +68,14 @@ static NEW_SIG: Signature = Signature {
     required: 0,
 };
 
-unsafe extern "C" fn tp_new(_tp: *mut ffi::PyTypeObject, args: *mut ffi::PyObject, kwargs: *mut ffi::PyObject) -> *mut ffi::PyObject {
+unsafe extern "C" fn tp_new(
+    _tp: *mut ffi::PyTypeObject,
+    args: *mut ffi::PyObject,
+    kwargs: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
     boundary(|py| {
-        let [device, non_blocking, priority] = NEW_SIG.parse_tuple_dict::<3>(py, args, kwargs)?;
+        // SAFETY: the argument tuple and dict CPython passed.
+        let [device, non_blocking, priority] = unsafe { NEW_SIG.parse_tuple_dict::<3>(py, args, kwargs) }?;
         let device = device_arg(device.as_ref(), "Stream")?;
         let non_blocking = bool_arg(non_blocking.as_ref(), "Stream", "non_blocking", true)?;
         let priority = i32_arg(priority.as_ref(), "Stream", "priority", 0)?;
@@ -56,48 +84,28 @@ unsafe extern "C" fn tp_new(_tp: *mut ffi::PyTypeObject, args: *mut ffi::PyObjec
 }
 
 unsafe extern "C" fn tp_dealloc(obj: *mut ffi::PyObject) {
-    ffi::PyObject_GC_UnTrack(obj.cast());
-    let s = slf(obj);
-    if !(*s.0).weakreflist.is_null() {
-        ffi::PyObject_ClearWeakRefs(obj);
-    }
-    let py = Python::assume_attached();
-    // A panic must not unwind into CPython's deallocator; there is no caller to tell.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.release_at_dealloc(py)));
-    let protocol = std::mem::replace(&mut (*s.0).protocol, null_mut());
-    if !protocol.is_null() {
-        ffi::Py_DECREF(protocol);
-    }
-    let tp = ffi::Py_TYPE(obj);
-    ffi::PyObject_GC_Del(obj.cast());
-    ffi::Py_DECREF(tp.cast());
-    stream::count_live(-1);
+    // SAFETY: CPython deallocates a Stream whose last reference is gone, with the GIL held.
+    unsafe { stream::dealloc(obj) }
 }
 
 unsafe extern "C" fn tp_traverse(obj: *mut ffi::PyObject, visit: ffi::visitproc, arg: *mut c_void) -> c_int {
-    let s = obj.cast::<CustreamStream>();
-    for p in [(*s).owner, (*s).protocol, ffi::Py_TYPE(obj).cast()] {
-        if !p.is_null() {
-            let r = visit(p, arg);
-            if r != 0 {
-                return r;
-            }
-        }
-    }
-    0
+    // SAFETY: CPython's GC traverses a live Stream.
+    unsafe { stream::traverse(obj, visit, arg) }
 }
 
 unsafe extern "C" fn tp_clear(obj: *mut ffi::PyObject) -> c_int {
     // Only cyclic garbage is cleared: release it now, as deallocation would.
-    let py = Python::assume_attached();
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| slf(obj).close_quietly(py)));
+    // SAFETY: CPython's GC clears a live Stream, with the GIL held.
+    let (s, py) = unsafe { attached(obj) };
+    no_unwind(|| s.close_quietly(py));
     0
 }
 
 unsafe extern "C" fn tp_repr(obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    // SAFETY: see "slots".
+    let s = unsafe { slf(obj) };
     boundary(|py| {
-        let s = slf(obj);
-        let what = match s.handle() {
+        let what = match s.handle_value() {
             0 => "null (default) stream".to_owned(),
             1 => "LEGACY_DEFAULT_STREAM".to_owned(),
             2 => "PER_THREAD_DEFAULT_STREAM".to_owned(),
@@ -114,18 +122,19 @@ unsafe extern "C" fn tp_repr(obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
             " owned".to_owned()
         } else if let Some(owner) = s.owner(py) {
             format!(" borrowed from {}", owner.get_type().fully_qualified_name()?)
-        } else if !(*s.0).deleter.is_none() {
+        } else if s.has_deleter() {
             " borrowed with deleter".to_owned()
         } else {
             " borrowed".to_owned()
         };
-        Ok(pyo3::types::PyString::new(py, &format!("<custream.Stream {what}{device}{how}>")).into_ptr())
+        Ok(PyString::new(py, &format!("<custream.Stream {what}{device}{how}>")).into_ptr())
     })
 }
 
 unsafe extern "C" fn tp_hash(obj: *mut ffi::PyObject) -> ffi::Py_hash_t {
     // The handle, as int's own hash of it, so equal streams hash alike; -1 is reserved.
-    let h = slf(obj).handle() as ffi::Py_hash_t;
+    // SAFETY: see "slots".
+    let h = unsafe { slf(obj) }.handle_value() as ffi::Py_hash_t;
     if h == -1 {
         -2
     } else {
@@ -134,21 +143,27 @@ unsafe extern "C" fn tp_hash(obj: *mut ffi::PyObject) -> ffi::Py_hash_t {
 }
 
 unsafe extern "C" fn tp_richcompare(a: *mut ffi::PyObject, b: *mut ffi::PyObject, op: c_int) -> *mut ffi::PyObject {
-    if !stream::is_stream(b) || !(op == ffi::Py_EQ || op == ffi::Py_NE) {
-        return ffi::Py_NewRef(ffi::Py_NotImplemented());
+    // SAFETY: see "slots"; CPython passes `b` alive.
+    let ((a, py), b_is_stream) = unsafe { (attached(a), stream::is_stream(b)) };
+    if !b_is_stream || !(op == ffi::Py_EQ || op == ffi::Py_NE) {
+        return py.NotImplemented().into_ptr();
     }
-    let equal = slf(a).handle() == slf(b).handle();
-    ffi::Py_NewRef(if equal == (op == ffi::Py_EQ) { ffi::Py_True() } else { ffi::Py_False() })
+    // SAFETY: `b` is a live Stream.
+    let equal = a.handle_value() == unsafe { slf(b) }.handle_value();
+    bool_ptr(py, equal == (op == ffi::Py_EQ))
 }
 
 // ---- methods ----------------------------------------------------------------------------
+// `__cuda_stream__`, the getters, tp_hash and tp_richcompare that skip `boundary` only read
+// fields and call CPython: no Rust code there can panic, and the hot ones stay a few loads.
 
 unsafe extern "C" fn cuda_stream(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    let s = slf(obj);
+    // SAFETY: see "slots".
+    let (s, py) = unsafe { attached(obj) };
     if s.is_closed() {
-        return boundary(|_| Err(crate::errors::closed_error("__cuda_stream__()")));
+        return boundary(|_| Err(closed_error("__cuda_stream__()")));
     }
-    ffi::Py_NewRef((*s.0).protocol)
+    s.protocol(py).to_owned().into_ptr()
 }
 
 static FROM_HANDLE_SIG: Signature = Signature {
@@ -165,43 +180,50 @@ unsafe extern "C" fn from_handle(
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
     boundary(|py| {
-        let [handle_obj, owner, device] = FROM_HANDLE_SIG.parse_fastcall::<3>(py, args, nargs, kwnames)?;
-        let handle_obj = handle_obj.expect("required");
+        // SAFETY: the vectorcall arguments CPython passed.
+        let [handle_obj, owner, device] = unsafe { FROM_HANDLE_SIG.parse_fastcall::<3>(py, args, nargs, kwnames) }?;
+        let handle_obj =
+            handle_obj.ok_or_else(|| PyTypeError::new_err("from_handle() missing required argument 'handle'"))?;
         let handle = handle_from_int(&handle_obj, || "from_handle() handle".to_owned())?;
         let device = device_arg(device.as_ref(), "from_handle")?;
         let owner = owner.filter(|o| !o.is_none());
         let mut parts = Parts::borrowed(handle, device, owner)?;
         // The caller's int, when it is a plain int, is the one `handle` returns: no new int.
-        if handle_obj.is_exact_instance_of::<pyo3::types::PyInt>() {
-            parts.protocol = Some(pyo3::types::PyTuple::new(py, [pyo3::types::PyInt::new(py, 0u8).into_any(), handle_obj])?);
+        if handle_obj.is_exact_instance_of::<PyInt>() {
+            parts.protocol = Some(PyTuple::new(py, [PyInt::new(py, 0u8).into_any(), handle_obj])?);
         }
         Ok(stream::make(py, parts)?.into_ptr())
     })
 }
 
 unsafe extern "C" fn synchronize(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    // SAFETY: see "slots".
+    let s = unsafe { slf(obj) };
     boundary(|py| {
-        slf(obj).synchronize(py)?;
-        Ok(ffi::Py_NewRef(ffi::Py_None()))
+        s.synchronize(py)?;
+        Ok(none(py))
     })
 }
 
 unsafe extern "C" fn query(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    boundary(|py| {
-        let done = slf(obj).use_handle_attached(py, "query()", driver::stream_query)?;
-        Ok(ffi::Py_NewRef(if done { ffi::Py_True() } else { ffi::Py_False() }))
-    })
+    // SAFETY: see "slots".
+    let s = unsafe { slf(obj) };
+    boundary(|py| Ok(bool_ptr(py, s.query()?)))
 }
 
 unsafe extern "C" fn wait(obj: *mut ffi::PyObject, other: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    // SAFETY: see "slots".
+    let s = unsafe { slf(obj) };
     boundary(|py| {
-        let s = slf(obj);
         // A closed stream refuses before `other` is looked at, which may call the driver.
-        s.ensure_open("wait()")?;
-        let other = Bound::from_borrowed_ptr(py, other);
+        if s.is_closed() {
+            return Err(closed_error("wait()"));
+        }
+        // SAFETY: the argument CPython passed, alive for the call.
+        let other = unsafe { Bound::from_borrowed_ptr(py, other) };
         if let Ok(event) = other.cast::<Event>() {
-            event.get().use_event(py, "wait()", |ev| Ok(s.use_handle(py, "wait()", |h| driver::stream_wait_event(h, ev))))??;
-            return Ok(ffi::Py_NewRef(ffi::Py_None()));
+            s.wait_event(py, event.get())?;
+            return Ok(none(py));
         }
         let upstream = protocol::as_stream(&other).map_err(|e| {
             if e.is_instance_of::<PyTypeError>(py) {
@@ -213,24 +235,9 @@ unsafe extern "C" fn wait(obj: *mut ffi::PyObject, other: *mut ffi::PyObject) ->
                 e
             }
         })?;
-        let up = StreamRef::of(upstream.as_ptr());
-        if up.is_closed() {
-            return Err(PyValueError::new_err("wait() was given a closed custream.Stream"));
-        }
-        if up.handle() == s.handle() && !s.is_default() {
-            s.ensure_open("wait()")?;
-            return Ok(ffi::Py_NewRef(ffi::Py_None()));
-        }
-        let context = up.context(py)?;
-        up.use_handle(py, "wait()", |uh| {
-            let ev = driver::event_create(context, false)?;
-            let waited = driver::event_record(ev, uh).and_then(|_| {
-                Ok(s.use_handle(py, "wait()", |h| driver::stream_wait_event(h, ev)))
-            });
-            let destroyed = driver::event_destroy(context, ev);
-            waited.and_then(|inner| destroyed.map(|_| inner))
-        })??;
-        Ok(ffi::Py_NewRef(ffi::Py_None()))
+        // SAFETY: as_stream returns a live Stream, which `upstream` keeps alive.
+        s.wait_stream(py, unsafe { StreamRef::of(upstream.as_ptr()) })?;
+        Ok(none(py))
     })
 }
 
@@ -247,44 +254,55 @@ unsafe extern "C" fn record(
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
+    // SAFETY: see "slots".
+    let s = unsafe { slf(obj) };
     boundary(|py| {
-        let s = slf(obj);
-        let [event] = RECORD_SIG.parse_fastcall::<1>(py, args, nargs, kwnames)?;
+        // SAFETY: the vectorcall arguments CPython passed.
+        let [event] = unsafe { RECORD_SIG.parse_fastcall::<1>(py, args, nargs, kwnames) }?;
         let event = match event.filter(|e| !e.is_none()) {
-            Some(e) => e.cast_into::<Event>().map_err(|e| {
+            Some(e) => Some(e.cast_into::<Event>().map_err(|e| {
                 PyTypeError::new_err(format!(
                     "record() event must be a custream.Event or None, got {}",
-                    e.into_inner().get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                    e.into_inner()
+                        .get_type()
+                        .name()
+                        .map(|n| n.to_string())
+                        .unwrap_or_default()
                 ))
-            })?,
-            None => {
-                s.ensure_open("record()")?;
-                Bound::new(py, Event::for_stream(py, s)?)?
-            }
+            })?),
+            None => None,
         };
-        event.get().use_event(py, "record()", |ev| Ok(s.use_handle(py, "record()", |h| driver::event_record(ev, h))))??;
-        Ok(event.into_ptr())
+        Ok(s.record(py, event)?.into_ptr())
     })
 }
 
 unsafe extern "C" fn close(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    // SAFETY: see "slots".
+    let s = unsafe { slf(obj) };
     boundary(|py| {
-        slf(obj).close(py)?;
-        Ok(ffi::Py_NewRef(ffi::Py_None()))
+        s.close(py)?;
+        Ok(none(py))
     })
 }
 
 unsafe extern "C" fn enter(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    // SAFETY: see "slots".
+    let (s, py) = unsafe { attached(obj) };
     boundary(|_| {
-        slf(obj).ensure_open("__enter__()")?;
-        Ok(ffi::Py_NewRef(obj))
+        if s.is_closed() {
+            return Err(closed_error("__enter__()"));
+        }
+        // SAFETY: the live Stream CPython passed.
+        Ok(unsafe { Bound::from_borrowed_ptr(py, obj) }.into_ptr())
     })
 }
 
 unsafe extern "C" fn exit(obj: *mut ffi::PyObject, _args: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    // SAFETY: see "slots".
+    let s = unsafe { slf(obj) };
     boundary(|py| {
-        slf(obj).close(py)?;
-        Ok(ffi::Py_NewRef(ffi::Py_False()))
+        s.close(py)?;
+        Ok(bool_ptr(py, false))
     })
 }
 
@@ -298,76 +316,75 @@ unsafe extern "C" fn reduce(_obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> 
 }
 
 // ---- getters ----------------------------------------------------------------------------
-// The getters, `__cuda_stream__`, tp_hash and tp_richcompare that skip `boundary` only read
-// fields and call CPython: no Rust code there can panic, and the hot ones stay a few loads.
-
-fn bool_ptr(b: bool) -> *mut ffi::PyObject {
-    unsafe { ffi::Py_NewRef(if b { ffi::Py_True() } else { ffi::Py_False() }) }
-}
 
 unsafe extern "C" fn get_handle(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
-    let s = slf(obj);
+    // SAFETY: see "slots".
+    let (s, py) = unsafe { attached(obj) };
     if s.is_closed() {
-        return boundary(|_| Err(crate::errors::closed_error("handle")));
+        return boundary(|_| Err(closed_error("handle")));
     }
     // The int already in the (0, handle) tuple: no allocation.
-    ffi::Py_NewRef(ffi::PyTuple_GetItem((*s.0).protocol, 1))
+    boundary(|_| Ok(s.protocol(py).get_borrowed_item(1)?.to_owned().into_ptr()))
 }
 
 unsafe extern "C" fn get_device(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
-    boundary(|py| Ok(slf(obj).device(py)?.into_pyobject(py)?.into_ptr()))
+    // SAFETY: see "slots".
+    let s = unsafe { slf(obj) };
+    boundary(|py| Ok(s.device(py)?.into_pyobject(py)?.into_ptr()))
 }
 
 unsafe extern "C" fn get_owned(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
-    bool_ptr(slf(obj).is_owned())
+    // SAFETY: see "slots".
+    let (s, py) = unsafe { attached(obj) };
+    bool_ptr(py, s.is_owned())
 }
 
 unsafe extern "C" fn get_owner(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
-    let py = Python::assume_attached();
-    match slf(obj).owner(py) {
+    // SAFETY: see "slots".
+    let (s, py) = unsafe { attached(obj) };
+    match s.owner(py) {
         Some(o) => o.into_ptr(),
-        None => ffi::Py_NewRef(ffi::Py_None()),
+        None => none(py),
     }
 }
 
 unsafe extern "C" fn get_is_default(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
-    bool_ptr(slf(obj).is_default())
+    // SAFETY: see "slots".
+    let (s, py) = unsafe { attached(obj) };
+    bool_ptr(py, s.is_default())
 }
 
 unsafe extern "C" fn get_non_blocking(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
-    boundary(|py| {
-        let s = slf(obj);
-        let nb = if s.is_owned() {
-            s.is_non_blocking_flag()
-        } else if s.is_default() {
-            false
-        } else {
-            s.use_handle(py, "non_blocking", driver::stream_flags)? & driver::STREAM_NON_BLOCKING != 0
-        };
-        Ok(bool_ptr(nb))
-    })
+    // SAFETY: see "slots".
+    let s = unsafe { slf(obj) };
+    boundary(|py| Ok(bool_ptr(py, s.non_blocking(py)?)))
 }
 
 unsafe extern "C" fn get_priority(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
-    boundary(|py| {
-        let s = slf(obj);
-        let p = if s.is_owned() || s.is_default() {
-            s.priority_field()
-        } else {
-            s.use_handle(py, "priority", driver::stream_priority)?
-        };
-        Ok(p.into_pyobject(py)?.into_ptr())
-    })
+    // SAFETY: see "slots".
+    let s = unsafe { slf(obj) };
+    boundary(|py| Ok(s.priority(py)?.into_pyobject(py)?.into_ptr()))
 }
 
 unsafe extern "C" fn get_closed(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
-    bool_ptr(slf(obj).is_closed())
+    // SAFETY: see "slots".
+    let (s, py) = unsafe { attached(obj) };
+    bool_ptr(py, s.is_closed())
+}
+
+fn closed_error(what: &str) -> PyErr {
+    lifecycle::closed_error(StreamRef::KIND, what)
 }
 
 // ---- the type ---------------------------------------------------------------------------
 
 fn method(name: &'static CStr, meth: ffi::PyMethodDefPointer, flags: c_int, doc: &'static CStr) -> ffi::PyMethodDef {
-    ffi::PyMethodDef { ml_name: name.as_ptr(), ml_meth: meth, ml_flags: flags, ml_doc: doc.as_ptr() }
+    ffi::PyMethodDef {
+        ml_name: name.as_ptr(),
+        ml_meth: meth,
+        ml_flags: flags,
+        ml_doc: doc.as_ptr(),
+    }
 }
 
 fn getter(
@@ -375,7 +392,13 @@ fn getter(
     get: unsafe extern "C" fn(*mut ffi::PyObject, *mut c_void) -> *mut ffi::PyObject,
     doc: &'static CStr,
 ) -> ffi::PyGetSetDef {
-    ffi::PyGetSetDef { name: name.as_ptr(), get: Some(get), set: None, doc: doc.as_ptr(), closure: null_mut() }
+    ffi::PyGetSetDef {
+        name: name.as_ptr(),
+        get: Some(get),
+        set: None,
+        doc: doc.as_ptr(),
+        closure: null_mut(),
+    }
 }
 
 fn leak<T>(v: Vec<T>) -> *mut T {
@@ -386,6 +409,7 @@ fn leak<T>(v: Vec<T>) -> *mut T {
 pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
     let existing = STREAM_TYPE.load(Ordering::Acquire);
     if !existing.is_null() {
+        // SAFETY: the type object made below, which lives for the process.
         return Ok(unsafe { Bound::from_borrowed_ptr(py, existing.cast()).cast_into_unchecked() });
     }
     use ffi::PyMethodDefPointer as M;
@@ -411,15 +435,49 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
         ffi::PyMethodDef::zeroed(),
     ]);
     let getset = leak(vec![
-        getter(c"handle", get_handle, c"The CUstream handle as an int (0, 1 and 2 are default-stream tokens)."),
-        getter(c"device", get_device, c"The device ordinal; for default streams, that of the current context."),
-        getter(c"owned", get_owned, c"True if custream created the stream and destroys it on close."),
-        getter(c"owner", get_owner, c"The object kept alive for a borrowed stream, or None."),
-        getter(c"is_default", get_is_default, c"True for the default-stream tokens 0, 1 and 2."),
-        getter(c"non_blocking", get_non_blocking, c"True if the stream does not synchronize with the legacy default stream."),
-        getter(c"priority", get_priority, c"The stream's priority (lower numbers run first)."),
+        getter(
+            c"handle",
+            get_handle,
+            c"The CUstream handle as an int (0, 1 and 2 are default-stream tokens).",
+        ),
+        getter(
+            c"device",
+            get_device,
+            c"The device ordinal; for default streams, that of the current context.",
+        ),
+        getter(
+            c"owned",
+            get_owned,
+            c"True if custream created the stream and destroys it on close.",
+        ),
+        getter(
+            c"owner",
+            get_owner,
+            c"The object kept alive for a borrowed stream, or None.",
+        ),
+        getter(
+            c"is_default",
+            get_is_default,
+            c"True for the default-stream tokens 0, 1 and 2.",
+        ),
+        getter(
+            c"non_blocking",
+            get_non_blocking,
+            c"True if the stream does not synchronize with the legacy default stream.",
+        ),
+        getter(
+            c"priority",
+            get_priority,
+            c"The stream's priority (lower numbers run first).",
+        ),
         getter(c"closed", get_closed, c"True once close() has been called."),
-        ffi::PyGetSetDef { name: std::ptr::null(), get: None, set: None, doc: std::ptr::null(), closure: null_mut() },
+        ffi::PyGetSetDef {
+            name: std::ptr::null(),
+            get: None,
+            set: None,
+            doc: std::ptr::null(),
+            closure: null_mut(),
+        },
     ]);
     let members = leak(vec![
         ffi::PyMemberDef {
@@ -429,7 +487,13 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
             flags: ffi::Py_READONLY,
             doc: std::ptr::null(),
         },
-        ffi::PyMemberDef { name: std::ptr::null(), type_code: 0, offset: 0, flags: 0, doc: std::ptr::null() },
+        ffi::PyMemberDef {
+            name: std::ptr::null(),
+            type_code: 0,
+            offset: 0,
+            flags: 0,
+            doc: std::ptr::null(),
+        },
     ]);
     let slot = |slot: c_int, pfunc: *mut c_void| ffi::PyType_Slot { slot, pfunc };
     let slots = leak(vec![
@@ -453,11 +517,10 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
         flags: (ffi::Py_TPFLAGS_DEFAULT | ffi::Py_TPFLAGS_HAVE_GC | ffi::Py_TPFLAGS_IMMUTABLETYPE) as _,
         slots,
     }));
+    // SAFETY: the spec and every table it points to are leaked, so they live for the process.
     let tp = unsafe { ffi::PyType_FromSpec(spec) };
-    if tp.is_null() {
-        return Err(PyErr::fetch(py));
-    }
-    let tp: Bound<'_, PyType> = unsafe { Bound::from_owned_ptr(py, tp).cast_into_unchecked() };
+    // SAFETY: a new reference to a type object, or null with an exception set.
+    let tp: Bound<'_, PyType> = unsafe { Bound::from_owned_ptr_or_err(py, tp)?.cast_into_unchecked() };
     // The type lives for the process: this reference is never given back.
     STREAM_TYPE.store(tp.clone().into_ptr().cast(), Ordering::Release);
     Ok(tp)

@@ -1,82 +1,11 @@
-//! The boundary where CPython (or a C consumer) calls into Rust through a raw function
-//! pointer: no panic crosses it, a `PyErr` becomes the raised exception, and vectorcall
-//! arguments are matched to parameter names with CPython's own wording for mistakes.
+//! Arguments from Python: vectorcall and tuple/dict arguments matched to parameter names
+//! with CPython's own wording for mistakes, the checks each kind of argument gets, and the
+//! short, never-failing reprs that error messages quote.
 
-use std::os::raw::c_int;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString, PyTuple};
-
-/// The value a C entry point returns when it has set an exception.
-pub trait ErrorReturn: Copy {
-    const ERROR: Self;
-}
-
-impl ErrorReturn for *mut ffi::PyObject {
-    const ERROR: Self = std::ptr::null_mut();
-}
-
-impl ErrorReturn for c_int {
-    const ERROR: Self = -1;
-}
-
-impl ErrorReturn for ffi::Py_hash_t {
-    const ERROR: Self = -1;
-}
-
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "unknown panic".to_owned()
-    }
-}
-
-/// Run the body of a C entry point. The caller holds the GIL (CPython guarantees it for
-/// slots and methods; the C API documents it for its table).
-pub fn boundary<R: ErrorReturn>(body: impl FnOnce(Python<'_>) -> PyResult<R>) -> R {
-    // SAFETY: every caller of a C entry point is attached to the interpreter.
-    let py = unsafe { Python::assume_attached() };
-    match catch_unwind(AssertUnwindSafe(|| body(py))) {
-        Ok(Ok(value)) => value,
-        Ok(Err(err)) => {
-            raise(py, err);
-            R::ERROR
-        }
-        Err(payload) => {
-            let err = PyRuntimeError::new_err(format!(
-                "custream internal error (please report it): {}",
-                panic_message(payload)
-            ));
-            raise(py, err);
-            R::ERROR
-        }
-    }
-}
-
-/// Set `err` as the raised exception. Under `assume_attached` pyo3 does not count the
-/// thread as attached, so a `Py` dropped there (the exception's type and value as it is
-/// raised, an error fetched and replaced earlier in the call) goes to pyo3's deferred-release
-/// pool instead of being released, and that pool only drains when some pyo3 trampoline runs:
-/// error-heavy loops over custream's slots grew memory. Raising attached releases them now
-/// and drains what the call queued. `try_attach`: pyo3 refuses to attach while the
-/// interpreter finalizes, and a panic here would abort; then it is raised as before.
-fn raise(py: Python<'_>, err: PyErr) {
-    let mut err = Some(err);
-    let _ = Python::try_attach(|py| {
-        if let Some(e) = err.take() {
-            e.restore(py);
-        }
-    });
-    if let Some(e) = err {
-        e.restore(py);
-    }
-}
+use pyo3::types::{PyBool, PyDict, PyInt, PyString, PyTuple};
 
 /// A Python-visible signature: positional-or-keyword names, then keyword-only names.
 pub struct Signature {
@@ -159,12 +88,15 @@ impl Signature {
         }
         let mut out: Args<'py, N> = std::array::from_fn(|_| None);
         for (i, slot) in out.iter_mut().enumerate().take(nargs) {
-            *slot = Some(Bound::from_borrowed_ptr(py, *args.add(i)));
+            // SAFETY: vectorcall passes `nargs` live positional arguments first.
+            *slot = Some(unsafe { Bound::from_borrowed_ptr(py, *args.add(i)) });
         }
-        if !kwnames.is_null() {
-            let names = Bound::from_borrowed_ptr(py, kwnames).cast_into::<PyTuple>()?;
+        // SAFETY: NULL or the tuple of keyword names CPython passed.
+        if let Some(names) = unsafe { Bound::from_borrowed_ptr_or_opt(py, kwnames) } {
+            let names = names.cast_into::<PyTuple>()?;
             for (j, key) in names.iter().enumerate() {
-                let value = Bound::from_borrowed_ptr(py, *args.add(nargs + j));
+                // SAFETY: one live value per keyword name follows the positional arguments.
+                let value = unsafe { Bound::from_borrowed_ptr(py, *args.add(nargs + j)) };
                 self.place(&mut out, &key, value)?;
             }
         }
@@ -182,8 +114,9 @@ impl Signature {
         kwargs: *mut ffi::PyObject,
     ) -> PyResult<Args<'py, N>> {
         let mut out: Args<'py, N> = std::array::from_fn(|_| None);
-        if !args.is_null() {
-            let args = Bound::from_borrowed_ptr(py, args).cast_into::<PyTuple>()?;
+        // SAFETY: NULL or the argument tuple CPython passed.
+        if let Some(args) = unsafe { Bound::from_borrowed_ptr_or_opt(py, args) } {
+            let args = args.cast_into::<PyTuple>()?;
             if args.len() > self.positional.len() {
                 return Err(self.positional_count_error(args.len()));
             }
@@ -191,8 +124,9 @@ impl Signature {
                 out[i] = Some(value);
             }
         }
-        if !kwargs.is_null() {
-            let kwargs = Bound::from_borrowed_ptr(py, kwargs).cast_into::<PyDict>()?;
+        // SAFETY: NULL or the keyword dict CPython passed.
+        if let Some(kwargs) = unsafe { Bound::from_borrowed_ptr_or_opt(py, kwargs) } {
+            let kwargs = kwargs.cast_into::<PyDict>()?;
             for (key, value) in kwargs.iter() {
                 self.place(&mut out, &key, value)?;
             }
@@ -205,9 +139,12 @@ impl Signature {
 /// refused (CPython limits int-to-decimal conversions to 4300 digits by default).
 pub fn int_repr(v: &Bound<'_, PyAny>) -> String {
     match v.repr() {
-        Ok(r) if r.len().map_or(false, |n| n <= 40) => r.to_string(),
+        Ok(r) if r.len().is_ok_and(|n| n <= 40) => r.to_string(),
         _ => {
-            let bits = v.call_method0("bit_length").and_then(|b| b.extract::<u64>()).unwrap_or(0);
+            let bits = v
+                .call_method0("bit_length")
+                .and_then(|b| b.extract::<u64>())
+                .unwrap_or(0);
             let sign = if v.lt(0).unwrap_or(false) { "a negative" } else { "an" };
             format!("{sign} int of {bits} bits")
         }
@@ -217,7 +154,7 @@ pub fn int_repr(v: &Bound<'_, PyAny>) -> String {
 /// Any object for an error message: a short repr that cannot fail. A producer's value may
 /// have a repr that raises, or is huge, and the message must still be the one raised.
 pub fn short_repr(v: &Bound<'_, PyAny>) -> String {
-    if v.is_instance_of::<pyo3::types::PyInt>() {
+    if v.is_instance_of::<PyInt>() {
         return int_repr(v);
     }
     match v.repr().and_then(|r| r.to_str().map(str::to_owned)) {
@@ -225,7 +162,10 @@ pub fn short_repr(v: &Bound<'_, PyAny>) -> String {
         Ok(r) => format!("{}...", r.chars().take(60).collect::<String>()),
         Err(_) => format!(
             "a {} object",
-            v.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "<unknown type>".into())
+            v.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| "<unknown type>".into())
         ),
     }
 }
@@ -233,13 +173,14 @@ pub fn short_repr(v: &Bound<'_, PyAny>) -> String {
 /// An int that is not a bool: True and False are ints to Python but never a handle, a
 /// device or a priority.
 pub fn is_int_not_bool(v: &Bound<'_, PyAny>) -> bool {
-    v.is_exact_instance_of::<pyo3::types::PyInt>()
-        || (v.is_instance_of::<pyo3::types::PyInt>() && !v.is_instance_of::<pyo3::types::PyBool>())
+    v.is_exact_instance_of::<PyInt>() || (v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>())
 }
 
 /// A device ordinal argument: None, or an int (not a bool) in [0, 2**31).
 pub fn device_arg(value: Option<&Bound<'_, PyAny>>, fname: &str) -> PyResult<Option<i32>> {
-    let Some(v) = value.filter(|v| !v.is_none()) else { return Ok(None) };
+    let Some(v) = value.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
     if !is_int_not_bool(v) {
         return Err(PyTypeError::new_err(format!(
             "{fname}() device must be an int device ordinal or None, got {}",
@@ -248,7 +189,7 @@ pub fn device_arg(value: Option<&Bound<'_, PyAny>>, fname: &str) -> PyResult<Opt
     }
     match v.extract::<i64>() {
         Ok(d) if (0..=i32::MAX as i64).contains(&d) => Ok(Some(d as i32)),
-        _ => Err(pyo3::exceptions::PyValueError::new_err(format!(
+        _ => Err(PyValueError::new_err(format!(
             "{fname}() device must be a non-negative device ordinal below 2**31, got {}",
             int_repr(v)
         ))),
@@ -260,7 +201,7 @@ pub fn device_arg(value: Option<&Bound<'_, PyAny>>, fname: &str) -> PyResult<Opt
 pub fn bool_arg(value: Option<&Bound<'_, PyAny>>, fname: &str, pname: &str, default: bool) -> PyResult<bool> {
     match value {
         None => Ok(default),
-        Some(v) => v.cast::<pyo3::types::PyBool>().map(|b| b.is_true()).map_err(|_| {
+        Some(v) => v.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| {
             PyTypeError::new_err(format!(
                 "{fname}() {pname} must be True or False, got {}",
                 v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
@@ -279,7 +220,7 @@ pub fn i32_arg(value: Option<&Bound<'_, PyAny>>, fname: &str, pname: &str, defau
         )));
     }
     v.extract::<i32>().map_err(|_| {
-        pyo3::exceptions::PyValueError::new_err(format!(
+        PyValueError::new_err(format!(
             "{fname}() {pname} {} is out of range: it must fit a 32-bit signed int",
             int_repr(v)
         ))

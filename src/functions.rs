@@ -1,0 +1,87 @@
+//! The module's functions: `as_stream`, and what the driver and the process report.
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+use crate::boundary::boundary;
+use crate::driver;
+use crate::libcuda;
+use crate::protocol;
+use crate::stream;
+
+/// `as_stream` as a METH_O builtin: a Stream argument is returned before any argument
+/// parsing or pyo3 trampoline, the common case for a library that accepts any stream.
+unsafe extern "C" fn as_stream_o(_m: *mut ffi::PyObject, obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    // SAFETY: CPython passes a live argument, with the GIL held.
+    let obj = unsafe { Bound::from_borrowed_ptr(Python::assume_attached(), obj) };
+    // SAFETY: a live object.
+    if unsafe { stream::is_stream(obj.as_ptr()) } {
+        return obj.into_ptr();
+    }
+    boundary(|_| Ok(protocol::as_stream(&obj)?.into_ptr()))
+}
+
+/// The `as_stream` builtin, bound to module `m`.
+pub fn as_stream<'py>(m: &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
+    let def = Box::leak(Box::new(ffi::PyMethodDef {
+        ml_name: c"as_stream".as_ptr(),
+        ml_meth: ffi::PyMethodDefPointer { PyCFunction: as_stream_o },
+        ml_flags: ffi::METH_O,
+        ml_doc: c"as_stream(obj, /)\n--\n\nReturn ``obj`` as a custream.Stream: a Stream as is, otherwise a borrowed Stream over\nthe handle ``obj.__cuda_stream__()`` returns, keeping ``obj`` alive as its owner.".as_ptr(),
+    }));
+    let name = m.name()?;
+    // SAFETY: the definition lives for the process; the module name is a str.
+    unsafe {
+        Bound::from_owned_ptr_or_err(
+            m.py(),
+            ffi::PyCMethod_New(def, std::ptr::null_mut(), name.as_ptr(), std::ptr::null_mut()),
+        )
+    }
+}
+
+/// True if the CUDA driver loads and initializes (there is at least one device). Never raises.
+#[pyfunction]
+pub fn is_available() -> bool {
+    driver::device_count().is_ok_and(|n| n > 0)
+}
+
+/// The CUDA driver's version as an int, e.g. 13000 for CUDA 13.0.
+#[pyfunction]
+pub fn driver_version() -> PyResult<i32> {
+    Ok(driver::driver_version()?)
+}
+
+/// The number of CUDA devices.
+#[pyfunction]
+pub fn device_count() -> PyResult<i32> {
+    Ok(driver::device_count()?)
+}
+
+/// Name, total memory in bytes and compute capability of a device, for reports.
+#[pyfunction]
+pub fn device_info(device: i32) -> PyResult<(String, usize, (i32, i32))> {
+    Ok((
+        driver::device_name(device)?,
+        driver::device_total_memory(device)?,
+        driver::compute_capability(device)?,
+    ))
+}
+
+/// The library names custream looks for when it loads the CUDA driver, in order
+/// (``CUSTREAM_LIBCUDA`` alone when that is set).
+#[pyfunction]
+pub fn driver_library_candidates() -> Vec<String> {
+    driver::library_candidates()
+}
+
+/// The number of custream.Stream objects alive in this process (for leak tests).
+#[pyfunction]
+pub fn live_stream_count() -> isize {
+    stream::LIVE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Registered with atexit: from here on no Stream or Event calls into the driver.
+#[pyfunction]
+pub fn _finalize() {
+    libcuda::set_finalizing();
+}

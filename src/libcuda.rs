@@ -1,0 +1,257 @@
+//! Finding and opening the CUDA driver library, its table of entry points, and the gate in
+//! front of every call: cuInit once per process, nothing after `fork()` (in the child) or
+//! once the interpreter is finalizing.
+//!
+//! We open libcuda ourselves rather than through cudarc's loader (cudarc still gives the
+//! types): cudarc tries `libcuda.so` before `libcuda.so.1`, so a CUDA toolkit's
+//! `stubs/libcuda.so` on the library path hid the real driver, and it panics on a missing
+//! symbol. Here the real driver's soname comes first, a stub is skipped when anything else
+//! loads, `CUSTREAM_LIBCUDA=/path` picks one explicitly, and a missing entry point is an
+//! error, never a panic. Nothing here touches Python.
+
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+use cudarc::driver::sys::{self as cu, CUcontext, CUdevice, CUevent, CUstream};
+use libloading::Library;
+
+/// Why the driver could not be reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadError {
+    /// No library could be opened; holds the names looked for and any stub that was found.
+    NotFound {
+        looked_for: Vec<String>,
+        stub: Option<String>,
+    },
+    /// The library lacks an entry point custream calls; holds its name and the driver version.
+    MissingSymbol { symbol: &'static str, version: i32 },
+}
+
+/// The environment variable that names the driver library to use.
+pub const LIBCUDA_ENV: &str = "CUSTREAM_LIBCUDA";
+
+/// The names looked for, in order: `CUSTREAM_LIBCUDA` alone when it is set, else the
+/// platform's names with the real driver's soname first.
+pub fn candidates() -> Vec<String> {
+    if let Some(path) = std::env::var_os(LIBCUDA_ENV).filter(|p| !p.is_empty()) {
+        return vec![path.to_string_lossy().into_owned()];
+    }
+    let names: &[&str] = if cfg!(windows) {
+        &["nvcuda.dll"]
+    } else {
+        &["libcuda.so.1", "libcuda.so"]
+    };
+    names.iter().map(|n| (*n).to_owned()).collect()
+}
+
+/// A `CUresult` as the driver returns it. Not cudarc's enum: a code that a newer driver
+/// adds would be an invalid value of it.
+pub type Status = c_uint;
+
+/// Declares the entry points as one table of function pointers, resolved when the library
+/// is opened, so a call is one indirect jump and a missing symbol is found up front.
+macro_rules! entry_points {
+    ($table:ident { $($name:ident($($arg:ty),*);)* }) => {
+        #[allow(non_snake_case)]
+        pub struct $table {
+            $(pub $name: unsafe extern "C" fn($($arg),*) -> Status,)*
+        }
+
+        impl $table {
+            /// # Safety
+            /// `lib` must be a CUDA driver library: each symbol is taken to have the
+            /// signature the CUDA headers give it.
+            unsafe fn resolve(lib: &Library) -> Result<Self, &'static str> {
+                Ok($table {
+                    $($name: {
+                        // SAFETY: the caller vouches for the library; the type is the
+                        // documented signature of this entry point.
+                        let symbol = unsafe { lib.get(concat!(stringify!($name), "\0").as_bytes()) };
+                        *symbol.map_err(|_| stringify!($name))?
+                    },)*
+                })
+            }
+        }
+    };
+}
+
+// What every driver exports, needed before its version is known.
+entry_points!(Boot {
+    cuDriverGetVersion(*mut c_int);
+    cuInit(c_uint);
+    cuGetErrorName(Status, *mut *const c_char);
+    cuGetErrorString(Status, *mut *const c_char);
+});
+
+// Everything else custream calls. cuCtxGetId (CUDA 12.0) is the newest.
+entry_points!(Api {
+    cuDeviceGetCount(*mut c_int);
+    cuDeviceGet(*mut CUdevice, c_int);
+    cuDeviceGetName(*mut c_char, c_int, CUdevice);
+    cuDeviceTotalMem_v2(*mut usize, CUdevice);
+    cuDeviceGetAttribute(*mut c_int, cu::CUdevice_attribute, CUdevice);
+    cuCtxGetCurrent(*mut CUcontext);
+    cuCtxGetDevice(*mut CUdevice);
+    cuCtxGetId(CUcontext, *mut c_ulonglong);
+    cuCtxPushCurrent_v2(CUcontext);
+    cuCtxPopCurrent_v2(*mut CUcontext);
+    cuCtxGetStreamPriorityRange(*mut c_int, *mut c_int);
+    cuDevicePrimaryCtxRetain(*mut CUcontext, CUdevice);
+    cuDevicePrimaryCtxRelease_v2(CUdevice);
+    cuStreamCreateWithPriority(*mut CUstream, c_uint, c_int);
+    cuStreamDestroy_v2(CUstream);
+    cuStreamSynchronize(CUstream);
+    cuStreamQuery(CUstream);
+    cuStreamWaitEvent(CUstream, CUevent, c_uint);
+    cuStreamGetCtx(CUstream, *mut CUcontext);
+    cuStreamGetFlags(CUstream, *mut c_uint);
+    cuStreamGetPriority(CUstream, *mut c_int);
+    cuEventCreate(*mut CUevent, c_uint);
+    cuEventDestroy_v2(CUevent);
+    cuEventRecord(CUevent, CUstream);
+    cuEventSynchronize(CUevent);
+    cuEventQuery(CUevent);
+    cuEventElapsedTime(*mut f32, CUevent, CUevent);
+});
+
+/// An opened driver library: kept open for the process, so its entry points stay valid.
+struct Opened {
+    _lib: Library,
+    boot: Boot,
+    /// The rest of the table, or the first entry point the library lacks.
+    api: Result<Api, &'static str>,
+}
+
+static OPENED: OnceLock<Result<Opened, LoadError>> = OnceLock::new();
+
+/// Open the first candidate that is a driver. A library whose cuDriverGetVersion answers
+/// CUDA_ERROR_STUB_LIBRARY (a toolkit's link stub) is passed over for any later one.
+fn open() -> Result<&'static Opened, LoadError> {
+    OPENED
+        .get_or_init(|| {
+            let looked_for = candidates();
+            let mut stub = None;
+            for name in &looked_for {
+                // SAFETY: opening the CUDA driver runs only its initializers, which have no
+                // preconditions; the library is kept open for the process.
+                let Ok(lib) = (unsafe { Library::new(name) }) else {
+                    continue;
+                };
+                // SAFETY: a library by this name is taken to be a CUDA driver (or its stub).
+                let Ok(boot) = (unsafe { Boot::resolve(&lib) }) else {
+                    continue;
+                };
+                let mut version: c_int = 0;
+                // SAFETY: a valid out-pointer; cuDriverGetVersion needs no cuInit.
+                if unsafe { (boot.cuDriverGetVersion)(&mut version) } == cu::CUresult::CUDA_ERROR_STUB_LIBRARY as Status
+                {
+                    stub.get_or_insert_with(|| name.clone());
+                    continue;
+                }
+                // SAFETY: as for `Boot::resolve`.
+                let api = unsafe { Api::resolve(&lib) };
+                return Ok(Opened { _lib: lib, boot, api });
+            }
+            Err(LoadError::NotFound { looked_for, stub })
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// The entry points every driver has, for the version and the error texts.
+pub fn boot() -> Result<&'static Boot, LoadError> {
+    open().map(|o| &o.boot)
+}
+
+/// The full table, or the first entry point the library lacks with the driver's version.
+pub fn api() -> Result<&'static Api, LoadError> {
+    let opened = open()?;
+    opened.api.as_ref().map_err(|&symbol| {
+        let mut version: c_int = 0;
+        // SAFETY: a valid out-pointer; cuDriverGetVersion needs no cuInit.
+        unsafe { (opened.boot.cuDriverGetVersion)(&mut version) };
+        LoadError::MissingSymbol { symbol, version }
+    })
+}
+
+/// Bumped in the child on every fork(): objects record it so a child never destroys, or
+/// calls the deleter of, what its parent made.
+static FORK_GENERATION: AtomicU32 = AtomicU32::new(0);
+/// The generation in which cuInit succeeded; u32::MAX until then.
+static INIT_GENERATION: AtomicU32 = AtomicU32::new(u32::MAX);
+static FINALIZING: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn after_fork_in_child() {
+    FORK_GENERATION.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Install the fork handler. Called once, when the extension module is initialized.
+pub fn install_fork_handler() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a handler that only bumps an atomic, safe in a forked child.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    });
+}
+
+pub fn fork_generation() -> u32 {
+    FORK_GENERATION.load(Ordering::Acquire)
+}
+
+/// Called from an atexit hook: from here on no object calls into the driver.
+pub fn set_finalizing() {
+    FINALIZING.store(true, Ordering::Release);
+}
+
+pub fn is_finalizing() -> bool {
+    FINALIZING.load(Ordering::Acquire)
+}
+
+/// Whether cuInit may be called and was: the three loads of `driver::init`'s fast path.
+#[inline]
+pub fn initialized() -> bool {
+    !is_finalizing() && INIT_GENERATION.load(Ordering::Acquire) == fork_generation()
+}
+
+/// What stands in the way of calling the driver in this process now, if anything.
+pub enum Gate {
+    Open,
+    Forked,
+    Finalizing,
+}
+
+/// Whether cuInit has yet to be called in this process (`Open`), or must never be.
+pub fn gate() -> Gate {
+    if is_finalizing() {
+        return Gate::Finalizing;
+    }
+    match INIT_GENERATION.load(Ordering::Acquire) {
+        u32::MAX => Gate::Open,
+        g if g == fork_generation() => Gate::Open,
+        _ => Gate::Forked,
+    }
+}
+
+/// Record that cuInit succeeded in this process.
+pub fn mark_initialized() {
+    INIT_GENERATION.store(fork_generation(), Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_real_driver_soname_is_looked_for_first() {
+        if std::env::var_os(LIBCUDA_ENV).is_some() {
+            return;
+        }
+        let names = candidates();
+        if cfg!(windows) {
+            assert_eq!(names, ["nvcuda.dll"]);
+        } else {
+            assert_eq!(names, ["libcuda.so.1", "libcuda.so"]);
+        }
+    }
+}
