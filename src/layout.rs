@@ -20,9 +20,8 @@ pub struct CUstream_st {
     _unused: [u8; 0],
 }
 pub type custream_handle_t = *mut CUstream_st;
-pub type custream_deleter_t = ::std::option::Option<
-    unsafe extern "C" fn(ctx: *mut ::std::os::raw::c_void, handle: custream_handle_t),
->;
+pub type custream_deleter_t =
+    ::std::option::Option<unsafe extern "C" fn(ctx: *mut ::std::os::raw::c_void, handle: custream_handle_t)>;
 #[repr(C)]
 pub struct CustreamStream {
     pub ob_base: PyObject,
@@ -45,36 +44,22 @@ pub struct CustreamStream {
 const _: () = {
     ["Size of CustreamStream"][::std::mem::size_of::<CustreamStream>() - 104usize];
     ["Alignment of CustreamStream"][::std::mem::align_of::<CustreamStream>() - 8usize];
-    ["Offset of field: CustreamStream::ob_base"]
-        [::std::mem::offset_of!(CustreamStream, ob_base) - 0usize];
-    ["Offset of field: CustreamStream::handle"]
-        [::std::mem::offset_of!(CustreamStream, handle) - 16usize];
-    ["Offset of field: CustreamStream::protocol"]
-        [::std::mem::offset_of!(CustreamStream, protocol) - 24usize];
-    ["Offset of field: CustreamStream::flags"]
-        [::std::mem::offset_of!(CustreamStream, flags) - 32usize];
-    ["Offset of field: CustreamStream::state"]
-        [::std::mem::offset_of!(CustreamStream, state) - 36usize];
-    ["Offset of field: CustreamStream::device"]
-        [::std::mem::offset_of!(CustreamStream, device) - 40usize];
-    ["Offset of field: CustreamStream::priority"]
-        [::std::mem::offset_of!(CustreamStream, priority) - 44usize];
+    ["Offset of field: CustreamStream::ob_base"][::std::mem::offset_of!(CustreamStream, ob_base) - 0usize];
+    ["Offset of field: CustreamStream::handle"][::std::mem::offset_of!(CustreamStream, handle) - 16usize];
+    ["Offset of field: CustreamStream::protocol"][::std::mem::offset_of!(CustreamStream, protocol) - 24usize];
+    ["Offset of field: CustreamStream::flags"][::std::mem::offset_of!(CustreamStream, flags) - 32usize];
+    ["Offset of field: CustreamStream::state"][::std::mem::offset_of!(CustreamStream, state) - 36usize];
+    ["Offset of field: CustreamStream::device"][::std::mem::offset_of!(CustreamStream, device) - 40usize];
+    ["Offset of field: CustreamStream::priority"][::std::mem::offset_of!(CustreamStream, priority) - 44usize];
     ["Offset of field: CustreamStream::fork_generation"]
         [::std::mem::offset_of!(CustreamStream, fork_generation) - 48usize];
-    ["Offset of field: CustreamStream::reserved"]
-        [::std::mem::offset_of!(CustreamStream, reserved) - 52usize];
-    ["Offset of field: CustreamStream::owner"]
-        [::std::mem::offset_of!(CustreamStream, owner) - 56usize];
-    ["Offset of field: CustreamStream::deleter"]
-        [::std::mem::offset_of!(CustreamStream, deleter) - 64usize];
-    ["Offset of field: CustreamStream::deleter_ctx"]
-        [::std::mem::offset_of!(CustreamStream, deleter_ctx) - 72usize];
-    ["Offset of field: CustreamStream::context"]
-        [::std::mem::offset_of!(CustreamStream, context) - 80usize];
-    ["Offset of field: CustreamStream::weakreflist"]
-        [::std::mem::offset_of!(CustreamStream, weakreflist) - 88usize];
-    ["Offset of field: CustreamStream::context_id"]
-        [::std::mem::offset_of!(CustreamStream, context_id) - 96usize];
+    ["Offset of field: CustreamStream::reserved"][::std::mem::offset_of!(CustreamStream, reserved) - 52usize];
+    ["Offset of field: CustreamStream::owner"][::std::mem::offset_of!(CustreamStream, owner) - 56usize];
+    ["Offset of field: CustreamStream::deleter"][::std::mem::offset_of!(CustreamStream, deleter) - 64usize];
+    ["Offset of field: CustreamStream::deleter_ctx"][::std::mem::offset_of!(CustreamStream, deleter_ctx) - 72usize];
+    ["Offset of field: CustreamStream::context"][::std::mem::offset_of!(CustreamStream, context) - 80usize];
+    ["Offset of field: CustreamStream::weakreflist"][::std::mem::offset_of!(CustreamStream, weakreflist) - 88usize];
+    ["Offset of field: CustreamStream::context_id"][::std::mem::offset_of!(CustreamStream, context_id) - 96usize];
 };
 #[repr(C)]
 #[derive(Copy, Clone)]
@@ -100,40 +85,26 @@ pub struct CustreamCAPI {
             ctx: *mut ::std::os::raw::c_void,
         ) -> *mut PyObject,
     >,
-    pub check:
-        ::std::option::Option<unsafe extern "C" fn(obj: *mut PyObject) -> ::std::os::raw::c_int>,
-    pub synchronize:
-        ::std::option::Option<unsafe extern "C" fn(stream: *mut PyObject) -> ::std::os::raw::c_int>,
+    pub check: ::std::option::Option<unsafe extern "C" fn(obj: *mut PyObject) -> ::std::os::raw::c_int>,
+    pub synchronize: ::std::option::Option<unsafe extern "C" fn(stream: *mut PyObject) -> ::std::os::raw::c_int>,
     pub handle_checked: ::std::option::Option<
-        unsafe extern "C" fn(
-            stream: *mut PyObject,
-            out: *mut custream_handle_t,
-        ) -> ::std::os::raw::c_int,
+        unsafe extern "C" fn(stream: *mut PyObject, out: *mut custream_handle_t) -> ::std::os::raw::c_int,
     >,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of CustreamCAPI"][::std::mem::size_of::<CustreamCAPI>() - 72usize];
     ["Alignment of CustreamCAPI"][::std::mem::align_of::<CustreamCAPI>() - 8usize];
-    ["Offset of field: CustreamCAPI::abi_version"]
-        [::std::mem::offset_of!(CustreamCAPI, abi_version) - 0usize];
-    ["Offset of field: CustreamCAPI::api_size"]
-        [::std::mem::offset_of!(CustreamCAPI, api_size) - 4usize];
-    ["Offset of field: CustreamCAPI::stream_size"]
-        [::std::mem::offset_of!(CustreamCAPI, stream_size) - 8usize];
-    ["Offset of field: CustreamCAPI::reserved"]
-        [::std::mem::offset_of!(CustreamCAPI, reserved) - 12usize];
-    ["Offset of field: CustreamCAPI::StreamType"]
-        [::std::mem::offset_of!(CustreamCAPI, StreamType) - 16usize];
-    ["Offset of field: CustreamCAPI::as_stream"]
-        [::std::mem::offset_of!(CustreamCAPI, as_stream) - 24usize];
-    ["Offset of field: CustreamCAPI::from_handle"]
-        [::std::mem::offset_of!(CustreamCAPI, from_handle) - 32usize];
+    ["Offset of field: CustreamCAPI::abi_version"][::std::mem::offset_of!(CustreamCAPI, abi_version) - 0usize];
+    ["Offset of field: CustreamCAPI::api_size"][::std::mem::offset_of!(CustreamCAPI, api_size) - 4usize];
+    ["Offset of field: CustreamCAPI::stream_size"][::std::mem::offset_of!(CustreamCAPI, stream_size) - 8usize];
+    ["Offset of field: CustreamCAPI::reserved"][::std::mem::offset_of!(CustreamCAPI, reserved) - 12usize];
+    ["Offset of field: CustreamCAPI::StreamType"][::std::mem::offset_of!(CustreamCAPI, StreamType) - 16usize];
+    ["Offset of field: CustreamCAPI::as_stream"][::std::mem::offset_of!(CustreamCAPI, as_stream) - 24usize];
+    ["Offset of field: CustreamCAPI::from_handle"][::std::mem::offset_of!(CustreamCAPI, from_handle) - 32usize];
     ["Offset of field: CustreamCAPI::from_handle_with_deleter"]
         [::std::mem::offset_of!(CustreamCAPI, from_handle_with_deleter) - 40usize];
     ["Offset of field: CustreamCAPI::check"][::std::mem::offset_of!(CustreamCAPI, check) - 48usize];
-    ["Offset of field: CustreamCAPI::synchronize"]
-        [::std::mem::offset_of!(CustreamCAPI, synchronize) - 56usize];
-    ["Offset of field: CustreamCAPI::handle_checked"]
-        [::std::mem::offset_of!(CustreamCAPI, handle_checked) - 64usize];
+    ["Offset of field: CustreamCAPI::synchronize"][::std::mem::offset_of!(CustreamCAPI, synchronize) - 56usize];
+    ["Offset of field: CustreamCAPI::handle_checked"][::std::mem::offset_of!(CustreamCAPI, handle_checked) - 64usize];
 };
