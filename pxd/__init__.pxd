@@ -37,6 +37,8 @@ cdef extern from "custream.h":
         CUSTREAM_FLAG_OWNED
         CUSTREAM_FLAG_DEFAULT
         CUSTREAM_FLAG_NON_BLOCKING
+        CUSTREAM_FLAG_SHARED
+        CUSTREAM_FLAG_POOLED
         CUSTREAM_DEVICE_UNKNOWN
 
     # Called exactly once, with the GIL held, when a stream wrapped with it is closed or
@@ -65,6 +67,9 @@ cdef extern from "custream.h":
     int Custream_Check(object obj) except -1
     int Custream_Synchronize(object stream) except -1
     int Custream_HandleChecked(object stream, custream_handle_t *out) except -1
+    object Custream_CurrentStream()
+    object Custream_DefaultStream(custream_handle_t token)
+    object Custream_PoolGet(object pool)
 
 
 cdef inline Stream as_stream(object obj):
@@ -110,3 +115,22 @@ cdef inline custream_handle_t handle_checked(Stream s) except? NULL:
 cdef inline int synchronize(Stream s) except -1:
     """Wait for the stream's work, with the GIL released while waiting."""
     return Custream_Synchronize(s)
+
+
+cdef inline Stream current_stream():
+    """The stream ``stream=None`` means: the innermost ``with s:`` block's stream in this
+    thread or asyncio task, else the default stream (custream.current_stream)."""
+    return <Stream>Custream_CurrentStream()
+
+
+cdef inline Stream default_stream(custream_handle_t token=CUSTREAM_NULL_STREAM):
+    """custream.DEFAULT_STREAM, LEGACY_DEFAULT_STREAM or PER_THREAD_DEFAULT_STREAM, by
+    token (CUSTREAM_NULL_STREAM, CUSTREAM_LEGACY_DEFAULT_STREAM,
+    CUSTREAM_PER_THREAD_DEFAULT_STREAM)."""
+    return <Stream>Custream_DefaultStream(token)
+
+
+cdef inline Stream pool_get(object pool):
+    """The next stream of a custream.StreamPool, round-robin (StreamPool.get), without a
+    Python call."""
+    return <Stream>Custream_PoolGet(pool)

@@ -53,6 +53,8 @@ typedef struct CUstream_st *custream_handle_t;
 #define CUSTREAM_FLAG_OWNED 0x1u        /* custream created the stream and destroys it on close */
 #define CUSTREAM_FLAG_DEFAULT 0x2u      /* handle is 0, 1 or 2 */
 #define CUSTREAM_FLAG_NON_BLOCKING 0x4u /* created with CU_STREAM_NON_BLOCKING (owned streams) */
+#define CUSTREAM_FLAG_SHARED 0x8u       /* custream.DEFAULT_STREAM and its two siblings: never closed */
+#define CUSTREAM_FLAG_POOLED 0x10u      /* made by a custream.StreamPool, which alone closes it */
 
 /* CustreamStream.state: written atomically by custream; read it with Custream_IsClosed(). */
 #define CUSTREAM_STATE_CLOSED 0x80000000u   /* close() was called: handle accessors raise */
@@ -107,6 +109,11 @@ typedef struct CustreamCAPI {
                                     cannot be imported) */
     int (*synchronize)(PyObject *stream);  /* releases the GIL while it waits */
     int (*handle_checked)(PyObject *stream, custream_handle_t *out); /* raises if closed */
+    /* Appended in 0.2 (api_size tells an older table). */
+    PyObject *(*current_stream)(void); /* new reference: custream.current_stream() */
+    PyObject *(*default_stream)(custream_handle_t token); /* new reference: the module's
+                                                             Stream for token 0, 1 or 2 */
+    PyObject *(*pool_get)(PyObject *pool); /* new reference: custream.StreamPool.get() */
 } CustreamCAPI;
 
 /* One table per translation unit: each extension module imports its own. */
@@ -178,6 +185,23 @@ static inline int Custream_Synchronize(PyObject *stream) {
 static inline int Custream_HandleChecked(PyObject *stream, custream_handle_t *out) {
     CUSTREAM_API_OR(-1);
     return custream_capi->handle_checked(stream, out);
+}
+/* The stream `stream=None` means in every library that adopts custream: the innermost
+ * `with s:` block's stream in this thread or asyncio task, else the default stream. */
+static inline PyObject *Custream_CurrentStream(void) {
+    CUSTREAM_API_OR(NULL);
+    return custream_capi->current_stream();
+}
+/* custream.DEFAULT_STREAM, LEGACY_DEFAULT_STREAM or PER_THREAD_DEFAULT_STREAM, by token
+ * (CUSTREAM_NULL_STREAM, CUSTREAM_LEGACY_DEFAULT_STREAM, CUSTREAM_PER_THREAD_DEFAULT_STREAM). */
+static inline PyObject *Custream_DefaultStream(custream_handle_t token) {
+    CUSTREAM_API_OR(NULL);
+    return custream_capi->default_stream(token);
+}
+/* The next stream of a custream.StreamPool, round-robin; a C call, no Python call. */
+static inline PyObject *Custream_PoolGet(PyObject *pool) {
+    CUSTREAM_API_OR(NULL);
+    return custream_capi->pool_get(pool);
 }
 
 #undef CUSTREAM_API_OR

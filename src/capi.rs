@@ -13,10 +13,12 @@ use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 use crate::boundary::boundary;
+use crate::current;
 use crate::layout::{
     custream_deleter_t, custream_handle_t, CustreamCAPI, CustreamStream, CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME,
 };
 use crate::lifecycle::{self, Managed};
+use crate::pool::StreamPool;
 use crate::protocol;
 use crate::stream::{self, Parts, StreamRef};
 
@@ -125,6 +127,33 @@ unsafe extern "C" fn handle_checked(obj: *mut ffi::PyObject, out: *mut custream_
     })
 }
 
+unsafe extern "C" fn current_stream() -> *mut ffi::PyObject {
+    boundary(|py| Ok(current::current(py)?.into_ptr()))
+}
+
+unsafe extern "C" fn default_stream(token: custream_handle_t) -> *mut ffi::PyObject {
+    boundary(|py| Ok(stream::default_stream(py, token as usize as u64)?.into_ptr()))
+}
+
+unsafe extern "C" fn pool_get(pool: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    boundary(|py| {
+        // SAFETY: see the module's note.
+        let Some(pool) = (unsafe { Bound::from_borrowed_ptr_or_opt(py, pool) }) else {
+            return Err(PyTypeError::new_err(
+                "Custream_PoolGet() expected a custream.StreamPool, got NULL",
+            ));
+        };
+        let got = || pool.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+        let pool = pool.cast::<StreamPool>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "Custream_PoolGet() expected a custream.StreamPool, got {}",
+                got()
+            ))
+        })?;
+        Ok(pool.get().get(py)?.into_ptr())
+    })
+}
+
 /// The capsule holding the table; the table lives for the process.
 pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     let table = TABLE.get_or_init(|| {
@@ -140,6 +169,9 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
             check: Some(check),
             synchronize: Some(synchronize),
             handle_checked: Some(handle_checked),
+            current_stream: Some(current_stream),
+            default_stream: Some(default_stream),
+            pool_get: Some(pool_get),
         })
     });
     let name = CStr::from_bytes_with_nul(CUSTREAM_CAPSULE_NAME).map_err(|e| PyValueError::new_err(e.to_string()))?;

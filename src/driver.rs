@@ -8,6 +8,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use cudarc::driver::sys::{self as cu, CUcontext, CUdevice, CUevent, CUstream};
@@ -406,6 +407,64 @@ pub fn release_primary_context(ordinal: i32) -> Result<()> {
     let (api, dev) = device_get(ordinal)?;
     // SAFETY: releases a retain the caller holds.
     check(unsafe { (api.cuDevicePrimaryCtxRelease_v2)(dev) })
+}
+
+/// Devices whose primary context custream keeps retained until the process exits: once
+/// custream has used a device, closing its last stream must not tear the context down
+/// (~100 ms to make again), as the CUDA runtime never does either.
+static KEPT: OnceLock<Box<[AtomicBool]>> = OnceLock::new();
+
+fn kept() -> Result<&'static [AtomicBool]> {
+    if let Some(k) = KEPT.get() {
+        return Ok(k);
+    }
+    let n = usize::try_from(device_count()?).unwrap_or(0);
+    Ok(KEPT.get_or_init(|| (0..n).map(|_| AtomicBool::new(false)).collect()))
+}
+
+/// Retain `ordinal`'s primary context for the rest of the process, once; after the first
+/// call this is an atomic load.
+pub fn keep_primary_context(ordinal: i32) -> Result<()> {
+    let slot = usize::try_from(ordinal).ok().and_then(|i| kept().ok()?.get(i));
+    let Some(slot) = slot else {
+        return Err(failed(code::INVALID_DEVICE));
+    };
+    if slot.load(Ordering::Acquire) || slot.swap(true, Ordering::AcqRel) {
+        return Ok(());
+    }
+    retain_primary_context(ordinal)
+        .map(drop)
+        .inspect_err(|_| slot.store(false, Ordering::Release))
+}
+
+/// Give back the retains of `keep_primary_context`: at interpreter exit, in the process
+/// that took them (never in a forked child: `init` refuses there).
+pub fn release_kept_primary_contexts() {
+    let Some(kept) = KEPT.get() else { return };
+    for (ordinal, slot) in kept.iter().enumerate() {
+        if slot.swap(false, Ordering::AcqRel) {
+            let _ = i32::try_from(ordinal).map(release_primary_context);
+        }
+    }
+}
+
+/// Run `f` with `ordinal`'s primary context current, and the previous one current again
+/// after: the CUDA runtime's rule for a thread with no current context, without the side
+/// effect of leaving a context current.
+pub fn in_primary_context<R>(ordinal: i32, f: impl FnOnce() -> Result<R>) -> Result<R> {
+    keep_primary_context(ordinal)?;
+    // Retained for the call too: a reset by another library revives the context here.
+    let ctx = retain_primary_context(ordinal)?;
+    let result = in_context(ctx, f);
+    let _ = release_primary_context(ordinal);
+    result
+}
+
+/// The priority range of `ordinal`'s device: (least, greatest); greatest is the numerically
+/// lowest, e.g. (0, -5).
+pub fn priority_range(ordinal: i32) -> Result<(i32, i32)> {
+    let api = init()?;
+    in_primary_context(ordinal, || stream_priority_range(api))
 }
 
 /// The priority range of the current context's device: (least, greatest); greatest is the

@@ -3,7 +3,9 @@
 use pyo3::ffi;
 use pyo3::prelude::*;
 
+use crate::args::device_arg;
 use crate::boundary::boundary;
+use crate::current;
 use crate::driver;
 use crate::libcuda;
 use crate::protocol;
@@ -23,12 +25,33 @@ unsafe extern "C" fn as_stream_o(_m: *mut ffi::PyObject, obj: *mut ffi::PyObject
 
 /// The `as_stream` builtin, bound to module `m`.
 pub fn as_stream<'py>(m: &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
-    let def = Box::leak(Box::new(ffi::PyMethodDef {
-        ml_name: c"as_stream".as_ptr(),
-        ml_meth: ffi::PyMethodDefPointer { PyCFunction: as_stream_o },
-        ml_flags: ffi::METH_O,
-        ml_doc: c"as_stream(obj, /)\n--\n\nReturn ``obj`` as a custream.Stream: a Stream as is, otherwise a borrowed Stream over\nthe handle ``obj.__cuda_stream__()`` returns, keeping ``obj`` alive as its owner.".as_ptr(),
-    }));
+    builtin(
+        m,
+        ffi::PyMethodDef {
+            ml_name: c"as_stream".as_ptr(),
+            ml_meth: ffi::PyMethodDefPointer { PyCFunction: as_stream_o },
+            ml_flags: ffi::METH_O,
+            ml_doc: c"as_stream(obj, /)\n--\n\nReturn ``obj`` as a custream.Stream: a Stream as is, otherwise a borrowed Stream over\nthe handle ``obj.__cuda_stream__()`` returns, keeping ``obj`` alive as its owner.".as_ptr(),
+        },
+    )
+}
+
+/// The `current_stream` builtin, bound to module `m`.
+pub fn current_stream<'py>(m: &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
+    builtin(
+        m,
+        ffi::PyMethodDef {
+            ml_name: c"current_stream".as_ptr(),
+            ml_meth: ffi::PyMethodDefPointer { PyCFunction: current::current_stream_o },
+            ml_flags: ffi::METH_NOARGS,
+            ml_doc: c"current_stream()\n--\n\nThe stream ``stream=None`` means: the innermost ``with s:`` block's stream in\nthis thread or asyncio task, else custream.DEFAULT_STREAM (PER_THREAD_DEFAULT_STREAM\nwhen CUSTREAM_PER_THREAD_DEFAULT_STREAM=1 is set).".as_ptr(),
+        },
+    )
+}
+
+/// A builtin function of module `m` from a definition that lives for the process.
+fn builtin<'py>(m: &Bound<'py, PyModule>, def: ffi::PyMethodDef) -> PyResult<Bound<'py, PyAny>> {
+    let def = Box::leak(Box::new(def));
     let name = m.name()?;
     // SAFETY: the definition lives for the process; the module name is a str.
     unsafe {
@@ -37,6 +60,16 @@ pub fn as_stream<'py>(m: &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
             ffi::PyCMethod_New(def, std::ptr::null_mut(), name.as_ptr(), std::ptr::null_mut()),
         )
     }
+}
+
+/// ``(least, greatest)`` stream priorities of a device (default: the current context's,
+/// else 0). Greatest is the numerically lowest: ``Stream(priority=greatest)`` runs first.
+#[pyfunction]
+#[pyo3(signature = (device = None))]
+pub fn priority_range(device: Option<Bound<'_, PyAny>>) -> PyResult<(i32, i32)> {
+    let device = device_arg(device.as_ref(), "priority_range")?;
+    let device = stream::existing_device(device, driver::current_context()?)?;
+    Ok(driver::priority_range(device)?)
 }
 
 /// True if the CUDA driver loads and initializes (there is at least one device). Never raises.
@@ -83,5 +116,6 @@ pub fn live_stream_count() -> isize {
 /// Registered with atexit: from here on no Stream or Event calls into the driver.
 #[pyfunction]
 pub fn _finalize() {
+    driver::release_kept_primary_contexts();
     libcuda::set_finalizing();
 }

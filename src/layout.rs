@@ -10,6 +10,8 @@ pub const CUSTREAM_CAPSULE_NAME: &[u8; 26] = b"custream._custream._C_API\0";
 pub const CUSTREAM_FLAG_OWNED: u32 = 1;
 pub const CUSTREAM_FLAG_DEFAULT: u32 = 2;
 pub const CUSTREAM_FLAG_NON_BLOCKING: u32 = 4;
+pub const CUSTREAM_FLAG_SHARED: u32 = 8;
+pub const CUSTREAM_FLAG_POOLED: u32 = 16;
 pub const CUSTREAM_STATE_CLOSED: u32 = 2147483648;
 pub const CUSTREAM_STATE_RELEASED: u32 = 1073741824;
 pub const CUSTREAM_STATE_USERS: u32 = 1073741823;
@@ -90,10 +92,13 @@ pub struct CustreamCAPI {
     pub handle_checked: ::std::option::Option<
         unsafe extern "C" fn(stream: *mut PyObject, out: *mut custream_handle_t) -> ::std::os::raw::c_int,
     >,
+    pub current_stream: ::std::option::Option<unsafe extern "C" fn() -> *mut PyObject>,
+    pub default_stream: ::std::option::Option<unsafe extern "C" fn(token: custream_handle_t) -> *mut PyObject>,
+    pub pool_get: ::std::option::Option<unsafe extern "C" fn(pool: *mut PyObject) -> *mut PyObject>,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of CustreamCAPI"][::std::mem::size_of::<CustreamCAPI>() - 72usize];
+    ["Size of CustreamCAPI"][::std::mem::size_of::<CustreamCAPI>() - 96usize];
     ["Alignment of CustreamCAPI"][::std::mem::align_of::<CustreamCAPI>() - 8usize];
     ["Offset of field: CustreamCAPI::abi_version"][::std::mem::offset_of!(CustreamCAPI, abi_version) - 0usize];
     ["Offset of field: CustreamCAPI::api_size"][::std::mem::offset_of!(CustreamCAPI, api_size) - 4usize];
@@ -107,4 +112,7 @@ const _: () = {
     ["Offset of field: CustreamCAPI::check"][::std::mem::offset_of!(CustreamCAPI, check) - 48usize];
     ["Offset of field: CustreamCAPI::synchronize"][::std::mem::offset_of!(CustreamCAPI, synchronize) - 56usize];
     ["Offset of field: CustreamCAPI::handle_checked"][::std::mem::offset_of!(CustreamCAPI, handle_checked) - 64usize];
+    ["Offset of field: CustreamCAPI::current_stream"][::std::mem::offset_of!(CustreamCAPI, current_stream) - 72usize];
+    ["Offset of field: CustreamCAPI::default_stream"][::std::mem::offset_of!(CustreamCAPI, default_stream) - 80usize];
+    ["Offset of field: CustreamCAPI::pool_get"][::std::mem::offset_of!(CustreamCAPI, pool_get) - 88usize];
 };

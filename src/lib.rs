@@ -1,8 +1,9 @@
 //! custream: one CUDA stream object for Python, Cython and C.
 //!
 //! The modules, from the Python face down to the driver (docs/design.md, "Code layout"):
-//! - face: `stream_type` (the Stream type's slots), `event_type`, `functions`, `capi`
-//! - core: `stream`, `event`, `protocol`, `owner`
+//! - face: `stream_type` (the Stream type's slots), `event_type`, `pool_type`, `functions`,
+//!   `capi`
+//! - core: `stream`, `event`, `pool`, `current`, `protocol`, `owner`
 //! - base: `lifecycle`, `errors`, `args`, `boundary`
 //! - ground: `driver` (typed handles, every driver call), `libcuda` (the library), `layout`
 //!
@@ -15,6 +16,7 @@
 mod args;
 mod boundary;
 mod capi;
+mod current;
 mod driver;
 mod errors;
 mod event;
@@ -26,6 +28,8 @@ mod layout;
 mod libcuda;
 mod lifecycle;
 mod owner;
+mod pool;
+mod pool_type;
 mod protocol;
 mod stream;
 mod stream_type;
@@ -38,16 +42,21 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     libcuda::install_fork_handler();
     m.add("Stream", stream_type::create(py)?)?;
     m.add_class::<event::Event>()?;
+    m.add_class::<pool::StreamPool>()?;
     m.add("CudaError", py.get_type::<errors::CudaError>())?;
     m.add("CudaUnavailableError", py.get_type::<errors::CudaUnavailableError>())?;
-    m.add("LEGACY_DEFAULT_STREAM", 1u8)?;
-    m.add("PER_THREAD_DEFAULT_STREAM", 2u8)?;
+    m.add("DEFAULT_STREAM", stream::default_stream(py, 0)?)?;
+    m.add("LEGACY_DEFAULT_STREAM", stream::default_stream(py, 1)?)?;
+    m.add("PER_THREAD_DEFAULT_STREAM", stream::default_stream(py, 2)?)?;
+    current::init(py)?;
+    m.add("current_stream", functions::current_stream(m)?)?;
     m.add("ABI_VERSION", layout::CUSTREAM_ABI_VERSION)?;
     m.add("as_stream", functions::as_stream(m)?)?;
     m.add_function(wrap_pyfunction!(functions::is_available, m)?)?;
     m.add_function(wrap_pyfunction!(functions::driver_version, m)?)?;
     m.add_function(wrap_pyfunction!(functions::device_count, m)?)?;
     m.add_function(wrap_pyfunction!(functions::device_info, m)?)?;
+    m.add_function(wrap_pyfunction!(functions::priority_range, m)?)?;
     m.add_function(wrap_pyfunction!(functions::driver_library_candidates, m)?)?;
     m.add_function(wrap_pyfunction!(functions::live_stream_count, m)?)?;
     let finalize = wrap_pyfunction!(functions::_finalize, m)?;

@@ -211,6 +211,12 @@ impl Home {
     ) -> PyResult<(Home, H)> {
         let made = py.detach(move || {
             let primary = driver::retain_primary_context(device)?;
+            // A device custream has used keeps its primary context until exit, so closing
+            // the last stream does not make the next `Stream()` build it again.
+            if let Err(e) = driver::keep_primary_context(device) {
+                let _ = driver::release_primary_context(device);
+                return Err(e);
+            }
             let (context, retains_primary) = match context {
                 Some(c) if c != primary => {
                     let _ = driver::release_primary_context(device);

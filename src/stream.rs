@@ -12,14 +12,15 @@ use std::sync::{Mutex, MutexGuard};
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PyTuple};
 
 use crate::boundary::no_unwind;
-use crate::driver::{self, code, Context, DriverError, StreamHandle};
+use crate::driver::{self, Context, StreamHandle};
 use crate::event::Event;
 use crate::layout::{
     custream_deleter_t, CustreamStream, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_NON_BLOCKING,
-    CUSTREAM_FLAG_OWNED,
+    CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED, CUSTREAM_FLAG_SHARED,
 };
 use crate::libcuda;
 use crate::lifecycle::{self, Home, Managed};
@@ -148,25 +149,24 @@ pub fn make<'py>(py: Python<'py>, parts: Parts<'py>) -> PyResult<Bound<'py, PyAn
 
 /// A new owned stream in `device`'s primary context (default: the current context's
 /// device, else 0). The thread's current context is the same before and after.
-pub fn create(py: Python<'_>, device: Option<i32>, non_blocking: bool, priority: i32) -> PyResult<Bound<'_, PyAny>> {
+/// `pooled`: made for a StreamPool, which alone may close it.
+pub fn create(
+    py: Python<'_>,
+    device: Option<i32>,
+    non_blocking: bool,
+    priority: i32,
+    pooled: bool,
+) -> PyResult<Bound<'_, PyAny>> {
     let current = driver::current_context()?;
-    let device = match device {
-        Some(d) => d,
-        None => driver::current_device_of(current)?.unwrap_or(0),
-    };
-    let count = driver::device_count()?;
-    if device >= count {
-        return Err(PyValueError::new_err(format!(
-            "device {device} does not exist: this machine has {count} CUDA device{}",
-            if count == 1 { "" } else { "s" }
-        )));
-    }
+    let device = existing_device(device, current)?;
     let (home, handle) = Home::make(py, device, None, move |ctx| {
         driver::create_stream(ctx, current, non_blocking, priority)
     })?;
     let parts = Parts {
         handle: handle.as_u64(),
-        flags: CUSTREAM_FLAG_OWNED | if non_blocking { CUSTREAM_FLAG_NON_BLOCKING } else { 0 },
+        flags: CUSTREAM_FLAG_OWNED
+            | if non_blocking { CUSTREAM_FLAG_NON_BLOCKING } else { 0 }
+            | if pooled { CUSTREAM_FLAG_POOLED } else { 0 },
         device,
         priority,
         owner: None,
@@ -185,6 +185,47 @@ pub fn create(py: Python<'_>, device: Option<i32>, non_blocking: bool, priority:
             Err(e)
         }
     }
+}
+
+/// `device`, or else the device of `current` (the calling thread's current context), or else
+/// 0; refused by name when the machine has no such device.
+pub fn existing_device(device: Option<i32>, current: Option<Context>) -> PyResult<i32> {
+    let device = match device {
+        Some(d) => d,
+        None => driver::current_device_of(current)?.unwrap_or(0),
+    };
+    let count = driver::device_count()?;
+    if device >= count {
+        return Err(PyValueError::new_err(format!(
+            "device {device} does not exist: this machine has {count} CUDA device{}",
+            if count == 1 { "" } else { "s" }
+        )));
+    }
+    Ok(device)
+}
+
+/// The module's names for the default-stream tokens 0, 1 and 2.
+const DEFAULT_NAMES: [&str; 3] = ["DEFAULT_STREAM", "LEGACY_DEFAULT_STREAM", "PER_THREAD_DEFAULT_STREAM"];
+
+static DEFAULTS: PyOnceLock<[Py<PyAny>; 3]> = PyOnceLock::new();
+
+/// `custream.DEFAULT_STREAM` (token 0), `LEGACY_DEFAULT_STREAM` (1) or
+/// `PER_THREAD_DEFAULT_STREAM` (2): one Stream each for the process, shared by every
+/// library, resolved against the calling thread's context at each use, never closed.
+pub fn default_stream(py: Python<'_>, token: u64) -> PyResult<Bound<'_, PyAny>> {
+    let all = DEFAULTS.get_or_try_init(py, || -> PyResult<[Py<PyAny>; 3]> {
+        let make_one = |token: u64| {
+            let mut parts = Parts::borrowed(token, None, None)?;
+            parts.flags |= CUSTREAM_FLAG_SHARED;
+            make(py, parts).map(Bound::unbind)
+        };
+        Ok([make_one(0)?, make_one(1)?, make_one(2)?])
+    })?;
+    let index = usize::try_from(token)
+        .ok()
+        .filter(|&i| i < all.len())
+        .ok_or_else(|| PyValueError::new_err(format!("{token:#x} is not a default-stream token (0, 1 or 2)")))?;
+    Ok(all[index].bind(py).clone())
 }
 
 /// A Stream object, valid while the object is alive: the one view of its fields.
@@ -230,6 +271,16 @@ impl StreamRef {
 
     pub fn is_closed(self) -> bool {
         lifecycle::is_closed(&self)
+    }
+
+    /// One of the module's default streams, which nobody closes.
+    pub fn is_shared(self) -> bool {
+        self.flags() & CUSTREAM_FLAG_SHARED != 0
+    }
+
+    /// Made by a StreamPool, which alone closes it.
+    pub fn is_pooled(self) -> bool {
+        self.flags() & CUSTREAM_FLAG_POOLED != 0
     }
 
     pub fn has_deleter(self) -> bool {
@@ -290,9 +341,17 @@ impl StreamRef {
     }
 
     /// The driver call of `use_handle` and `use_handle_attached`, once the stream is known open.
+    /// A default-stream token on a thread with no current context follows the CUDA
+    /// runtime's rule (device 0's primary context), which stays current only for the call.
     fn call_on_handle<R>(self, f: impl FnOnce(StreamHandle) -> driver::Result<R>) -> driver::Result<R> {
         let h = self.handle();
-        self.check_context(h).and_then(|()| f(h)).map_err(|e| self.explain(e))
+        if self.is_default() {
+            return match driver::current_context()? {
+                Some(_) => f(h),
+                None => driver::in_primary_context(0, || f(h)),
+            };
+        }
+        self.check_context(h).and_then(|()| f(h))
     }
 
     /// Learn a borrowed stream's context on first use (the stream is alive then: its owner
@@ -300,9 +359,6 @@ impl StreamRef {
     /// stream of a reset context can crash the process instead of failing. Called with the
     /// GIL held, which orders the first-use writes.
     fn check_context(self, h: StreamHandle) -> driver::Result<()> {
-        if self.is_default() {
-            return Ok(()); // the current context's default stream: nothing to outlive
-        }
         let s = self.raw();
         // SAFETY: a live object; `context` and `context_id` change only under the GIL.
         let (known, id) = unsafe { (Context::from_raw((*s).context), (*s).context_id) };
@@ -323,29 +379,6 @@ impl StreamRef {
             (*s).context = ctx.as_raw();
         }
         driver::ensure_same_context(ctx, id)
-    }
-
-    /// The driver's "invalid device context" says little when a default-stream token is used
-    /// on a thread with no current context; say what the token means and what to do.
-    fn explain(self, err: DriverError) -> DriverError {
-        match err {
-            DriverError::Cuda {
-                code: code::INVALID_CONTEXT,
-                name,
-                ..
-            } if self.is_default() && matches!(driver::current_context(), Ok(None)) => DriverError::Cuda {
-                code: code::INVALID_CONTEXT,
-                name,
-                message: format!(
-                    "the default-stream token {:#x} means the default stream of the calling \
-                         thread's current CUDA context, and this thread has none; make a context \
-                         current first (e.g. cuda.core Device(0).set_current(), \
-                         cupy.cuda.Device(0).use() or torch.cuda.set_device(0))",
-                    self.handle_value()
-                ),
-            },
-            other => other,
-        }
     }
 
     /// Wait for the stream's work. An idle stream answers without releasing the GIL, which
@@ -447,7 +480,29 @@ impl StreamRef {
         Ok(event)
     }
 
+    /// close(), refused for the module's default streams and a pool's streams, which
+    /// belong to everybody and to the pool.
     pub fn close(self, py: Python<'_>) -> PyResult<()> {
+        if !self.is_closed() && self.is_shared() {
+            let name = DEFAULT_NAMES
+                .get(self.handle_value() as usize)
+                .copied()
+                .unwrap_or("a default stream");
+            return Err(PyValueError::new_err(format!(
+                "custream.{name} is shared by every library in this process and is never closed"
+            )));
+        }
+        if !self.is_closed() && self.is_pooled() {
+            return Err(PyValueError::new_err(
+                "this stream belongs to a custream.StreamPool, which owns it: close the pool \
+                 (pool.close()) instead",
+            ));
+        }
+        lifecycle::close(&self, py)
+    }
+
+    /// close() for the pool that made the stream.
+    pub fn close_pooled(self, py: Python<'_>) -> PyResult<()> {
         lifecycle::close(&self, py)
     }
 

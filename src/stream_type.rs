@@ -15,6 +15,7 @@ use pyo3::types::{PyBool, PyInt, PyString, PyTuple, PyType};
 
 use crate::args::{bool_arg, device_arg, i32_arg, Signature};
 use crate::boundary::{boundary, no_unwind};
+use crate::current;
 use crate::event::Event;
 use crate::layout::CustreamStream;
 use crate::lifecycle::{self, Managed};
@@ -29,9 +30,10 @@ A CUDA stream shared by Python, Cython and C, speaking the CUDA Stream Protocol.
 ``Stream()`` creates an owned stream in the device's primary context (``device`` defaults to
 the current context's device, else 0) and leaves the thread's current context as it was.
 ``Stream.from_handle(handle, owner=...)`` and ``custream.as_stream(obj)`` wrap a stream
-somebody else made, keeping its owner alive. ``close()`` (or leaving a ``with`` block)
-destroys an owned stream and lets go of a borrowed one's owner; after it, every handle
-accessor raises ValueError.";
+somebody else made, keeping its owner alive. ``with s:`` makes ``s`` the current stream
+(``custream.current_stream()``) for the block and closes nothing. ``close()`` destroys an
+owned stream and lets go of a borrowed one's owner; after it, every handle accessor raises
+ValueError.";
 
 /// # Safety
 /// `obj` is the live Stream CPython passed to a slot or method.
@@ -79,7 +81,7 @@ unsafe extern "C" fn tp_new(
         let device = device_arg(device.as_ref(), "Stream")?;
         let non_blocking = bool_arg(non_blocking.as_ref(), "Stream", "non_blocking", true)?;
         let priority = i32_arg(priority.as_ref(), "Stream", "priority", 0)?;
-        Ok(stream::create(py, device, non_blocking, priority)?.into_ptr())
+        Ok(stream::create(py, device, non_blocking, priority, false)?.into_ptr())
     })
 }
 
@@ -118,6 +120,10 @@ unsafe extern "C" fn tp_repr(obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
         };
         let how = if s.is_closed() {
             " closed".to_owned()
+        } else if s.is_shared() {
+            " shared".to_owned()
+        } else if s.is_pooled() {
+            " owned by a StreamPool".to_owned()
         } else if s.is_owned() {
             " owned".to_owned()
         } else if let Some(owner) = s.owner(py) {
@@ -293,15 +299,16 @@ unsafe extern "C" fn enter(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *m
             return Err(closed_error("__enter__()"));
         }
         // SAFETY: the live Stream CPython passed.
-        Ok(unsafe { Bound::from_borrowed_ptr(py, obj) }.into_ptr())
+        let obj = unsafe { Bound::from_borrowed_ptr(py, obj) };
+        current::enter(py, &obj)?;
+        Ok(obj.into_ptr())
     })
 }
 
 unsafe extern "C" fn exit(obj: *mut ffi::PyObject, _args: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    // SAFETY: see "slots".
-    let s = unsafe { slf(obj) };
     boundary(|py| {
-        s.close(py)?;
+        // SAFETY: the live Stream CPython passed.
+        current::exit(py, &unsafe { Bound::from_borrowed_ptr(py, obj) })?;
         Ok(bool_ptr(py, false))
     })
 }
@@ -429,8 +436,8 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
             c"record($self, /, event=None)\n--\n\nRecord ``event`` (a new custream.Event if None) on this stream and return it."),
         method(c"close", M { PyCFunction: close }, noargs,
             c"close($self, /)\n--\n\nDestroy an owned stream, or release a borrowed one's owner or deleter.\nIdempotent and thread-safe; afterwards every handle accessor raises ValueError."),
-        method(c"__enter__", M { PyCFunction: enter }, noargs, c"Return the stream; leaving the block closes it."),
-        method(c"__exit__", M { PyCFunction: exit }, ffi::METH_VARARGS, c"Close the stream."),
+        method(c"__enter__", M { PyCFunction: enter }, noargs, c"Make the stream current (custream.current_stream()) until the block ends."),
+        method(c"__exit__", M { PyCFunction: exit }, ffi::METH_VARARGS, c"Make the stream that was current before the block current again; closes nothing."),
         method(c"__reduce__", M { PyCFunction: reduce }, noargs, c"Streams cannot be pickled."),
         ffi::PyMethodDef::zeroed(),
     ]);

@@ -12,32 +12,39 @@ Importing custream never loads the CUDA driver; anything that needs it raises
 
 from custream._custream import (
     ABI_VERSION,
+    DEFAULT_STREAM,
     LEGACY_DEFAULT_STREAM,
     PER_THREAD_DEFAULT_STREAM,
     CudaError,
     CudaUnavailableError,
     Event,
     Stream,
+    StreamPool,
     as_stream,
+    current_stream,
     device_count,
     device_info,
     driver_library_candidates,
     driver_version,
     is_available,
     live_stream_count,
+    priority_range,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ABI_VERSION",
+    "DEFAULT_STREAM",
     "LEGACY_DEFAULT_STREAM",
     "PER_THREAD_DEFAULT_STREAM",
     "CudaError",
     "CudaUnavailableError",
     "Event",
     "Stream",
+    "StreamPool",
     "as_stream",
+    "current_stream",
     "device_count",
     "device_info",
     "driver_library_candidates",
@@ -45,6 +52,7 @@ __all__ = [
     "get_include",
     "is_available",
     "live_stream_count",
+    "priority_range",
 ]
 
 

@@ -1,0 +1,127 @@
+//! What a custream.StreamPool is: a fixed set of owned streams made up front and handed out
+//! round-robin, for code that wants a fresh-looking stream per task without paying a
+//! create each time (rmm's `cuda_stream_pool`, PyTorch's internal pool). Its Python methods
+//! are in src/pool_type.rs.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use pyo3::exceptions::{PyIndexError, PyValueError};
+use pyo3::prelude::*;
+
+use crate::stream::{self, StreamRef};
+
+/// A fixed set of owned streams, handed out round-robin.
+///
+/// ``StreamPool(size, *, device=None, non_blocking=True, priority=0)`` creates ``size``
+/// streams in ``device``'s primary context (default: the current context's device, else 0).
+/// ``get()`` hands them out in turn (thread-safe, no lock), ``pool[i]`` and ``len(pool)``
+/// index them. A pool's stream is a plain custream.Stream to every consumer; it stays valid
+/// while the pool is open, and only ``pool.close()`` (idempotent) closes it.
+#[pyclass(module = "custream", frozen)]
+pub struct StreamPool {
+    streams: Box<[Py<PyAny>]>,
+    next: AtomicUsize,
+    closed: AtomicBool,
+    device: i32,
+}
+
+impl StreamPool {
+    pub fn new(py: Python<'_>, size: usize, device: Option<i32>, non_blocking: bool, priority: i32) -> PyResult<Self> {
+        let mut streams: Vec<Py<PyAny>> = Vec::with_capacity(size);
+        for _ in 0..size {
+            match stream::create(py, device, non_blocking, priority, true) {
+                Ok(s) => streams.push(s.unbind()),
+                Err(e) => {
+                    close_all(py, &streams);
+                    return Err(e);
+                }
+            }
+        }
+        let first = streams
+            .first()
+            .ok_or_else(|| PyValueError::new_err("StreamPool() size must be at least 1"))?;
+        // SAFETY: `first` is a live Stream the pool holds.
+        let device = unsafe { StreamRef::of(first.as_ptr()) }.known_device().unwrap_or(0);
+        Ok(StreamPool {
+            streams: streams.into_boxed_slice(),
+            next: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+            device,
+        })
+    }
+
+    fn ensure_open(&self, what: &str) -> PyResult<()> {
+        if self.is_closed() {
+            return Err(PyValueError::new_err(format!("{what} on a closed custream.StreamPool")));
+        }
+        Ok(())
+    }
+
+    /// The next stream, round-robin: one atomic add.
+    pub fn get<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.ensure_open("get()")?;
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.streams.len();
+        Ok(self.streams[i].bind(py).clone())
+    }
+
+    /// `pool[index]`, negative indices counting from the end.
+    pub fn item<'py>(&self, py: Python<'py>, index: isize) -> PyResult<Bound<'py, PyAny>> {
+        self.ensure_open("pool[i]")?;
+        let len = self.streams.len();
+        let at = if index < 0 {
+            len.checked_sub(index.unsigned_abs())
+        } else {
+            Some(index.unsigned_abs())
+        };
+        match at.filter(|&i| i < len) {
+            Some(i) => Ok(self.streams[i].bind(py).clone()),
+            None => Err(PyIndexError::new_err(format!(
+                "StreamPool index {index} out of range for a pool of {len}"
+            ))),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.streams.len()
+    }
+
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Close every stream; idempotent. The first error is raised after all were closed.
+    pub fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let mut first_error = None;
+        for s in &self.streams {
+            // SAFETY: a live Stream the pool holds.
+            if let Err(e) = unsafe { StreamRef::of(s.as_ptr()) }.close_pooled(py) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+fn close_all(py: Python<'_>, streams: &[Py<PyAny>]) {
+    for s in streams {
+        // SAFETY: a live Stream the caller holds.
+        let _ = unsafe { StreamRef::of(s.as_ptr()) }.close_pooled(py);
+    }
+}
+
+impl Drop for StreamPool {
+    /// A pool dropped without close() closes its streams as close() would: a stream
+    /// outliving its pool is not valid (it may still be referenced elsewhere).
+    fn drop(&mut self) {
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            let _ = Python::try_attach(|py| close_all(py, &self.streams));
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! The Python face of custream.StreamPool: arguments parsed, work delegated to src/pool.rs.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+
+use crate::args::{bool_arg, device_arg, i32_arg, is_int_not_bool};
+use crate::pool::StreamPool;
+
+/// The most streams one pool makes: far above any use (rmm's default is 16), low enough
+/// that a typo does not try to make millions.
+const MAX_SIZE: usize = 1 << 16;
+
+#[pymethods]
+impl StreamPool {
+    #[new]
+    #[pyo3(signature = (size, *, device = None, non_blocking = None, priority = None),
+           text_signature = "(size, *, device=None, non_blocking=True, priority=0)")]
+    fn py_new(
+        py: Python<'_>,
+        size: &Bound<'_, PyAny>,
+        device: Option<Bound<'_, PyAny>>,
+        non_blocking: Option<Bound<'_, PyAny>>,
+        priority: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<StreamPool> {
+        if !is_int_not_bool(size) {
+            return Err(PyTypeError::new_err(format!(
+                "StreamPool() size must be an int, got {}",
+                size.get_type().name()?
+            )));
+        }
+        let size = size
+            .extract::<i64>()
+            .ok()
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|n| (1..=MAX_SIZE).contains(n))
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "StreamPool() size must be between 1 and {MAX_SIZE}, got {size}"
+                ))
+            })?;
+        let device = device_arg(device.as_ref(), "StreamPool")?;
+        let non_blocking = bool_arg(non_blocking.as_ref(), "StreamPool", "non_blocking", true)?;
+        let priority = i32_arg(priority.as_ref(), "StreamPool", "priority", 0)?;
+        StreamPool::new(py, size, device, non_blocking, priority)
+    }
+
+    /// The next stream, round-robin (thread-safe, no lock).
+    #[pyo3(name = "get")]
+    fn py_get<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.get(py)
+    }
+
+    fn __getitem__<'py>(&self, py: Python<'py>, index: isize) -> PyResult<Bound<'py, PyAny>> {
+        self.item(py, index)
+    }
+
+    fn __len__(&self) -> usize {
+        self.len()
+    }
+
+    /// The device the pool's streams belong to.
+    #[getter(device)]
+    fn py_device(&self) -> i32 {
+        self.device()
+    }
+
+    /// True once close() has been called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.is_closed()
+    }
+
+    /// Close every stream of the pool; idempotent.
+    #[pyo3(name = "close")]
+    fn py_close(&self, py: Python<'_>) -> PyResult<()> {
+        self.close(py)
+    }
+
+    fn __repr__(&self) -> String {
+        let closed = if self.is_closed() { " closed" } else { "" };
+        format!(
+            "<custream.StreamPool size={} device={}{closed}>",
+            self.len(),
+            self.device()
+        )
+    }
+
+    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<Py<PyType>> {
+        Err(PyTypeError::new_err(format!(
+            "cannot pickle {}: CUDA streams belong to one process",
+            slf.get_type().name()?
+        )))
+    }
+}
