@@ -121,6 +121,23 @@ static PyObject *synchronize(PyObject *self, PyObject *obj) {
     Py_RETURN_NONE;
 }
 
+static PyObject *current_stream(PyObject *self, PyObject *args) {
+    (void)self, (void)args;
+    return Custream_CurrentStream();
+}
+
+static PyObject *default_stream(PyObject *self, PyObject *args) {
+    custream_handle_t token;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O&", int_to_handle, &token)) return NULL;
+    return Custream_DefaultStream(token);
+}
+
+static PyObject *pool_get(PyObject *self, PyObject *pool) {
+    (void)self;
+    return Custream_PoolGet(pool);
+}
+
 static PyMethodDef methods[] = {
     {"abi", abi, METH_NOARGS, "ABI versions and sizes: compiled and from the imported table."},
     {"layout", layout, METH_NOARGS, "sizeof and offsetof as compiled."},
@@ -133,6 +150,9 @@ static PyMethodDef methods[] = {
     {"handle_checked", handle_checked, METH_O, "Custream_HandleChecked(obj)."},
     {"fields", fields, METH_O, "The struct's fields, read directly."},
     {"synchronize", synchronize, METH_O, "Custream_Synchronize(obj)."},
+    {"current_stream", current_stream, METH_NOARGS, "Custream_CurrentStream()."},
+    {"default_stream", default_stream, METH_VARARGS, "Custream_DefaultStream(token)."},
+    {"pool_get", pool_get, METH_O, "Custream_PoolGet(pool)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -7,12 +7,15 @@ cimport custream
 from custream cimport (
     Stream,
     as_stream,
+    current_stream,
     custream_handle_t,
+    default_stream,
     from_handle,
     from_handle_with_deleter,
     handle_checked,
     is_closed,
     is_stream,
+    pool_get,
     synchronize,
 )
 
@@ -98,7 +101,28 @@ def default_tokens():
 def flag_values():
     return {"OWNED": custream.CUSTREAM_FLAG_OWNED, "DEFAULT": custream.CUSTREAM_FLAG_DEFAULT,
             "NON_BLOCKING": custream.CUSTREAM_FLAG_NON_BLOCKING,
+            "SHARED": custream.CUSTREAM_FLAG_SHARED, "POOLED": custream.CUSTREAM_FLAG_POOLED,
             "DEVICE_UNKNOWN": custream.CUSTREAM_DEVICE_UNKNOWN}
+
+
+def current():
+    """What `stream=None` means, as an adopting Cython library computes it."""
+    cdef Stream s = current_stream()
+    return s
+
+
+def defaults():
+    return (default_stream(), default_stream(custream.CUSTREAM_LEGACY_DEFAULT_STREAM),
+            default_stream(custream.CUSTREAM_PER_THREAD_DEFAULT_STREAM))
+
+
+def default_of(uintptr_t token):
+    return default_stream(<custream_handle_t>token)
+
+
+def pool_next(pool):
+    cdef Stream s = pool_get(pool)
+    return s
 
 
 # ---- a C owner's deleter: counts calls per slot (ctx is the slot number) ---------------

@@ -22,6 +22,12 @@ class CAPI(ctypes.Structure):
         ("from_handle", ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_int, ctypes.py_object)),
         ("from_handle_with_deleter",
          ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_int, DELETER, ctypes.c_void_p)),
+        ("check", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object)),
+        ("synchronize", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object)),
+        ("handle_checked", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))),
+        ("current_stream", ctypes.PYFUNCTYPE(ctypes.py_object)),
+        ("default_stream", ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p)),
+        ("pool_get", ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object)),
     ]
 
 
