@@ -36,15 +36,17 @@ def test_handle_read_in_nogil_loop_equals_python_handle(cy):
 def test_struct_fields_read_from_cython(cy):
     s = custream.Stream.from_handle(0x1234, device=3)
     assert cy.fields(s) == {"handle": 0x1234, "flags": 0, "device": 3, "priority": 0}
-    legacy = custream.Stream.from_handle(custream.LEGACY_DEFAULT_STREAM)
+    legacy = custream.Stream.from_handle(1)
     flags = cy.flag_values()
     assert cy.fields(legacy) == {"handle": 1, "flags": flags["DEFAULT"], "device": flags["DEVICE_UNKNOWN"], "priority": 0}
+    shared = flags["DEFAULT"] | flags["SHARED"]
+    assert cy.fields(custream.LEGACY_DEFAULT_STREAM) == {"handle": 1, "flags": shared, "device": flags["DEVICE_UNKNOWN"], "priority": 0}
 
 
 def test_header_constants_agree_with_python(cy):
     assert cy.abi_version() == custream.ABI_VERSION
-    assert cy.default_tokens() == (0, custream.LEGACY_DEFAULT_STREAM, custream.PER_THREAD_DEFAULT_STREAM)
-    assert cy.flag_values() == {"OWNED": 1, "DEFAULT": 2, "NON_BLOCKING": 4, "DEVICE_UNKNOWN": -1}
+    assert cy.default_tokens() == (0, custream.LEGACY_DEFAULT_STREAM.handle, custream.PER_THREAD_DEFAULT_STREAM.handle)
+    assert cy.flag_values() == {"OWNED": 1, "DEFAULT": 2, "NON_BLOCKING": 4, "SHARED": 8, "POOLED": 16, "DEVICE_UNKNOWN": -1}
 
 
 def test_as_stream_wraps_a_protocol_object(cy):

@@ -67,8 +67,10 @@ def test_fields_at_the_compiled_offsets_hold_the_objects_values(cext, cy):
 
 def test_default_and_deleter_fields(cext):
     off = cext.layout()["offsetof"]
-    s = custream.Stream.from_handle(custream.PER_THREAD_DEFAULT_STREAM)
+    s = custream.Stream.from_handle(2)
     assert read(s, off["flags"], ctypes.c_uint32) == 0x2  # CUSTREAM_FLAG_DEFAULT
+    shared = custream.PER_THREAD_DEFAULT_STREAM
+    assert read(shared, off["flags"], ctypes.c_uint32) == 0x2 | 0x8  # DEFAULT | SHARED
     assert read(s, off["device"], ctypes.c_int32) == -1  # CUSTREAM_DEVICE_UNKNOWN
     d = cext.from_handle_with_deleter(0x8000, -1, 11)
     assert read(d, off["deleter"], ctypes.c_void_p) is not None

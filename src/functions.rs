@@ -107,7 +107,8 @@ pub fn driver_library_candidates() -> Vec<String> {
     driver::library_candidates()
 }
 
-/// The number of custream.Stream objects alive in this process (for leak tests).
+/// The number of custream.Stream objects alive in this process (for leak tests), not
+/// counting the module's three default streams.
 #[pyfunction]
 pub fn live_stream_count() -> isize {
     stream::LIVE.load(std::sync::atomic::Ordering::Relaxed)

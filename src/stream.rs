@@ -143,7 +143,11 @@ pub fn make<'py>(py: Python<'py>, parts: Parts<'py>) -> PyResult<Bound<'py, PyAn
         (*s).context = context;
         (*s).context_id = context_id;
     }
-    count_live(1);
+    // The module's three default streams live as long as the module: not counted, so a
+    // leak test can expect 0.
+    if parts.flags & CUSTREAM_FLAG_SHARED == 0 {
+        count_live(1);
+    }
     Ok(obj)
 }
 
@@ -581,10 +585,12 @@ fn closed_error(what: &str) -> PyErr {
 /// # Safety
 /// `obj` is a Stream whose last reference is gone; the GIL is held.
 pub unsafe fn dealloc(obj: *mut ffi::PyObject) {
+    let shared;
     // SAFETY: the caller's contract; every step below is CPython's own teardown order.
     unsafe {
         ffi::PyObject_GC_UnTrack(obj.cast());
         let s = StreamRef::of(obj);
+        shared = s.is_shared();
         if !(*s.raw()).weakreflist.is_null() {
             ffi::PyObject_ClearWeakRefs(obj);
         }
@@ -598,7 +604,9 @@ pub unsafe fn dealloc(obj: *mut ffi::PyObject) {
         ffi::PyObject_GC_Del(obj.cast());
         ffi::Py_DECREF(tp.cast());
     }
-    count_live(-1);
+    if !shared {
+        count_live(-1);
+    }
 }
 
 /// tp_traverse: the references a Stream holds.

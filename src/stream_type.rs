@@ -190,6 +190,13 @@ unsafe extern "C" fn from_handle(
         let [handle_obj, owner, device] = unsafe { FROM_HANDLE_SIG.parse_fastcall::<3>(py, args, nargs, kwnames) }?;
         let handle_obj =
             handle_obj.ok_or_else(|| PyTypeError::new_err("from_handle() missing required argument 'handle'"))?;
+        // SAFETY: a live object.
+        if unsafe { stream::is_stream(handle_obj.as_ptr()) } {
+            return Err(PyTypeError::new_err(
+                "from_handle() handle must be an int, got custream.Stream: a Stream needs no \
+                 wrapping, use it as it is (custream.as_stream(obj) returns a Stream unchanged)",
+            ));
+        }
         let handle = handle_from_int(&handle_obj, || "from_handle() handle".to_owned())?;
         let device = device_arg(device.as_ref(), "from_handle")?;
         let owner = owner.filter(|o| !o.is_none());

@@ -98,9 +98,14 @@ def test_default_stream_tokens(token, name):
     assert name in repr(s) and "device=current" in repr(s)
 
 
-def test_default_stream_constants():
-    assert custream.LEGACY_DEFAULT_STREAM == 1
-    assert custream.PER_THREAD_DEFAULT_STREAM == 2
+def test_default_streams_are_objects_over_the_tokens():
+    assert [s.handle for s in (custream.DEFAULT_STREAM, custream.LEGACY_DEFAULT_STREAM, custream.PER_THREAD_DEFAULT_STREAM)] == [0, 1, 2]
+    assert custream.LEGACY_DEFAULT_STREAM == Stream.from_handle(1)
+
+
+def test_from_handle_given_a_stream_says_to_use_it_as_it_is():
+    with pytest.raises(TypeError, match=r"from_handle\(\) handle must be an int, got custream.Stream: a Stream needs no wrapping"):
+        Stream.from_handle(custream.LEGACY_DEFAULT_STREAM)
 
 
 def test_device_cannot_be_pinned_on_a_default_token():
@@ -131,20 +136,22 @@ def test_close_is_idempotent_and_every_handle_accessor_then_raises():
     assert "closed" in repr(s)
 
 
-def test_context_manager_closes():
+def test_with_makes_the_stream_current_and_closes_nothing():
     owner = Owner()
     alive = weakref.ref(owner)
     with Stream.from_handle(0x1000, owner=owner) as s:
         del owner
-        assert s.handle == 0x1000 and alive() is not None
-    assert s.closed and alive() is None
+        assert s.handle == 0x1000 and alive() is not None and custream.current_stream() is s
+    assert not s.closed and alive() is not None
+    s.close()
+    assert alive() is None
 
 
-def test_context_manager_closes_on_error_and_lets_it_propagate():
+def test_with_lets_an_error_propagate_and_closes_nothing():
     with pytest.raises(KeyError):
         with Stream.from_handle(0x1000) as s:
             raise KeyError("x")
-    assert s.closed
+    assert not s.closed and custream.current_stream() is custream.DEFAULT_STREAM
 
 
 def test_equality_and_hash_follow_the_handle():
