@@ -95,6 +95,14 @@ def per_iteration(stmt: str, ns: dict, cfg: dict, label: str) -> dict:
             "label": label}
 
 
+def cython_version() -> str | None:
+    try:
+        import Cython
+    except ImportError:
+        return None
+    return Cython.__version__
+
+
 def run(mode: str, cfg: dict) -> dict:
     """Build and time the loops; failures become `na` entries."""
     import custream

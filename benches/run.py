@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """custream beside the raw driver and the peers, per operation of the target table in
-docs/design.md. benches/README.md says what is measured and how.
+docs/design.md; benches/README.md says what is measured and how.
 
     python3 benches/run.py                                   # the CPU part: no driver needed
     python3 benches/run.py --gpu --json bench.json --plot bench.png
@@ -14,7 +14,6 @@ import json
 import os
 import platform
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -29,18 +28,11 @@ import ops  # noqa: E402
 import report  # noqa: E402
 
 
-class Interrupted(Exception):
-    pass
-
-
-def _interrupt(signum, frame):
-    raise Interrupted()
-
-
-def worker(lib: str, extra: list[str], quick: bool, timeout: float) -> dict:
-    cmd = [sys.executable, os.path.join(HERE, "worker.py"), lib, *extra] + (["--quick"] if quick else [])
+def worker(lib: str, args: list[str], quick: bool, timeout: float) -> dict:
+    print(f"{lib}{' (paired)' if '--paired' in args else ''} ...", file=sys.stderr, flush=True)
     try:
-        p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run([sys.executable, os.path.join(HERE, "worker.py"), lib, *args] + ["--quick"] * quick,
+                           check=False, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"worker timed out after {timeout:.0f} s"}
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
@@ -49,16 +41,15 @@ def worker(lib: str, extra: list[str], quick: bool, timeout: float) -> dict:
     return json.loads(lines[-1])
 
 
-def build(source: str, name: str, flags: list[str]) -> str | dict:
+def build(source: str, name: str, *flags: str) -> str | dict:
     """A C file of benches/ compiled as a shared object: its path, or {"error": ...}."""
-    out = os.path.join(tempfile.mkdtemp(prefix="custream-bench-"), name)
-    cc = os.environ.get("CC", "gcc")
+    out, cc = os.path.join(tempfile.mkdtemp(prefix="custream-bench-"), name), os.environ.get("CC", "gcc")
     p = subprocess.run([cc, "-O2", "-shared", "-fPIC", *flags, "-o", out, os.path.join(HERE, source), "-ldl"],
                        check=False, capture_output=True, text=True)
     return out if p.returncode == 0 else {"error": f"{cc} failed: {p.stderr.strip()[-400:]}"}
 
 
-IMPORT_LINE = re.compile(r"^import time:\s+\d+\s*\|\s*(\d+)\s*\|( *)(\S+)")
+IMPORT_LINE = re.compile(r"^import time:\s+\d+\s*\|\s*(\d+)\s*\| (\S+)")  # cumulative µs of a top-level import
 
 
 def import_times(stmts: dict[str, str], runs: int, budget_s: float) -> dict:
@@ -72,12 +63,10 @@ def import_times(stmts: dict[str, str], runs: int, budget_s: float) -> dict:
             raise RuntimeError((p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1])
         found: dict[str, int] = {}
         for m in filter(None, map(IMPORT_LINE.match, p.stderr.splitlines())):
-            if len(m.group(2)) == 1:  # one space: a top-level import
-                found[m.group(3)] = found.get(m.group(3), 0) + int(m.group(1))
+            found[m[2]] = found.get(m[2], 0) + int(m[1])
         return found
 
-    startup = top_level("pass")
-    out: dict = {}
+    startup, out = top_level("pass"), {}
     for name, stmt in stmts.items():
         samples: list[float] = []
         deadline = time.perf_counter() + budget_s
@@ -88,55 +77,31 @@ def import_times(stmts: dict[str, str], runs: int, budget_s: float) -> dict:
         except RuntimeError as e:
             out[name] = {"na": f"`{stmt}` failed: {e}"}
             continue
-        out[name] = {"ms": statistics.median(samples), "min_ms": min(samples), "runs": len(samples), "stmt": stmt,
-                     "how": "python -X importtime, cumulative"}
+        out[name] = {"ms": statistics.median(samples), "min_ms": min(samples), "runs": len(samples), "stmt": stmt}
     return out
 
 
 def paired_rounds(rounds: int, quick: bool, left, peers: list[str]) -> dict:
-    """Rounds of fresh workers, each timing custream's (or a peer's) statements in turn with
-    raw_driver.c's C loop for the same driver calls in one process and thread. The driver's
-    cost drifts over a run and differs between processes and CPUs by more than a target's
-    margin; the two figures of a pair move together, and the median over rounds is not moved
-    by one process's luck."""
-    out: dict = {"rounds": [], "peers": list(peers)}
-    raw = build("raw_driver.c", "libraw_driver.so", [])
+    """Rounds of fresh workers, each timing custream's (then each peer's, in workers of their
+    own) statements in turn with raw_driver.c's loop for the same driver calls, in one
+    process and thread. The driver's cost drifts over a run and differs between processes by
+    more than a target's margin; the two figures of a pair move together, and the median over
+    rounds is not moved by one process's luck."""
+    raw = build("raw_driver.c", "libraw_driver.so")
+    ext = build("floor_ext.c", "floor_ext" + sysconfig.get_config_var("EXT_SUFFIX"), "-I" + sysconfig.get_paths()["include"])
+    out: dict = {"rounds": [], "peers": peers, **({"floor_error": ext["error"]} if isinstance(ext, dict) else {})}
     if isinstance(raw, dict):
         return {**out, "stopped": raw["error"]}
-    ext = build("floor_ext.c", "floor_ext" + sysconfig.get_config_var("EXT_SUFFIX"), ["-I" + sysconfig.get_paths()["include"]])
-    if isinstance(ext, dict):
-        out["floor_error"] = ext["error"]
     for r in range(rounds):
         if left() < 40:
             out["stopped"] = f"after {r} rounds: the time budget was spent"
             break
-        print(f"paired round {r + 1}/{rounds} ...", file=sys.stderr, flush=True)
-        mine = worker("custream", ["--paired", raw] + ([] if isinstance(ext, dict) else ["--floor-ext", ext]),
-                      quick, min(60, left() - 25))
+        mine = worker("custream", ["--paired", raw, *(["--floor-ext", ext] if isinstance(ext, str) else [])], quick, min(60, left() - 25))
         out["rounds"].append({k: mine[k] for k in ("ops", "floor", "bound", "error") if k in mine})
-        for name in peers:
-            if left() < 30:
-                break
+        for name in [n for n in peers if left() >= 30]:
             got = worker(name, ["--paired", raw], quick, min(60, left() - 25))
             out["rounds"][-1].setdefault("peers", {})[name] = got.get("ops") or {"error": got.get("error", "no figures")}
     return out
-
-
-def machine_info() -> dict:
-    """Python, CPU, and the GPU and driver as custream sees them (in a child: this process
-    keeps no CUDA state)."""
-    probe = ("import json, custream\nok = custream.is_available()\nprint(json.dumps({'available': ok, "
-             "'gpu': custream.device_info(0)[0] if ok and custream.device_count() else None, "
-             "'driver_version': custream.driver_version() if ok else None, 'device_count': custream.device_count() if ok else 0}))")
-    p = subprocess.run([sys.executable, "-c", probe], check=False, capture_output=True, text=True)
-    info = json.loads(p.stdout) if p.returncode == 0 else {"available": False, "probe_error": p.stderr.strip()[-300:]}
-    try:
-        with open("/proc/cpuinfo") as f:
-            info["cpu"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    except OSError:
-        info["cpu"] = ""
-    return {**info, "python": platform.python_version(), "python_implementation": platform.python_implementation(),
-            "platform": platform.platform(), "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,21 +115,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", metavar="LIB", action="append", help="measure only these libraries (repeatable; raw: the rounds)")
     ap.add_argument("--no-import", action="store_true", help="skip the import-time row")
     ap.add_argument("--budget-s", type=float, default=200.0, help="wall-clock budget (default 200 s): later libraries are skipped past it")
-    ap.add_argument("--rounds", type=int, help="paired rounds against the raw C loops (default 8, 2 with --quick; 0 to skip)")
+    ap.add_argument("--rounds", type=int, help="paired rounds against the raw C loops (default 8, 2 with --quick; 0: none)")
     ap.add_argument("--from-json", metavar="PATH", help="measure nothing: print the table (and --plot) of an earlier --json")
     args = ap.parse_args(argv)
-
     if args.from_json:
         with open(args.from_json) as f:
             results = json.load(f)
     else:
         results = measure(args)
-        if args.json:
-            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-            with open(args.json, "w") as f:
-                json.dump(results, f, indent=1)
     print(report.table(results))
     if args.json and not args.from_json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
         print(f"wrote {args.json}")
     if args.plot:
         try:
@@ -177,54 +140,36 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(args) -> dict:
     t_start = time.perf_counter()
-    machine = machine_info()
-    run_mode = "gpu" if args.gpu or (not args.cpu and machine["available"]) else "cpu"
+    probe = subprocess.run([sys.executable, "-c", "import custream, sys; sys.exit(not custream.is_available())"], check=False)
+    run_mode = "gpu" if args.gpu or (not args.cpu and probe.returncode == 0) else "cpu"
     rounds = args.rounds if args.rounds is not None else 2 if args.quick else 8
     wanted = set(args.only or ["raw", *ops.LIBS])
 
     def left() -> float:
         return args.budget_s - (time.perf_counter() - t_start)
 
-    def single_pass(lib: str) -> dict:
-        limit = min(60 if args.quick else 120, left() - 25)  # a reserve for the import row and the report
-        if limit < 10:
-            return {"error": f"skipped: the {args.budget_s:.0f} s budget was spent"}
-        print(f"{lib} ...", file=sys.stderr, flush=True)
-        return worker(lib, ["--mode", run_mode], args.quick, limit)
+    def single_pass(lib: str) -> dict:  # each worker gets what is left, less a reserve for the import row
+        limit = min(60 if args.quick else 120, left() - 25)
+        return worker(lib, ["--mode", run_mode], args.quick, limit) if limit >= 10 else {"error": "skipped: the budget was spent"}
 
-    # custream first, so that a run cut short by its budget still has it. A SIGTERM (a
-    # `timeout` around this script) stops measuring and reports what was measured.
-    libs: dict = {}
-    cython: dict = {}
-    imports: dict = {}
-    paired: dict = {}
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        libs["custream"] = single_pass("custream")
-        cy = single_pass("cython")
-        cython = cy["ops"]["cython_handle_read"] if "ops" in cy else {"custream": {"na": cy.get("error", "not measured")}}
-        for peer in ops.PEERS:
-            libs[peer.name] = ({"error": "not selected"} if peer.name not in wanted else single_pass(peer.name)
-                               if run_mode == "gpu" else {"error": "peers are measured with --gpu"})
-        if run_mode == "gpu" and rounds > 0 and {"raw", "custream"} <= wanted:
-            peers = [n for n in ops.PAIRED_PEERS if n in wanted and "error" not in libs[n]]
-            paired = paired_rounds(rounds, args.quick, left, peers)
-        if not args.no_import:
-            print("import times ...", file=sys.stderr, flush=True)
-            stmts = {name: lib.import_stmt for name, lib in ops.LIBS.items() if name in wanted}
-            imports = import_times(stmts, 3 if args.quick else 15, max(2.0, min(3 if args.quick else 12, (left() - 10) / len(stmts))))
-    except Interrupted:
-        print("interrupted: reporting what was measured", file=sys.stderr, flush=True)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # custream first, so that a run cut short by its budget still has it.
+    libs = {"custream": single_pass("custream")}
+    cy = single_pass("cython")
+    cython = cy["ops"]["cython_handle_read"] if "ops" in cy else {"custream": {"na": cy.get("error", "not measured")}}
+    for peer in ops.PEERS:
+        libs[peer.name] = ({"error": "not selected"} if peer.name not in wanted else single_pass(peer.name)
+                           if run_mode == "gpu" else {"error": "peers are measured with --gpu"})
+    paired = {}
+    if run_mode == "gpu" and rounds > 0 and {"raw", "custream"} <= wanted:
+        paired = paired_rounds(rounds, args.quick, left, [n for n in ops.PAIRED_PEERS if n in wanted and "error" not in libs[n]])
+    stmts = {} if args.no_import else {name: lib.import_stmt for name, lib in ops.LIBS.items() if name in wanted}
+    imports = import_times(stmts, 3 if args.quick else 15, max(2.0, min(3 if args.quick else 12, (left() - 10) / max(1, len(stmts)))))
 
     results = report.assemble(run_mode, libs, cython, imports, paired)
-    results["machine"] = {**machine, "versions": {n: libs.get(n, {}).get("version") for n in report.LIBRARIES[1:]}}
-    try:
-        import Cython
-
-        results["machine"]["versions"]["Cython"] = Cython.__version__
-    except ImportError:
-        pass
+    versions = {n: libs.get(n, {}).get("version") for n in report.LIBRARIES[1:]}
+    results["machine"] = {**libs["custream"].get("machine", {}), "python": platform.python_version(), "platform": platform.platform(),
+                          "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                          "versions": {**versions, "Cython": cy.get("version")}}
     results["settings"] = {"quick": args.quick, "mode": run_mode, "seconds": round(time.perf_counter() - t_start, 1),
                            "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
     return results

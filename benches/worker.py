@@ -117,7 +117,7 @@ def main() -> int:
         if args.lib == "cython":
             import cython_read
 
-            result["ops"] = {"cython_handle_read": cython_read.run(mode, cfg)}
+            result.update(version=cython_read.cython_version(), ops={"cython_handle_read": cython_read.run(mode, cfg)})
         elif lib is None:
             result["error"] = "unknown library"
         else:
@@ -130,6 +130,8 @@ def main() -> int:
             result["version"] = next((v for v in map(_dist_version, lib.dists) if v), "unknown")
             raw_loop = raw_runner(args.paired) if args.paired else None  # before the setup, as in a peer's program
             exec(lib.setup if mode == "gpu" or lib is not ops.CUSTREAM else ops.CUSTREAM_CPU_SETUP, ns)
+            if lib is ops.CUSTREAM:
+                result["machine"] = machine(ns["custream"], mode)
             if raw_loop:
                 result.update(paired(lib, ns, raw_loop, args.floor_ext, cfg))
             else:
@@ -138,6 +140,15 @@ def main() -> int:
         result.setdefault("error", f"{type(e).__name__}: {e}")
     print(json.dumps(result))
     return 0
+
+
+def machine(custream, mode: str) -> dict:
+    """The GPU and driver as custream sees them, and the CPU."""
+    with open("/proc/cpuinfo") if os.path.exists("/proc/cpuinfo") else open(os.devnull) as f:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    gpu = mode == "gpu" and custream.is_available()
+    return {"gpu": custream.device_info(0)[0] if gpu else None, "driver_version": custream.driver_version() if gpu else None,
+            "device_count": custream.device_count() if gpu else 0, "cpu": cpu}
 
 
 def _dist_version(dist: str) -> str | None:
