@@ -1,16 +1,11 @@
 /*
- * floor_ext.c: the least any Python binding can add to the driver, for the operations whose
- * target is a ratio to raw_driver.c's C loop. A CPython extension with one function per
- * driver call and nothing else (no object, no check, no context bookkeeping), letting the
- * GIL go where custream does (around create and destroy; a query keeps it). benches/run.py
- * compiles it against the running interpreter; the paired rounds time it against the raw
- * loop as they time custream: its ratio to raw is the floor of a Python API, and custream's
- * excess over it is custream's own.
- *
- *     fdestroy(fcreate()) ~ Stream().close()    fquery(H) ~ s.query()
+ * floor_ext.c: the least any Python binding can add to the driver. A CPython extension with
+ * one function per driver call and nothing else (no object, no check, no context
+ * bookkeeping), letting the GIL go where custream does (around create and destroy). run.py
+ * builds it; the paired rounds time it against raw_driver.c's loops as they time custream:
+ *     fdestroy(fcreate()) ~ Stream().close()   fquery(H) ~ s.query()
  *     fsync(H) ~ s.synchronize() (a query first, as custream does: an idle stream answers
  *                                 with the GIL held)
- *
  * The calls use the thread's current context, which the worker makes the primary context.
  */
 #define PY_SSIZE_T_CLEAN
@@ -26,9 +21,7 @@ static CUresult (*cuStreamDestroy)(CUstream);
 static CUresult (*cuStreamQuery)(CUstream);
 static CUresult (*cuStreamSynchronize)(CUstream);
 
-static PyObject *failed(const char *call, CUresult r) {
-    return PyErr_Format(PyExc_RuntimeError, "%s failed with CUresult %d", call, r);
-}
+#define FAILED(call, r) PyErr_Format(PyExc_RuntimeError, call " failed with CUresult %d", r)
 
 static PyObject *floor_create(PyObject *mod, PyObject *unused) {
     CUstream s;
@@ -36,7 +29,7 @@ static PyObject *floor_create(PyObject *mod, PyObject *unused) {
     Py_BEGIN_ALLOW_THREADS
     r = cuStreamCreate(&s, 1 /* non-blocking */);
     Py_END_ALLOW_THREADS
-    return r ? failed("cuStreamCreate", r) : PyLong_FromVoidPtr(s);
+    return r ? FAILED("cuStreamCreate", r) : PyLong_FromVoidPtr(s);
 }
 
 static PyObject *floor_destroy(PyObject *mod, PyObject *handle) {
@@ -46,7 +39,7 @@ static PyObject *floor_destroy(PyObject *mod, PyObject *handle) {
     Py_BEGIN_ALLOW_THREADS
     r = cuStreamDestroy(s);
     Py_END_ALLOW_THREADS
-    if (r) return failed("cuStreamDestroy", r);
+    if (r) return FAILED("cuStreamDestroy", r);
     Py_RETURN_NONE;
 }
 
@@ -54,7 +47,7 @@ static PyObject *floor_query(PyObject *mod, PyObject *handle) {
     CUstream s = PyLong_AsVoidPtr(handle);
     if (!s && PyErr_Occurred()) return NULL;
     CUresult r = cuStreamQuery(s);
-    if (r && r != NOT_READY) return failed("cuStreamQuery", r);
+    if (r && r != NOT_READY) return FAILED("cuStreamQuery", r);
     return PyBool_FromLong(r == 0);
 }
 
@@ -67,7 +60,7 @@ static PyObject *floor_sync(PyObject *mod, PyObject *handle) {
         r = cuStreamSynchronize(s);
         Py_END_ALLOW_THREADS
     }
-    if (r) return failed("cuStreamSynchronize", r);
+    if (r) return FAILED("cuStreamSynchronize", r);
     Py_RETURN_NONE;
 }
 

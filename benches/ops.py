@@ -1,10 +1,7 @@
 """What is measured: the operations of the target table in docs/design.md, and how each
-library spells them.
-
-A library's `setup` runs once in a fresh interpreter and defines `s` (a stream the library
-owns), `H` (its handle as an int) and `p` (a protocol producer over `H`). Per operation it
-lists the statements to time; the first that runs is used and recorded. An operation a
-library lacks is `NA(reason)`.
+library spells them. A library's `setup` runs once in a fresh interpreter and defines `s` (a
+stream it owns) and `H` (its handle as an int); `p = Producer(H)` follows. Per operation, the
+statements to time: the first that runs is used and recorded; `NA(reason)` where it has none.
 """
 
 from __future__ import annotations
@@ -42,8 +39,7 @@ OPERATIONS = [
 ]
 OPS = {op.key: op for op in OPERATIONS}
 OP_KEYS = list(OPS)
-RATIO_KEYS = [op.key for op in OPERATIONS if op.raw is not None]  # timed in turn with raw_driver.c
-BOUND_KEYS = ["cuda_stream", "handle_int", "wrap_protocol", "wrap_int"]  # timed in turn with FLOORS
+RATIO_KEYS = [op.key for op in OPERATIONS if op.raw is not None]  # timed in turn with raw_driver.c's loops
 
 
 @dataclass(frozen=True)
@@ -72,43 +68,42 @@ class Producer:
         return self._t
 """
 
-# The primary context current in the timing thread, as raw_driver.c and every peer's own
-# setup leave it (custream itself never changes the current context).
-PRIMARY_CURRENT = ("import ctypes\n_cu = ctypes.CDLL('libcuda.so.1')\n_ctx = ctypes.c_void_p()\n"
-                   "assert _cu.cuInit(0) == 0 and _cu.cuDevicePrimaryCtxRetain(ctypes.byref(_ctx), 0) == 0\n"
-                   "assert _cu.cuCtxSetCurrent(_ctx) == 0\n")
-
 CUSTREAM = Lib(
     "custream", "import custream", ("custream",),
-    PRIMARY_CURRENT + "CS = custream.Stream\ns = CS()\nH = s.handle\np = Producer(H)\n",
+    # The primary context current in the timing thread, as raw_driver.c and every peer's own
+    # setup leave it (custream itself never changes the current context).
+    "import ctypes\n_cu = ctypes.CDLL('libcuda.so.1')\n_ctx = ctypes.c_void_p()\n"
+    "assert _cu.cuInit(0) == 0 and _cu.cuDevicePrimaryCtxRetain(ctypes.byref(_ctx), 0) == 0\n"
+    "assert _cu.cuCtxSetCurrent(_ctx) == 0\nCS = custream.Stream\ns = CS()\nH = s.handle\n",
     {"cuda_stream": ["s.__cuda_stream__()"], "handle_int": ["s.handle"], "wrap_protocol": ["custream.as_stream(p)"],
      "wrap_int": ["CS.from_handle(H)"], "create_destroy": ["CS().close()"], "synchronize": ["s.synchronize()"],
      "query": ["s.query()"]},
 )
 # The CPU run wraps a made-up handle: nothing calls the driver.
-CUSTREAM_CPU_SETUP = "CS = custream.Stream\nH = 0x7F3A2C001230\ns = CS.from_handle(H)\np = Producer(H)\n"
+CUSTREAM_CPU_SETUP = "CS = custream.Stream\nH = 0x7F3A2C001230\ns = CS.from_handle(H)\n"
 
-# The least a Python binding can add: benches/floor_ext.c, one C function per driver call,
-# timed against the raw loop in the paired rounds as custream is.
-FLOOR_BINDING = {"create_destroy": "fdestroy(fcreate())", "synchronize": "fsync(H)", "query": "fquery(H)"}
+# The least a Python binding can add: floor_ext.c, one C function per driver call (its stream
+# made by the binding itself, in the primary context raw_driver.c leaves current).
+LEAST = Lib("least binding", "", (), "H = fcreate()\n",
+            {"create_destroy": ["fdestroy(fcreate())"], "synchronize": ["fsync(H)"], "query": ["fquery(H)"]})
 
 DESTROYED_ON_DEALLOC = "the stream is destroyed when the object is deallocated"
 PEERS = [
     Lib("cuda.core", "import cuda.core", ("cuda-core",),
         "try:\n    from cuda.core import Device, Stream as CoreStream\n"
         "except ImportError:\n    from cuda.core.experimental import Device, Stream as CoreStream\n"
-        "dev = Device(0)\ndev.set_current()\ns = dev.create_stream()\nH = int(s.handle)\np = Producer(H)\n",
+        "dev = Device(0)\ndev.set_current()\ns = dev.create_stream()\nH = int(s.handle)\n",
         {"cuda_stream": ["s.__cuda_stream__()"], "handle_int": ["int(s.handle)"], "wrap_protocol": ["dev.create_stream(p)"],
          "wrap_int": ["CoreStream.from_handle(H)"], "create_destroy": ["dev.create_stream().close()"],
          "synchronize": ["s.sync()"], "query": NA("cuda.core's Stream has no query()")}),
     Lib("CuPy", "import cupy", ("cupy-cuda13x", "cupy-cuda12x", "cupy"),
-        "s = cupy.cuda.Stream(non_blocking=True)\nH = s.ptr\np = Producer(H)\n",
+        "s = cupy.cuda.Stream(non_blocking=True)\nH = s.ptr\n",
         {"cuda_stream": ["s.__cuda_stream__()"], "handle_int": ["s.ptr"],
          "wrap_protocol": ["cupy.cuda.Stream.from_external(p)"], "wrap_int": ["cupy.cuda.ExternalStream(H)"],
          "create_destroy": ["cupy.cuda.Stream(non_blocking=True)"], "synchronize": ["s.synchronize()"], "query": ["s.done"]},
         notes={"create_destroy": DESTROYED_ON_DEALLOC}),
     Lib("torch", "import torch", ("torch",),
-        "torch.cuda.init()\ns = torch.cuda.Stream()\nH = s.cuda_stream\np = Producer(H)\n",
+        "torch.cuda.init()\ns = torch.cuda.Stream()\nH = s.cuda_stream\n",
         {"cuda_stream": ["s.__cuda_stream__()"], "handle_int": ["s.cuda_stream"],
          "wrap_protocol": NA("torch has no __cuda_stream__ consumer (ExternalStream takes an int)"),
          "wrap_int": ["torch.cuda.ExternalStream(H)", "torch.cuda.get_stream_from_external(H)"],
@@ -117,44 +112,18 @@ PEERS = [
                                  "not a create + destroy, kept out of 'best peer'"},
         not_best=("create_destroy",)),
     Lib("numba", "import numba.cuda", ("numba-cuda", "numba"),
-        "s = numba.cuda.stream()\nH = s.__cuda_stream__()[1]\np = Producer(H)\n",
+        "s = numba.cuda.stream()\nH = s.__cuda_stream__()[1]\n",
         {"cuda_stream": ["s.__cuda_stream__()"], "handle_int": ["s.handle.value", "int(s.handle)", "int(s)"],
          "wrap_protocol": NA("numba.cuda.external_stream takes an int, not a protocol object"),
          "wrap_int": ["numba.cuda.external_stream(H)"], "create_destroy": ["numba.cuda.stream()"],
          "synchronize": ["s.synchronize()"], "query": NA("numba's Stream has no query()")},
         notes={"create_destroy": "numba queues the destroy and runs queued destroys in batches; the figure is amortized"}),
     Lib("rmm", "import rmm", ("rmm-cu13", "rmm-cu12", "rmm"),
-        "from rmm.pylibrmm.stream import Stream as RmmStream\ns = RmmStream()\nH = s.__cuda_stream__()[1]\np = Producer(H)\n",
+        "from rmm.pylibrmm.stream import Stream as RmmStream\ns = RmmStream()\nH = s.__cuda_stream__()[1]\n",
         {"cuda_stream": ["s.__cuda_stream__()"],
          "handle_int": NA("rmm's Stream gives its handle as an int only through __cuda_stream__()"),
          "wrap_protocol": ["RmmStream(p)"], "wrap_int": NA("rmm's Stream cannot wrap an int handle from Python"),
          "create_destroy": ["RmmStream()"], "synchronize": ["s.synchronize()"], "query": NA("rmm's Stream has no query()")},
         notes={"create_destroy": DESTROYED_ON_DEALLOC}),
 ]
-LIBS = {lib.name: lib for lib in [CUSTREAM, *PEERS]}
-# Timed in the paired rounds too, each in its own fresh worker: the best peers of the ratio
-# rows (rmm, CuPy) and NVIDIA's own (cuda.core). The others only in the single pass, which
-# keeps a full run within the GPU machine's budget.
-PAIRED_PEERS = ("rmm", "CuPy", "cuda.core")
-
-# custream's absolute targets are timed in turn with the cheapest thing CPython does of the
-# same shape (a C method, a C getter, a pure-Python consumer, a C object holding a reference),
-# so that a round on a slower CPU shows as a slower floor too.
-FLOOR_SETUP = """
-from functools import partial
-class PyStream:
-    __slots__ = ("_t", "_h", "owner")
-    def __init__(self, h, owner=None):
-        self._t, self._h, self.owner = (0, h), h, owner
-def py_as_stream(obj):
-    return PyStream(obj.__cuda_stream__()[1], obj)
-def f():
-    pass
-i = H
-"""
-FLOORS = {
-    "cuda_stream": ("C method returning a stored object (int.conjugate)", "i.conjugate()"),
-    "handle_int": ("C getter returning a stored object (int.real)", "i.real"),
-    "wrap_protocol": ("pure-Python consumer, no checks", "py_as_stream(p)"),
-    "wrap_int": ("C object holding a reference (functools.partial)", "partial(f, H)"),
-}
+LIBS = {lib.name: lib for lib in [CUSTREAM, LEAST, *PEERS]}

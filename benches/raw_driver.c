@@ -1,13 +1,9 @@
 /*
- * raw_driver.c: the driver-bound operations timed in C, the floor under custream's.
- *
- *     gcc -O2 -shared -fPIC -o libraw_driver.so raw_driver.c -ldl
- *
- * No CUDA header and no -lcuda: the entry points are found with dlopen/dlsym. benches/worker.py
- * loads this through ctypes and calls raw_init() once, then raw_time(op, n), so that the C
- * loop and custream's (or a peer's) statement run in one process and thread, in turn, with
- * the device's primary context current (as the runtime API, CuPy, PyTorch and rmm leave it)
- * on an idle non-blocking stream.
+ * raw_driver.c: the driver-bound operations timed in C, the floor under custream's. No CUDA
+ * header and no -lcuda: the entry points are found with dlsym. run.py builds it as a shared
+ * library; worker.py calls raw_init() once through ctypes, then raw_time(op, n), so that the
+ * C loop and custream's (or a peer's) statement run in turn in one process and thread, with
+ * the primary context of device 0 current, on an idle non-blocking stream.
  */
 #include <dlfcn.h>
 #include <string.h>

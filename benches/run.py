@@ -28,10 +28,10 @@ import ops  # noqa: E402
 import report  # noqa: E402
 
 
-def worker(lib: str, args: list[str], quick: bool, timeout: float) -> dict:
-    print(f"{lib}{' (paired)' if '--paired' in args else ''} ...", file=sys.stderr, flush=True)
+def worker(lib: str, args: list[str], timeout: float) -> dict:
+    print(f"{lib} ...", file=sys.stderr, flush=True)
     try:
-        p = subprocess.run([sys.executable, os.path.join(HERE, "worker.py"), lib, *args] + ["--quick"] * quick,
+        p = subprocess.run([sys.executable, os.path.join(HERE, "worker.py"), lib, *args],
                            check=False, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"worker timed out after {timeout:.0f} s"}
@@ -81,29 +81,6 @@ def import_times(stmts: dict[str, str], runs: int, budget_s: float) -> dict:
     return out
 
 
-def paired_rounds(rounds: int, quick: bool, left, peers: list[str]) -> dict:
-    """Rounds of fresh workers, each timing custream's (then each peer's, in workers of their
-    own) statements in turn with raw_driver.c's loop for the same driver calls, in one
-    process and thread. The driver's cost drifts over a run and differs between processes by
-    more than a target's margin; the two figures of a pair move together, and the median over
-    rounds is not moved by one process's luck."""
-    raw = build("raw_driver.c", "libraw_driver.so")
-    ext = build("floor_ext.c", "floor_ext" + sysconfig.get_config_var("EXT_SUFFIX"), "-I" + sysconfig.get_paths()["include"])
-    out: dict = {"rounds": [], "peers": peers, **({"floor_error": ext["error"]} if isinstance(ext, dict) else {})}
-    if isinstance(raw, dict):
-        return {**out, "stopped": raw["error"]}
-    for r in range(rounds):
-        if left() < 40:
-            out["stopped"] = f"after {r} rounds: the time budget was spent"
-            break
-        mine = worker("custream", ["--paired", raw, *(["--floor-ext", ext] if isinstance(ext, str) else [])], quick, min(60, left() - 25))
-        out["rounds"].append({k: mine[k] for k in ("ops", "floor", "bound", "error") if k in mine})
-        for name in [n for n in peers if left() >= 30]:
-            got = worker(name, ["--paired", raw], quick, min(60, left() - 25))
-            out["rounds"][-1].setdefault("peers", {})[name] = got.get("ops") or {"error": got.get("error", "no figures")}
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = ap.add_mutually_exclusive_group()
@@ -112,10 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="PATH", help="write every figure, the machine and the versions here")
     ap.add_argument("--plot", metavar="PATH", help="write a PNG chart here (needs matplotlib)")
     ap.add_argument("--quick", action="store_true", help="few, short repeats: a smoke run, not figures to quote")
-    ap.add_argument("--only", metavar="LIB", action="append", help="measure only these libraries (repeatable; raw: the rounds)")
+    ap.add_argument("--only", metavar="LIB", action="append", help="measure only these libraries (repeatable)")
     ap.add_argument("--no-import", action="store_true", help="skip the import-time row")
     ap.add_argument("--budget-s", type=float, default=200.0, help="wall-clock budget (default 200 s): later libraries are skipped past it")
-    ap.add_argument("--rounds", type=int, help="paired rounds against the raw C loops (default 8, 2 with --quick; 0: none)")
+    ap.add_argument("--rounds", type=int, help="rounds of fresh workers, as the budget allows (default 8, 2 with --quick)")
     ap.add_argument("--from-json", metavar="PATH", help="measure nothing: print the table (and --plot) of an earlier --json")
     args = ap.parse_args(argv)
     if args.from_json:
@@ -139,38 +116,45 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def measure(args) -> dict:
+    """Rounds of fresh workers, one a library a round, custream first, until the rounds are done
+    or the budget is spent. In the GPU run each worker loads raw_driver.c and times the ratio
+    operations in turn with its C loop for the same driver calls: the driver's cost drifts over
+    a run and between processes by more than a target's margin, but the two figures of a pair
+    move together, and the median over rounds is not moved by one process's luck."""
     t_start = time.perf_counter()
     probe = subprocess.run([sys.executable, "-c", "import custream, sys; sys.exit(not custream.is_available())"], check=False)
-    run_mode = "gpu" if args.gpu or (not args.cpu and probe.returncode == 0) else "cpu"
-    rounds = args.rounds if args.rounds is not None else 2 if args.quick else 8
-    wanted = set(args.only or ["raw", *ops.LIBS])
+    gpu = args.gpu or (not args.cpu and probe.returncode == 0)
+    wanted = set(args.only or ops.LIBS)
 
     def left() -> float:
         return args.budget_s - (time.perf_counter() - t_start)
 
-    def single_pass(lib: str) -> dict:  # each worker gets what is left, less a reserve for the import row
-        limit = min(60 if args.quick else 120, left() - 25)
-        return worker(lib, ["--mode", run_mode], args.quick, limit) if limit >= 10 else {"error": "skipped: the budget was spent"}
-
-    # custream first, so that a run cut short by its budget still has it.
-    libs = {"custream": single_pass("custream")}
-    cy = single_pass("cython")
+    extra = ["--gpu"] * gpu + ["--quick"] * args.quick
+    cy = worker("cython", extra, 120)
     cython = cy["ops"]["cython_handle_read"] if "ops" in cy else {"custream": {"na": cy.get("error", "not measured")}}
-    for peer in ops.PEERS:
-        libs[peer.name] = ({"error": "not selected"} if peer.name not in wanted else single_pass(peer.name)
-                           if run_mode == "gpu" else {"error": "peers are measured with --gpu"})
-    paired = {}
-    if run_mode == "gpu" and rounds > 0 and {"raw", "custream"} <= wanted:
-        paired = paired_rounds(rounds, args.quick, left, [n for n in ops.PAIRED_PEERS if n in wanted and "error" not in libs[n]])
-    stmts = {} if args.no_import else {name: lib.import_stmt for name, lib in ops.LIBS.items() if name in wanted}
-    imports = import_times(stmts, 3 if args.quick else 15, max(2.0, min(3 if args.quick else 12, (left() - 10) / max(1, len(stmts)))))
-
-    results = report.assemble(run_mode, libs, cython, imports, paired)
-    versions = {n: libs.get(n, {}).get("version") for n in report.LIBRARIES[1:]}
-    results["machine"] = {**libs["custream"].get("machine", {}), "python": platform.python_version(), "platform": platform.platform(),
-                          "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                          "versions": {**versions, "Cython": cy.get("version")}}
-    results["settings"] = {"quick": args.quick, "mode": run_mode, "seconds": round(time.perf_counter() - t_start, 1),
+    libs = ["custream"] + [n for n in ops.LIBS if gpu and n != "custream" and n in wanted | {"least binding"}]
+    if gpu:
+        raw = build("raw_driver.c", "libraw_driver.so")
+        ext = build("floor_ext.c", "floor_ext" + sysconfig.get_config_var("EXT_SUFFIX"), "-I" + sysconfig.get_paths()["include"])
+        extra += [*(["--raw", raw] if isinstance(raw, str) else []), *(["--floor-ext", ext] if isinstance(ext, str) else [])]
+        libs = [n for n in libs if n != "least binding" or isinstance(raw, str) and isinstance(ext, str)]
+    rounds: dict = {n: [] for n in libs}
+    reserve = 0 if args.no_import else 40  # for the import row
+    for r in range(args.rounds or (2 if args.quick else 8)):
+        for name in [n for n in libs if not (rounds[n] and "not importable" in rounds[n][0].get("error", ""))]:
+            if left() > reserve + 30:
+                rounds[name].append(worker(name, extra, min(120, left() - reserve - 10)))
+            elif r == 0:
+                rounds[name].append({"error": f"skipped: the {args.budget_s:.0f} s budget was spent"})
+    stmts = {} if args.no_import else {n: lib.import_stmt for n, lib in ops.LIBS.items() if lib.import_stmt and n in wanted}
+    imports = import_times(stmts, 3 if args.quick else 15, max(2.0, min(12, (left() - 5) / max(1, len(stmts)))))
+    rounds.update({n: [{"error": "not selected" if gpu else "peers are measured with --gpu"}] for n in report.LIBRARIES[1:] if n not in rounds})
+    results = report.assemble("gpu" if gpu else "cpu", rounds, cython, imports)
+    first = {n: next((w for w in ws if "version" in w), {}) for n, ws in rounds.items()}
+    results["machine"] = {**first["custream"].get("machine", {}), "python": platform.python_version(),
+                          "platform": platform.platform(), "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                          "versions": {**{n: first.get(n, {}).get("version") for n in report.LIBRARIES[1:]}, "Cython": cy.get("version")}}
+    results["settings"] = {"quick": args.quick, "rounds": max(map(len, rounds.values())), "seconds": round(time.perf_counter() - t_start, 1),
                            "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
     return results
 

@@ -1,7 +1,6 @@
-"""Timing, as `timeit` does it: a statement compiled into the loop body (no call around it,
-gc off), timed with `perf_counter_ns`; each repeat runs a loop sized to last about
-`target_ms`. The figure is the median over repeats of ns per execution; nothing is
-subtracted (the empty loop is timed too and printed beside the results)."""
+"""Timing as `timeit` does it (the statement compiled into the loop body, gc off), with
+`perf_counter_ns`, in loops sized to last about `target_ms`: the median over repeats of ns
+per execution. Nothing is subtracted."""
 
 from __future__ import annotations
 
@@ -16,8 +15,8 @@ def timer(stmt: str, namespace: dict):
 
 
 def loop_size(run, target_ms: float, max_number: int = 2_000_000) -> int:
-    """How many executions make one repeat of `run(n)` (elapsed ns) last about `target_ms`.
-    One untimed pass first: first calls fill caches and may allocate."""
+    """How many executions make `run(n)` (elapsed ns) last about `target_ms`; one untimed
+    pass first, since first calls fill caches and may allocate."""
     run(1)
     number = 1
     while (elapsed := run(number)) < target_ms * 1e6 / 10 and number < max_number:
