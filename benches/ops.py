@@ -4,8 +4,6 @@ stream it owns) and `H` (its handle as an int); `p = Producer(H)` follows. Per o
 statements to time: the first that runs is used and recorded; `NA(reason)` where it has none.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 
 
@@ -38,7 +36,6 @@ OPERATIONS = [
     Op("cython_handle_read", "Cython handle read", load=True),
 ]
 OPS = {op.key: op for op in OPERATIONS}
-OP_KEYS = list(OPS)
 RATIO_KEYS = [op.key for op in OPERATIONS if op.raw is not None]  # timed in turn with raw_driver.c's loops
 
 

@@ -28,19 +28,19 @@ static int failed; /* the first failing CUresult, reported by raw_time as -1 */
 #define CALL(call) \
     do { CUresult r_ = (call); if (r_ && !failed) failed = r_; } while (0)
 
+#define SYM(f, name) if (!(f = dlsym(lib, name))) return 2
+
 /* 0 on success; else the failing step (1: no libcuda, 2: a symbol missing, 3: a call failed). */
 int raw_init(void) {
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     CUcontext ctx;
     int dev;
     if (!lib) return 1;
-    if (!(cuInit = dlsym(lib, "cuInit")) || !(cuDeviceGet = dlsym(lib, "cuDeviceGet")) ||
-        !(cuDevicePrimaryCtxRetain = dlsym(lib, "cuDevicePrimaryCtxRetain")) ||
-        !(cuCtxSetCurrent = dlsym(lib, "cuCtxSetCurrent")) || !(cuStreamCreate = dlsym(lib, "cuStreamCreate")) ||
-        !(cuStreamDestroy = dlsym(lib, "cuStreamDestroy_v2")) || !(cuStreamSynchronize = dlsym(lib, "cuStreamSynchronize")) ||
-        !(cuStreamQuery = dlsym(lib, "cuStreamQuery")))
-        return 2;
-    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx) || cuStreamCreate(&idle, 1 /* non-blocking */))
+    SYM(cuInit, "cuInit"); SYM(cuDeviceGet, "cuDeviceGet"); SYM(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    SYM(cuCtxSetCurrent, "cuCtxSetCurrent"); SYM(cuStreamCreate, "cuStreamCreate"); SYM(cuStreamDestroy, "cuStreamDestroy_v2");
+    SYM(cuStreamSynchronize, "cuStreamSynchronize"); SYM(cuStreamQuery, "cuStreamQuery");
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx) ||
+        cuStreamCreate(&idle, 1 /* non-blocking */))
         return 3;
     return 0;
 }

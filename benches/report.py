@@ -1,7 +1,5 @@
 """The workers' rounds as one results dict (what --json writes), the table and the chart."""
 
-from __future__ import annotations
-
 from statistics import median
 
 import ops
@@ -17,20 +15,20 @@ def _fig(entry, unit: str = "ns") -> float | None:
 def combine(entries: list[dict]) -> dict:
     """One library's figures for one operation over the rounds: the median and spread, and
     where it was timed in turn with raw_driver.c's loop, each round's ratio and their median."""
-    good = [e for e in entries if "ns" in e]
+    unit = "ms" if any("ms" in e for e in entries) else "ns"
+    good = [e for e in entries if unit in e]
     if not good:
         return entries[0] if entries else {"na": "not measured"}
-    ns = [e["ns"] for e in good]
+    v = [e[unit] for e in good]
     out = {k: good[0][k] for k in ("stmt", "note", "not_best") if k in good[0]}
-    out.update(ns=median(ns), min_ns=min(ns), max_ns=max(ns), rounds=len(ns), per_round_ns=ns)
+    out.update({unit: median(v), f"min_{unit}": min(v), f"max_{unit}": max(v), "rounds": len(v), f"per_round_{unit}": v})
     if "ratio" in good[0]:
         out.update(ratio=median(e["ratio"] for e in good), ratios=[e["ratio"] for e in good], raw_ns=[e["raw_ns"] for e in good])
     return out
 
 
-def assemble(mode: str, rounds: dict, cython: dict, imports: dict) -> dict:
-    """rounds: per library, its workers' outputs, one a round; cython: the Cython worker's
-    figures; imports: per library, its import time."""
+def assemble(mode: str, rounds: dict, cython: dict) -> dict:
+    """rounds: per library, its workers' outputs, one a round; cython: the Cython worker's figures."""
     errors = {n: ws[0]["error"] for n, ws in rounds.items() if ws and all("error" in w for w in ws)}
     figures = {n: {k: combine([w["ops"][k] for w in ws if k in w.get("ops", {})]) for k in ops.OPS} for n, ws in rounds.items()}
     series = {n: {k: {"stmt": f["stmt"], "ratios": f["ratios"], "ratio_median": f["ratio"]} for k, f in fs.items() if "ratio" in f}
@@ -43,9 +41,7 @@ def assemble(mode: str, rounds: dict, cython: dict, imports: dict) -> dict:
         mine = figures.get("custream", {}).get(op.key, {})
         res = {n: {"na": errors[n]} if n in errors else figures.get(n, {}).get(op.key, {"na": "not measured"}) for n in LIBRARIES}
         res["raw"] = NOT_APPLICABLE
-        if op.key == "import":
-            res = {n: NOT_APPLICABLE if n == "raw" else imports.get(n, {"na": "not measured"}) for n in LIBRARIES}
-        elif op.key == "cython_handle_read":
+        if op.key == "cython_handle_read":
             res = {n: cython.get(n, {"na": "not measured"}) if n in ("custream", "rmm") else NOT_APPLICABLE for n in LIBRARIES}
         elif op.raw is not None:  # the C loop: its median over the rounds, timed in turn with custream
             res["raw"] = {"ns": median(mine["raw_ns"])} if "raw_ns" in mine else {"na": "timed with --gpu only" if mode != "gpu" else "not measured"}
@@ -105,7 +101,7 @@ def table(results: dict) -> str:
                 na = None if r.get("na") in (None, "not applicable", "needs a GPU (run with --gpu)") else f"n/a: {r['na']}"
                 label = r.get("label") if o["title"] == "Cython handle read" else None
                 notes += [f"  {n} / {o['title']}: {what}" for what in (na, r.get("note"), label) if what]
-    notes += [f"  {n}: {err}" for n, err in results.get("lib_errors", {}).items() if err not in ("not selected", "peers are measured with --gpu")]
+    notes += [f"  {n}: {err}" for n, err in results.get("lib_errors", {}).items() if err != "peers are measured with --gpu"]
     return "\n".join(out + (["", "notes:", *notes] if notes else []))
 
 

@@ -7,14 +7,10 @@ docs/design.md; benches/README.md says what is measured and how.
     python3 benches/run.py --from-json benches/results/h200.json   # re-print (and --plot) a run
 """
 
-from __future__ import annotations
-
 import argparse
 import json
 import os
 import platform
-import re
-import statistics
 import subprocess
 import sys
 import sysconfig
@@ -49,38 +45,6 @@ def build(source: str, name: str, *flags: str) -> str | dict:
     return out if p.returncode == 0 else {"error": f"{cc} failed: {p.stderr.strip()[-400:]}"}
 
 
-IMPORT_LINE = re.compile(r"^import time:\s+\d+\s*\|\s*(\d+)\s*\| (\S+)")  # cumulative µs of a top-level import
-
-
-def import_times(stmts: dict[str, str], runs: int, budget_s: float) -> dict:
-    """Per library, the cumulative time `python -X importtime -c STMT` reports for the top-level
-    imports STMT adds to a bare interpreter's: the median over fresh processes, in ms."""
-    cwd = tempfile.mkdtemp(prefix="custream-bench-import-")  # no stray package on sys.path
-
-    def top_level(stmt: str) -> dict[str, int]:
-        p = subprocess.run([sys.executable, "-X", "importtime", "-c", stmt], cwd=cwd, check=False, capture_output=True, text=True)
-        if p.returncode != 0:
-            raise RuntimeError((p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1])
-        found: dict[str, int] = {}
-        for m in filter(None, map(IMPORT_LINE.match, p.stderr.splitlines())):
-            found[m[2]] = found.get(m[2], 0) + int(m[1])
-        return found
-
-    startup, out = top_level("pass"), {}
-    for name, stmt in stmts.items():
-        samples: list[float] = []
-        deadline = time.perf_counter() + budget_s
-        try:
-            top_level(stmt)  # untimed: fills the page cache and writes any missing .pyc
-            while len(samples) < runs and (len(samples) < 3 or time.perf_counter() < deadline):
-                samples.append(sum(us for mod, us in top_level(stmt).items() if mod not in startup) / 1000)
-        except RuntimeError as e:
-            out[name] = {"na": f"`{stmt}` failed: {e}"}
-            continue
-        out[name] = {"ms": statistics.median(samples), "min_ms": min(samples), "runs": len(samples), "stmt": stmt}
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = ap.add_mutually_exclusive_group()
@@ -89,8 +53,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="PATH", help="write every figure, the machine and the versions here")
     ap.add_argument("--plot", metavar="PATH", help="write a PNG chart here (needs matplotlib)")
     ap.add_argument("--quick", action="store_true", help="few, short repeats: a smoke run, not figures to quote")
-    ap.add_argument("--only", metavar="LIB", action="append", help="measure only these libraries (repeatable)")
-    ap.add_argument("--no-import", action="store_true", help="skip the import-time row")
     ap.add_argument("--budget-s", type=float, default=200.0, help="wall-clock budget (default 200 s): later libraries are skipped past it")
     ap.add_argument("--rounds", type=int, help="rounds of fresh workers, as the budget allows (default 8, 2 with --quick)")
     ap.add_argument("--from-json", metavar="PATH", help="measure nothing: print the table (and --plot) of an earlier --json")
@@ -117,14 +79,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(args) -> dict:
     """Rounds of fresh workers, one a library a round, custream first, until the rounds are done
-    or the budget is spent. In the GPU run each worker loads raw_driver.c and times the ratio
-    operations in turn with its C loop for the same driver calls: the driver's cost drifts over
-    a run and between processes by more than a target's margin, but the two figures of a pair
-    move together, and the median over rounds is not moved by one process's luck."""
+    or the budget is spent (benches/README.md says why)."""
     t_start = time.perf_counter()
     probe = subprocess.run([sys.executable, "-c", "import custream, sys; sys.exit(not custream.is_available())"], check=False)
     gpu = args.gpu or (not args.cpu and probe.returncode == 0)
-    wanted = set(args.only or ops.LIBS)
 
     def left() -> float:
         return args.budget_s - (time.perf_counter() - t_start)
@@ -132,26 +90,25 @@ def measure(args) -> dict:
     extra = ["--gpu"] * gpu + ["--quick"] * args.quick
     cy = worker("cython", extra, 120)
     cython = cy["ops"]["cython_handle_read"] if "ops" in cy else {"custream": {"na": cy.get("error", "not measured")}}
-    libs = ["custream"] + [n for n in ops.LIBS if gpu and n != "custream" and n in wanted | {"least binding"}]
+    libs = ["custream"] + [n for n in ops.LIBS if gpu and n != "custream"]
     if gpu:
         raw = build("raw_driver.c", "libraw_driver.so")
         ext = build("floor_ext.c", "floor_ext" + sysconfig.get_config_var("EXT_SUFFIX"), "-I" + sysconfig.get_paths()["include"])
         extra += [*(["--raw", raw] if isinstance(raw, str) else []), *(["--floor-ext", ext] if isinstance(ext, str) else [])]
         libs = [n for n in libs if n != "least binding" or isinstance(raw, str) and isinstance(ext, str)]
     rounds: dict = {n: [] for n in libs}
-    reserve = 0 if args.no_import else 40  # for the import row
     for r in range(args.rounds or (2 if args.quick else 8)):
         for name in [n for n in libs if not (rounds[n] and "not importable" in rounds[n][0].get("error", ""))]:
-            if left() > reserve + 30:
-                rounds[name].append(worker(name, extra, min(120, left() - reserve - 10)))
+            if left() > 30:
+                rounds[name].append(worker(name, extra, min(120, left() - 10)))
             elif r == 0:
                 rounds[name].append({"error": f"skipped: the {args.budget_s:.0f} s budget was spent"})
-    stmts = {} if args.no_import else {n: lib.import_stmt for n, lib in ops.LIBS.items() if lib.import_stmt and n in wanted}
-    imports = import_times(stmts, 3 if args.quick else 15, max(2.0, min(12, (left() - 5) / max(1, len(stmts)))))
-    rounds.update({n: [{"error": "not selected" if gpu else "peers are measured with --gpu"}] for n in report.LIBRARIES[1:] if n not in rounds})
-    results = report.assemble("gpu" if gpu else "cpu", rounds, cython, imports)
+    rounds.update({n: [{"error": "peers are measured with --gpu"}] for n in report.LIBRARIES[1:] if n not in rounds})
+    results = report.assemble("gpu" if gpu else "cpu", rounds, cython)
     first = {n: next((w for w in ws if "version" in w), {}) for n, ws in rounds.items()}
-    results["machine"] = {**first["custream"].get("machine", {}), "python": platform.python_version(),
+    with open("/proc/cpuinfo" if os.path.exists("/proc/cpuinfo") else os.devnull) as f:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.machine())
+    results["machine"] = {**first["custream"].get("machine", {}), "cpu": cpu, "python": platform.python_version(),
                           "platform": platform.platform(), "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                           "versions": {**{n: first.get(n, {}).get("version") for n in report.LIBRARIES[1:]}, "Cython": cy.get("version")}}
     results["settings"] = {"quick": args.quick, "rounds": max(map(len, rounds.values())), "seconds": round(time.perf_counter() - t_start, 1),

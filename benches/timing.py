@@ -2,8 +2,6 @@
 `perf_counter_ns`, in loops sized to last about `target_ms`: the median over repeats of ns
 per execution. Nothing is subtracted."""
 
-from __future__ import annotations
-
 import statistics
 import time
 import timeit
@@ -46,12 +44,9 @@ def paired(mine, theirs, *, repeats: int = 15, target_ms: float = 20.0, budget_s
     b: list[float] = []
     deadline = time.perf_counter() + 2 * budget_s
     while len(a) < repeats and (len(a) < 3 or time.perf_counter() < deadline):
-        if len(a) % 2:
-            b.append(theirs(n_theirs) / n_theirs)
-            a.append(mine(n_mine) / n_mine)
-        else:
-            a.append(mine(n_mine) / n_mine)
-            b.append(theirs(n_theirs) / n_theirs)
+        turn = [(mine, n_mine, a), (theirs, n_theirs, b)]
+        for run, n, samples in turn[::-1] if len(a) % 2 else turn:
+            samples.append(run(n) / n)
     ratios = [x / y for x, y in zip(a, b)]
     return {"ns": statistics.median(a), "raw_ns": statistics.median(b), "ratio": statistics.median(ratios),
             "ratio_min": min(ratios), "ratio_max": max(ratios), "repeats": len(a), "number": n_mine}

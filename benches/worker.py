@@ -1,21 +1,20 @@
-"""One round of one library's figures, in a fresh interpreter so that no library's state
-(contexts, pools, caches, imported modules) touches another's; prints one JSON object.
+"""One round of one library (a name from ops.LIBS, or `cython`) in a fresh interpreter, so that
+no library's state touches another's; prints one JSON object. With --raw, the ratio-to-raw
+operations are timed in turn with raw_driver.c's loop for the same driver calls, in this one
+process and thread (timing.paired); every other operation alone.
 
     worker.py LIB [--gpu [--raw libraw_driver.so] [--floor-ext floor_ext.so]] [--quick]
-
-LIB is a name from ops.LIBS, or `cython`. With --raw, the ratio-to-raw operations are timed in
-turn with raw_driver.c's loop for the same driver calls (timing.paired), in this one process
-and thread; every other operation alone.
 """
-
-from __future__ import annotations
 
 import argparse
 import ctypes
 import importlib.util
 import json
 import os
+import re
+import subprocess
 import sys
+import tempfile
 from importlib import metadata
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -70,6 +69,25 @@ def raw_driver(path: str):
     return loop
 
 
+IMPORT_LINE = re.compile(r"^import time:\s+\d+\s*\|\s*(\d+)\s*\| (\S+)")  # cumulative µs of a top-level import
+
+
+def import_ms(stmt: str) -> dict:
+    """What `python -X importtime -c STMT` reports, in a fresh process, for the top-level imports
+    STMT adds to a bare interpreter's (this worker's own import has filled the page cache)."""
+
+    def top_level(code: str) -> dict:  # run in an empty folder: no stray module on sys.path
+        with tempfile.TemporaryDirectory() as cwd:
+            p = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=cwd, capture_output=True, text=True)
+        found: dict = {}
+        for m in filter(None, map(IMPORT_LINE.match, p.stderr.splitlines())):
+            found[m[2]] = found.get(m[2], 0) + int(m[1])
+        return found
+
+    startup = top_level("pass")
+    return {"ms": sum(us for mod, us in top_level(stmt).items() if mod not in startup) / 1000, "stmt": stmt}
+
+
 def version(dists) -> str:
     for dist in dists:
         try:
@@ -86,6 +104,7 @@ def measure(args, lib: ops.Lib, cfg: dict) -> dict:
         exec(lib.import_stmt, ns)
     except Exception as e:
         return {"error": f"not importable: {type(e).__name__}: {e}"}
+    imported = import_ms(lib.import_stmt) if lib.import_stmt else {"na": "not applicable"}
     raw_loop = raw_driver(args.raw) if args.raw else None  # before the setup, as in a peer's program
     if lib is ops.LEAST:
         spec = importlib.util.spec_from_file_location("floor_ext", args.floor_ext)
@@ -93,13 +112,10 @@ def measure(args, lib: ops.Lib, cfg: dict) -> dict:
         ns.update(fcreate=mod.fcreate, fdestroy=mod.fdestroy, fquery=mod.fquery, fsync=mod.fsync)
     exec((lib.setup if args.gpu or lib is not ops.CUSTREAM else ops.CUSTREAM_CPU_SETUP) + "p = Producer(H)\n", ns)
     out: dict = {"version": version(lib.dists), "empty_loop": timing.measure("pass", ns, **cfg)}
-    if lib is ops.CUSTREAM:  # the machine as custream sees it
-        cu, gpu = ns["custream"], args.gpu
-        with open("/proc/cpuinfo" if os.path.exists("/proc/cpuinfo") else os.devnull) as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-        out["machine"] = {"gpu": cu.device_info(0)[0] if gpu else None, "driver_version": cu.driver_version() if gpu else None,
-                          "device_count": cu.device_count() if gpu else 0, "cpu": cpu}
-    return {**out, "ops": time_ops(lib, ns, cfg, args.gpu, raw_loop)}
+    if lib is ops.CUSTREAM and args.gpu:  # the machine as custream sees it
+        cu = ns["custream"]
+        out["machine"] = {"gpu": cu.device_info(0)[0], "driver_version": cu.driver_version(), "device_count": cu.device_count()}
+    return {**out, "ops": {**time_ops(lib, ns, cfg, args.gpu, raw_loop), "import": imported}}
 
 
 def main() -> int:

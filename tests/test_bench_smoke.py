@@ -24,7 +24,7 @@ def _bench_ops():
 
 def test_cpu_quick_run_reports_every_operation(tmp_path):
     out = tmp_path / "bench.json"
-    cmd = [sys.executable, str(BENCHES / "run.py"), "--cpu", "--quick", "--only", "custream", "--json", str(out)]
+    cmd = [sys.executable, str(BENCHES / "run.py"), "--cpu", "--quick", "--json", str(out)]
     plot = importlib.util.find_spec("matplotlib") is not None
     if plot:
         cmd += ["--plot", str(tmp_path / "bench.png")]
@@ -33,7 +33,7 @@ def test_cpu_quick_run_reports_every_operation(tmp_path):
     results = json.loads(out.read_text())
     ops = _bench_ops()
 
-    assert list(results["operations"]) == ops.OP_KEYS
+    assert list(results["operations"]) == list(ops.OPS)
     libs = results["libraries"]
     assert libs[0] == "raw" and libs[-1] == "custream"
     for key, op in results["operations"].items():
@@ -95,7 +95,7 @@ def test_rounds_summary_keeps_the_floor_binding_beside_custream():
 
     rounds = {"custream": [pair(130.0, 100.0), pair(260.0, 200.0), pair(140.0, 100.0)],
               "least binding": [pair(110.0, 100.0), pair(240.0, 200.0)]}
-    q = report.assemble("gpu", rounds, {}, {})["paired"]["query"]
+    q = report.assemble("gpu", rounds, {})["paired"]["query"]
     assert q["ratios"] == [1.3, 1.3, 1.4] and q["ratio_median"] == 1.3
     assert q["floor"]["stmt"] == "fquery(H)"
     assert q["floor"]["ratios"] == [1.1, 1.2] and abs(q["floor"]["ratio_median"] - 1.15) < 1e-12
@@ -118,7 +118,7 @@ def test_paired_peers_give_the_ratio_rows_their_best_peer():
     rounds = {"custream": [pair(125.0, 100.0), pair(250.0, 200.0), pair(130.0, 100.0)],
               "CuPy": [pair(150.0, 100.0, "s.done"), pair(280.0, 200.0, "s.done"), pair(160.0, 100.0, "s.done")],
               "rmm": [{"error": "ImportError: no rmm"}]}
-    results = report.assemble("gpu", rounds, {}, {})
+    results = report.assemble("gpu", rounds, {})
     cupy = results["paired"]["query"]["peers"]["CuPy"]
     assert cupy["stmt"] == "s.done" and cupy["ratios"] == [1.5, 1.4, 1.6] and cupy["ratio_median"] == 1.5
     assert "rmm" not in results["paired"]["query"]["peers"]
