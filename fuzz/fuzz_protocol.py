@@ -19,46 +19,16 @@ import atheris  # noqa: E402
 import custream  # noqa: E402
 from custream import Stream, as_stream  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from producers import (AttrProducer, IndexOnly, IntSub, Producer, Raising, TupleSub,  # noqa: E402
+                       from_handle_oracle, is_int, protocol_oracle)
+
 warnings.simplefilter("ignore", DeprecationWarning)
 MAX_DEPTH = 4
 
 
-class IndexOnly:
-    def __init__(self, v):
-        self.v = v
-
-    def __index__(self):
-        return self.v
-
-
-class IntSub(int):
-    pass
-
-
-class TupleSub(tuple):
-    pass
-
-
-class Producer:
-    def __init__(self, result):
-        self.result = result
-
-    def __cuda_stream__(self):
-        return self.result
-
-
-class AttrProducer:
-    def __init__(self, result):
-        self.__cuda_stream__ = result
-
-
 class Boom(Exception):
     pass
-
-
-class Raising:
-    def __cuda_stream__(self):
-        raise Boom()
 
 
 def any_int(fdp):
@@ -114,45 +84,10 @@ def show(v):
     return repr(v)[:300]
 
 
-def is_int(v):
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def protocol_oracle(result):
-    if not isinstance(result, tuple):
-        return TypeError
-    if len(result) != 2:
-        return ValueError
-    version, handle = result
-    if type(version) is not int:
-        return TypeError
-    if version != 0:
-        return ValueError
-    if not is_int(handle):
-        return TypeError
-    if not 0 <= handle < 2**64:
-        return ValueError
-    return int(handle)
-
-
-def from_handle_oracle(handle, device):
-    if not is_int(handle):
-        return TypeError
-    if not 0 <= handle < 2**64:
-        return ValueError
-    if device is None:
-        return None
-    if not is_int(device):
-        return TypeError
-    if not 0 <= device < 2**31 or handle <= 2:
-        return ValueError
-    return None
-
-
 def check_protocol(fdp):
     result = value(fdp)
     make = fdp.ConsumeIntInRange(0, 2)
-    producer = Producer(result) if make == 0 else AttrProducer(result) if make == 1 else Raising()
+    producer = Producer(result) if make == 0 else AttrProducer(result) if make == 1 else Raising(Boom())
     expected = protocol_oracle(result) if make < 2 else Boom
     try:
         s = as_stream(producer)

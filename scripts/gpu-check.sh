@@ -4,7 +4,8 @@
 #   bash scripts/gpu-check.sh [tests] [bench] [sanitizer]      (default: tests)
 #
 # 1. installs the wheels carried in dist/ (custream) and .whl/ (rmm, librmm, rapids-logger;
-#    optional) into /tmp/site, offline, and puts it first on PYTHONPATH;
+#    optional: scripts/gpu-wheels.sh fetches them) into /tmp/site, offline, and puts it
+#    first on PYTHONPATH;
 # 2. prints the versions of Python, the driver and every peer library;
 # 3. runs `python3 -m custream` (the report; a failure there does not stop the run);
 # 4. stage "tests": `pytest -m gpu tests cython_tests`, then a pass/fail table per peer
@@ -152,8 +153,8 @@ for line in open(versions_file):
 
 # tests/gpu/test_gpu_<key>.py -> (peer, version label); anything else goes by its file.
 PEERS = {
-    "core": ("custream core", "custream"),
-    "testing_kit": ("custream.testing", "custream"),
+    "custream": ("custream", "custream"),
+    "custream_reliability": ("custream reliability", "custream"),
     "cuda_core": ("cuda.core", "cuda-core"),
     "cuda_bindings": ("cuda.bindings", "cuda-bindings"),
     "cupy": ("cupy", "cupy"),

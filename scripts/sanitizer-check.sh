@@ -55,9 +55,7 @@ if [ "${1:-}" = "--suite" ]; then
     # current context), and cuda.bindings probes cuGetProcAddress for entry points this
     # driver lacks; those 38 returns were memcheck's whole count on 2026-12-02. Memory
     # errors, leaks and the workload's API errors are still counted.
-    suite=(tests/test_gpu_reliability.py)
-    [ -d tests/gpu ] && suite+=(tests/gpu)
-    tests=(-m pytest -q -m gpu -p no:cacheprovider -o faulthandler_timeout=100 "${suite[@]}"
+    tests=(-m pytest -q -m gpu -p no:cacheprovider -o faulthandler_timeout=100 tests/gpu
            -k "not 100k and not fork and not exit and not reset")
     run memcheck gpu-tests --report-api-errors no -- "$python" "${tests[@]}"
     run racecheck gpu-tests -- "$python" "${tests[@]}"

@@ -14,58 +14,7 @@ import pytest
 
 import custream
 from custream import Event, Stream, as_stream
-
-# --- producers ---------------------------------------------------------------------------
-
-
-class Producer:
-    """A __cuda_stream__ producer returning a fixed result."""
-
-    def __init__(self, result):
-        self.result = result
-
-    def __cuda_stream__(self):
-        return self.result
-
-
-class IndexOnly:
-    """Converts to an int only through __index__: not an int, so not a handle."""
-
-    def __index__(self):
-        return 5
-
-
-class ReturnsSelf:
-    def __cuda_stream__(self):
-        return self
-
-
-class Mutating:
-    """Returns a different result on each call: each as_stream() call judges its own."""
-
-    def __init__(self):
-        self.results = [(0, 5), (0, -1), "x", (1, 5)]
-
-    def __cuda_stream__(self):
-        return self.results.pop(0)
-
-
-class AttributeProducer:
-    """A non-callable __cuda_stream__ (deprecated form) holding a bad value."""
-
-    __cuda_stream__ = [0, 5]
-
-
-class PropertyAttributeError:
-    @property
-    def __cuda_stream__(self):
-        raise AttributeError("not today")
-
-
-class BadRepr:
-    def __repr__(self):
-        raise RuntimeError("no repr")
-
+from producers import AttrProducer, BadRepr, IndexOnly, Mutating, Producer, PropertyRaising, Raising, ReturnsSelf
 
 def gen():
     yield 0
@@ -86,7 +35,7 @@ def borrowed():
     return Stream.from_handle(0x1234, owner=object())
 
 
-PROD = r"(?:test_bad_input\.)?Producer\.__cuda_stream__\(\)"
+PROD = r"(?:producers\.)?Producer\.__cuda_stream__\(\)"
 VERSION_TYPE = PROD + r" returned version {} of type {}: the version must be the int 0"
 VERSION_VALUE = PROD + r" returned version {}: custream understands protocol version 0 only"
 NOT_TUPLE = PROD + r" must return a tuple \(version, handle\), got {}"
@@ -151,8 +100,8 @@ CASES = [
     ("as_stream class", lambda: as_stream(Producer), TypeError, PROD + r" missing 1 required positional argument: 'self'"),
     ("as_stream type", lambda: as_stream(int), TypeError, AS_STREAM.format("type")),
     ("as_stream no args", lambda: as_stream(), TypeError, r"as_stream\(\) takes exactly one argument \(0 given\)"),
-    ("property raising AttributeError", lambda: as_stream(PropertyAttributeError()), TypeError,
-     AS_STREAM.format(".*PropertyAttributeError")),
+    ("property raising AttributeError", lambda: as_stream(PropertyRaising(AttributeError("not today"))), TypeError,
+     AS_STREAM.format(".*PropertyRaising")),
     # from_handle arguments
     ("from_handle no args", lambda: Stream.from_handle(), TypeError,
      r"from_handle\(\) missing required argument 'handle'"),
@@ -291,30 +240,20 @@ def test_no_driver_error_comes_only_after_valid_arguments():
 
 @pytest.mark.parametrize("exc", [KeyError("boom"), RuntimeError("x"), SystemExit(3), KeyboardInterrupt(), GeneratorExit()])
 def test_producer_exception_propagates_unchanged(exc):
-    class Raising:
-        def __cuda_stream__(self):
-            raise exc
-
     with pytest.raises(BaseException) as info:
-        as_stream(Raising())
+        as_stream(Raising(exc))
     assert info.value is exc
 
 
 def test_property_exception_propagates_unchanged():
     err = LookupError("from a property")
-
-    class Prop:
-        @property
-        def __cuda_stream__(self):
-            raise err
-
     with pytest.raises(LookupError) as info:
-        as_stream(Prop())
+        as_stream(PropertyRaising(err))
     assert info.value is err
 
 
 def test_producer_that_mutates_between_calls_is_judged_per_call():
-    p = Mutating()
+    p = Mutating((0, 5), (0, -1), "x", (1, 5))
     s = as_stream(p)
     assert s.handle == 5 and s.owner is p
     with pytest.raises(ValueError, match=r"Mutating\.__cuda_stream__\(\) -1 is out of range"):
@@ -349,8 +288,8 @@ def test_non_callable_attribute_warns_and_still_works_if_valid():
 
 
 def test_non_callable_attribute_with_a_bad_value_warns_then_raises():
-    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match=r"AttributeProducer\.__cuda_stream__\(\) must return a tuple .* got list"):
-        as_stream(AttributeProducer())
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match=r"AttrProducer\.__cuda_stream__\(\) must return a tuple .* got list"):
+        as_stream(AttrProducer([0, 5]))
 
 
 def test_non_callable_attribute_under_warnings_as_errors_raises_the_warning():

@@ -24,7 +24,7 @@ def _bench_ops():
 
 def test_cpu_quick_run_reports_every_operation(tmp_path):
     out = tmp_path / "bench.json"
-    cmd = [sys.executable, str(BENCHES / "run.py"), "--cpu", "--quick", "--only", "custream", "--json", str(out)]
+    cmd = [sys.executable, str(BENCHES / "run.py"), "--cpu", "--quick", "--json", str(out)]
     plot = importlib.util.find_spec("matplotlib") is not None
     if plot:
         cmd += ["--plot", str(tmp_path / "bench.png")]
@@ -33,7 +33,7 @@ def test_cpu_quick_run_reports_every_operation(tmp_path):
     results = json.loads(out.read_text())
     ops = _bench_ops()
 
-    assert list(results["operations"]) == ops.OP_KEYS
+    assert list(results["operations"]) == list(ops.OPS)
     libs = results["libraries"]
     assert libs[0] == "raw" and libs[-1] == "custream"
     for key, op in results["operations"].items():
@@ -82,8 +82,8 @@ def test_paired_timing_takes_the_ratio_within_each_pair():
 
 
 def test_rounds_summary_keeps_the_floor_binding_beside_custream():
-    """report.summarize_rounds: per ratio-to-raw operation, custream's ratio per round and the
-    floor binding's (floor_ext.c), each with its median over rounds."""
+    """report.assemble: per ratio-to-raw operation, custream's ratio per round and the least
+    binding's (floor_ext.c), each with its median over rounds."""
     sys.path.insert(0, str(BENCHES))
     try:
         import report
@@ -91,22 +91,20 @@ def test_rounds_summary_keeps_the_floor_binding_beside_custream():
         sys.path.remove(str(BENCHES))
 
     def pair(ns, raw):
-        return {"ns": ns, "raw_ns": raw, "ratio": ns / raw}
+        return {"ops": {"query": {"ns": ns, "raw_ns": raw, "ratio": ns / raw, "stmt": "fquery(H)"}}}
 
-    rounds = [{"ops": {"query": pair(130.0, 100.0)}, "floor": {"query": dict(pair(110.0, 100.0), stmt="fquery(H)")}},
-              {"ops": {"query": pair(260.0, 200.0)}, "floor": {"query": dict(pair(240.0, 200.0), stmt="fquery(H)")}},
-              {"ops": {"query": pair(140.0, 100.0)}}]
-    out = report.summarize_rounds({"keys": ["query"], "bound_keys": [], "rounds": rounds})
-    q = out["query"]
+    rounds = {"custream": [pair(130.0, 100.0), pair(260.0, 200.0), pair(140.0, 100.0)],
+              "least binding": [pair(110.0, 100.0), pair(240.0, 200.0)]}
+    q = report.assemble("gpu", rounds, {})["paired"]["query"]
     assert q["ratios"] == [1.3, 1.3, 1.4] and q["ratio_median"] == 1.3
     assert q["floor"]["stmt"] == "fquery(H)"
     assert q["floor"]["ratios"] == [1.1, 1.2] and abs(q["floor"]["ratio_median"] - 1.15) < 1e-12
 
 
 def test_paired_peers_give_the_ratio_rows_their_best_peer():
-    """The peers timed against raw in the paired rounds (ops.PAIRED_PEERS) are summarized
-    as custream is, a peer's failed round is reported, and the '/best' of a ratio row comes
-    from the rounds' medians, not from the single pass."""
+    """Every library is timed against raw in rounds of its own fresh workers and summarized
+    as custream is, a peer that fails is reported, and the '/best' of a ratio row compares
+    the rounds' median ratios; each figure is the median of the rounds, not one process's."""
     sys.path.insert(0, str(BENCHES))
     try:
         import ops
@@ -115,30 +113,23 @@ def test_paired_peers_give_the_ratio_rows_their_best_peer():
         sys.path.remove(str(BENCHES))
 
     def pair(ns, raw, stmt="s.query()"):
-        return {"ns": ns, "raw_ns": raw, "ratio": ns / raw, "stmt": stmt}
+        return {"ops": {"query": {"ns": ns, "raw_ns": raw, "ratio": ns / raw, "stmt": stmt}}}
 
-    rounds = [
-        {"ops": {"query": pair(125.0, 100.0)},
-         "peers": {"CuPy": {"query": pair(150.0, 100.0, "s.done")}, "rmm": {"error": "ImportError: no rmm"}}},
-        {"ops": {"query": pair(250.0, 200.0)}, "peers": {"CuPy": {"query": pair(280.0, 200.0, "s.done")}}},
-        {"ops": {"query": pair(130.0, 100.0)}, "peers": {"CuPy": {"query": pair(160.0, 100.0, "s.done")}}},
-    ]
-    paired = {"keys": ["query"], "bound_keys": [], "peers": ["CuPy", "rmm"], "rounds": rounds}
-    summary = report.summarize_rounds(paired)
-    cupy = summary["query"]["peers"]["CuPy"]
+    rounds = {"custream": [pair(125.0, 100.0), pair(250.0, 200.0), pair(130.0, 100.0)],
+              "CuPy": [pair(150.0, 100.0, "s.done"), pair(280.0, 200.0, "s.done"), pair(160.0, 100.0, "s.done")],
+              "rmm": [{"error": "ImportError: no rmm"}]}
+    results = report.assemble("gpu", rounds, {})
+    cupy = results["paired"]["query"]["peers"]["CuPy"]
     assert cupy["stmt"] == "s.done" and cupy["ratios"] == [1.5, 1.4, 1.6] and cupy["ratio_median"] == 1.5
-    assert "rmm" not in summary["query"]["peers"]
-    assert summary["errors"] == ["rmm: ImportError: no rmm"]
+    assert "rmm" not in results["paired"]["query"]["peers"]
+    assert results["lib_errors"] == {"rmm": "ImportError: no rmm"}
 
-    single = {"raw": {"ops": {"query": {"ns": 100.0}}}, "custream": {"ops": {"query": {"ns": 120.0}}},
-              "CuPy": {"ops": {"query": {"ns": 100.0}}}}
-    names = ["raw", "CuPy", "custream"]
-    results = report.assemble("gpu", single, {}, {}, {}, names, paired)
     q = results["operations"]["query"]
-    assert q["ratio_raw"] == 1.25 and q["status"] == ("pass" if 1.25 <= ops.OPS["query"].target.raw else "MISS")
-    assert q["best_peer"] == "CuPy" and q["best_peer_ratio_raw"] == 1.5
+    assert q["results"]["raw"]["ns"] == 100.0, "the raw column: the C loop's median over the rounds"
+    assert q["ratio_raw"] == 1.25 and q["status"] == ("pass" if 1.25 <= ops.OPS["query"].raw else "MISS")
+    assert q["best_peer"] == "CuPy" and q["results"]["CuPy"]["ratio"] == 1.5
     assert abs(q["ratio_best_peer"] - 1.25 / 1.5) < 1e-12
-    assert q["ratio_best_peer_single_pass"] == 1.2
+    assert q["results"]["custream"]["ns"] == 130.0, "the median of the rounds"
     text = report.table(results)
     assert "    CuPy (s.done): 1.50 1.40 1.60  median 1.50x" in text
     assert "rmm: ImportError: no rmm" in text

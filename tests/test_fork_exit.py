@@ -3,7 +3,7 @@ live streams. Both must end cleanly: a clear error where the driver would be nee
 crash, no destroy or deleter call in a child or during finalization, nothing on stderr.
 
 The GPU forms (an owned stream across fork, owned streams at exit, a primary-context
-reset) are in tests/test_gpu_reliability.py.
+reset) are in tests/gpu/test_gpu_custream_reliability.py.
 """
 
 import os

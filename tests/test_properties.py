@@ -3,7 +3,6 @@ exactly that handle or raises the one documented exception an independent oracle
 likewise from_handle() over arbitrary ints. Never a crash, never another exception.
 """
 
-import collections
 import sys
 import warnings
 
@@ -15,27 +14,10 @@ from hypothesis import strategies as st  # noqa: E402
 
 import custream  # noqa: E402
 from custream import Stream, as_stream  # noqa: E402
+from producers import AttrProducer, IndexOnly, IntSub, Pair, Producer, TupleSub, from_handle_oracle, protocol_oracle  # noqa: E402
 
 SETTINGS = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-
-class IndexOnly:
-    def __init__(self, v):
-        self.v = v
-
-    def __index__(self):
-        return self.v
-
-
-class IntSub(int):
-    pass
-
-
-class TupleSub(tuple):
-    pass
-
-
-Pair = collections.namedtuple("Pair", "version handle")
 
 # Ints of every size: near the edges of the handle range, and far beyond CPython's
 # int-to-decimal limit.
@@ -79,39 +61,8 @@ pairs = st.one_of(
 results = st.one_of(nested, pairs)
 
 
-def oracle(value):
-    """The handle as_stream() must give for a producer returning `value`, or the exception."""
-    if not isinstance(value, tuple):
-        return TypeError
-    if len(value) != 2:
-        return ValueError
-    version, handle = value
-    if type(version) is not int:
-        return TypeError
-    if version != 0:
-        return ValueError
-    if not isinstance(handle, int) or isinstance(handle, bool):
-        return TypeError
-    if not 0 <= handle < 2**64:
-        return ValueError
-    return int(handle)
-
-
-class Producer:
-    def __init__(self, result):
-        self.result = result
-
-    def __cuda_stream__(self):
-        return self.result
-
-
-class AttrProducer:
-    def __init__(self, result):
-        self.__cuda_stream__ = result
-
-
 def check(producer, value):
-    expected = oracle(value)
+    expected = protocol_oracle(value)
     refs = sys.getrefcount(producer)
     live = custream.live_stream_count()
     try:
@@ -145,25 +96,6 @@ def test_as_stream_over_any_attribute_value(value):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         check(AttrProducer(value), value)
-
-
-def is_int(v):
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def from_handle_oracle(handle, device):
-    """from_handle() checks the handle, then the device, then their combination."""
-    if not is_int(handle):
-        return TypeError
-    if not 0 <= handle < 2**64:
-        return ValueError
-    if device is None:
-        return None
-    if not is_int(device):
-        return TypeError
-    if not 0 <= device < 2**31 or handle <= 2:
-        return ValueError
-    return None
 
 
 @SETTINGS

@@ -1,4 +1,4 @@
-"""The consumer side of the CUDA Stream Protocol (DESIGN.md, "The protocol"), on the CPU."""
+"""The consumer side of the CUDA Stream Protocol (docs/design.md, "The protocol"), on the CPU."""
 
 import gc
 import sys
@@ -9,16 +9,7 @@ import pytest
 
 import custream
 from custream import Stream, as_stream
-
-
-class Producer:
-    def __init__(self, result):
-        self.result = result
-        self.calls = 0
-
-    def __cuda_stream__(self):
-        self.calls += 1
-        return self.result
+from producers import IndexOnly, IntSub, Mutating, Pair, Producer, PropertyRaising, Raising
 
 
 def test_a_stream_is_returned_as_is():
@@ -60,18 +51,12 @@ def test_default_tokens_from_a_producer_are_default_streams(token):
 
 
 def test_tuple_subclass_results_are_accepted():
-    from collections import namedtuple
-
-    Info = namedtuple("Info", "version handle")
-    s = as_stream(Producer(Info(0, 0x10)))
+    s = as_stream(Producer(Pair(0, 0x10)))
     assert s.handle == 0x10 and type(s.__cuda_stream__()) is tuple
 
 
 def test_int_subclass_handles_are_accepted_and_normalised():
-    class Handle(int):
-        pass
-
-    s = as_stream(Producer((0, Handle(0x20))))
+    s = as_stream(Producer((0, IntSub(0x20))))
     assert s.handle == 0x20 and type(s.handle) is int
 
 
@@ -109,12 +94,8 @@ def test_handle_must_be_an_int_in_range(handle, exc, message):
 
 
 def test_index_only_handles_are_refused():
-    class Index:
-        def __index__(self):
-            return 16
-
     with pytest.raises(TypeError, match="must be an int, got .*Index"):
-        as_stream(Producer((0, Index())))
+        as_stream(Producer((0, IndexOnly(16))))
 
 
 @pytest.mark.parametrize(
@@ -144,24 +125,14 @@ def test_objects_without_the_protocol_are_refused_with_their_type():
 
 def test_an_exception_inside_the_producer_propagates_unchanged():
     boom = KeyError("inside the producer")
-
-    class Raising:
-        def __cuda_stream__(self):
-            raise boom
-
     with pytest.raises(KeyError) as info:
-        as_stream(Raising())
+        as_stream(Raising(boom))
     assert info.value is boom
 
 
 def test_an_exception_from_a_property_getter_propagates():
-    class Broken:
-        @property
-        def __cuda_stream__(self):
-            raise RuntimeError("getter failed")
-
     with pytest.raises(RuntimeError, match="getter failed"):
-        as_stream(Broken())
+        as_stream(PropertyRaising(RuntimeError("getter failed")))
 
 
 def test_an_attribute_instead_of_a_method_works_with_a_deprecation_warning():
@@ -191,13 +162,6 @@ def test_the_protocol_is_called_once_per_wrap():
 
 
 def test_a_mutating_producer_is_read_once_per_wrap():
-    class Mutating:
-        n = 0
-
-        def __cuda_stream__(self):
-            self.n += 1
-            return (0, 0x100 * self.n)
-
-    m = Mutating()
+    m = Mutating((0, 0x100), (0, 0x200))
     assert as_stream(m).handle == 0x100
     assert as_stream(m).handle == 0x200

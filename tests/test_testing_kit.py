@@ -9,6 +9,7 @@ import pytest
 
 import custream
 from custream.testing import CheckResult, ProtocolReport, assert_stream_protocol, check_stream_protocol
+from producers import AttrProducer, Producer, PropertyRaising, Raising
 
 H = 0x7F00DEAD0000
 
@@ -24,36 +25,6 @@ class GoodWithDevice(Good):
 
 class NoAttribute:
     pass
-
-
-class AttributeNotMethod:
-    __cuda_stream__ = (0, H)
-
-
-class Raises:
-    def __cuda_stream__(self):
-        raise RuntimeError("producer is broken")
-
-
-class PropertyRaises:
-    @property
-    def __cuda_stream__(self):
-        raise KeyError("no stream yet")
-
-
-class ReturnsList:
-    def __cuda_stream__(self):
-        return [0, H]
-
-
-class ReturnsNone:
-    def __cuda_stream__(self):
-        return None
-
-
-class ThreeTuple:
-    def __cuda_stream__(self):
-        return (0, H, 0)
 
 
 def returning(version, handle):
@@ -86,12 +57,12 @@ class SecondCallRaises:
 
 BROKEN = {
     "no attribute": (NoAttribute(), "has __cuda_stream__"),
-    "attribute, not a method": (AttributeNotMethod(), "is a method"),
-    "raises": (Raises(), "call succeeds"),
-    "reading the attribute raises": (PropertyRaises(), "has __cuda_stream__"),
-    "returns a list": (ReturnsList(), "returns a tuple"),
-    "returns None": (ReturnsNone(), "returns a tuple"),
-    "returns a 3-tuple": (ThreeTuple(), "tuple of length 2"),
+    "attribute, not a method": (AttrProducer((0, H)), "is a method"),
+    "raises": (Raising(RuntimeError("producer is broken")), "call succeeds"),
+    "reading the attribute raises": (PropertyRaising(KeyError("no stream yet")), "has __cuda_stream__"),
+    "returns a list": (Producer([0, H]), "returns a tuple"),
+    "returns None": (Producer(None), "returns a tuple"),
+    "returns a 3-tuple": (Producer((0, H, 0)), "tuple of length 2"),
     "version False": (returning(False, H), "version is the int 0"),
     "version 0.0": (returning(0.0, H), "version is the int 0"),
     "version 1": (returning(1, H), "version is the int 0"),
@@ -192,7 +163,7 @@ def test_an_int_subclass_handle_passes_like_the_consumer_accepts_it():
 
 
 def test_a_tuple_in_an_attribute_is_reported_but_its_value_still_checked():
-    report = check_stream_protocol(AttributeNotMethod(), live=False)
+    report = check_stream_protocol(AttrProducer((0, H)), live=False)
     by_name = {e.name: e for e in report.entries}
     assert by_name["is a method"].passed is False
     assert "DeprecationWarning" in by_name["is a method"].detail

@@ -6,7 +6,7 @@ exceptions are the documented ones.
 Where no driver is present, synchronize() and query() still enter the stream's in-flight
 count and synchronize() releases the GIL before failing with CudaUnavailableError, so
 close() really does race calls in flight. With a driver those calls would reach it with
-made-up handles, so they are left to tests/test_gpu_reliability.py there.
+made-up handles, so they are left to tests/gpu/test_gpu_custream_reliability.py there.
 """
 
 import random

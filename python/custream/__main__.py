@@ -84,6 +84,8 @@ def round_trip_without_gpu() -> bool:
         s.synchronize()
     except ValueError as e:
         ok &= _check("a closed stream refuses use", True, str(e))
+    else:
+        ok &= _check("a closed stream refuses use", False, "synchronize() after close() did not raise")
     legacy = custream.LEGACY_DEFAULT_STREAM
     ok &= _check("default stream object", legacy.is_default and legacy.handle == 1, repr(legacy))
     return ok

@@ -4,7 +4,8 @@ rmm stream, and a Cython module (rmm_interop.pyx) that cimports both rmm and cus
 passes our handle into rmm's C++ ``cuda_stream_view``.
 
 rmm is not installed on the GPU machine by default: scripts/gpu-check.sh installs the
-carried rmm-cu13, librmm-cu13 and rapids-logger wheels from .whl/ when they are there.
+carried rmm-cu13, librmm-cu13 and rapids-logger wheels from .whl/ (which
+scripts/gpu-wheels.sh fills) when they are there.
 """
 
 import gc

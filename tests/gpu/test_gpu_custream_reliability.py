@@ -1,11 +1,12 @@
-"""Reliability on a GPU: 100k create/destroy and event cycles with device memory and RSS
-flat, threads sharing real streams, close() during an in-flight synchronize(), an owned
-stream across fork(), owned streams at interpreter exit, a primary-context reset by
-"another library", and the argument errors only a device can reach.
+"""custream's reliability on a GPU: 100k create/destroy and event cycles with device memory
+and RSS flat, threads sharing real streams, close() during an in-flight synchronize(), an
+owned stream across fork(), owned streams at interpreter exit, a primary-context reset by
+"another library", and the argument errors only a device can reach. (The object's ordinary
+behaviour on a device is in test_gpu_custream.py.)
 
-Runs with `python3 -m pytest -m gpu tests/test_gpu_reliability.py` on the GPU machine; the
-driver is reached directly through ctypes for measurements, and CuPy or PyTorch (whichever
-is present) only to queue a long-running kernel.
+Runs with `python3 -m pytest -m gpu tests/gpu/test_gpu_custream_reliability.py` on the GPU
+machine; the driver is reached directly through ctypes for measurements, and CuPy or
+PyTorch (whichever is present) only to queue a long-running kernel.
 """
 
 import ctypes

@@ -1,6 +1,8 @@
-"""custream on a real device (issue 2, item 7): creation, synchronize, query, wait/record
+"""custream's own behaviour on a real device: creation, synchronize, query, wait/record
 ordering proven with a real kernel, the current context left as it was, close semantics,
-default-stream tokens and Event timing.
+default-stream tokens, Event timing, custream.testing's live checks, and two devices (those
+tests skip on a machine with one). Load, threads, fork, exit and a context reset are in
+test_gpu_custream_reliability.py.
 
 Kernels are launched through whichever peer is installed (CuPy, torch or cuda.core, see
 custream_gpu_helpers); the current context is read with cuda.bindings.
@@ -10,12 +12,14 @@ import gc
 import subprocess
 import sys
 import textwrap
+import threading
 import weakref
 
 import pytest
 
 import custream
 from custream import CudaError, Event, Stream
+from custream.testing import assert_stream_protocol, check_stream_protocol
 from custream_gpu_helpers import WORKS, first_work, make_work, run_in_thread
 
 pytestmark = pytest.mark.gpu
@@ -48,6 +52,17 @@ def ok(driver, result):
 
 def current_context(driver):
     return int(ok(driver, driver.cuCtxGetCurrent()))
+
+
+class Producer:
+    """A protocol producer over a live handle, with any attributes given (device, device_id)."""
+
+    def __init__(self, handle, **attrs):
+        self.handle = handle
+        self.__dict__.update(attrs)
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
 
 
 def make_primary_current(driver, ordinal=0):
@@ -276,14 +291,6 @@ def test_record_into_an_existing_event(work):
 
 def test_event_record_on_a_protocol_object(work):
     """Event.record and Stream.wait take any __cuda_stream__ object."""
-
-    class Producer:
-        def __init__(self, handle):
-            self.handle = handle
-
-        def __cuda_stream__(self):
-            return (0, self.handle)
-
     with Stream() as a, Stream() as b, Event() as ev:
         work.spin_then_mark(a)
         ev.record(Producer(a.handle))
@@ -467,3 +474,158 @@ def test_event_close():
     for op in (lambda: ev.handle, ev.synchronize, ev.query):
         with pytest.raises(ValueError, match="closed custream.Event"):
             op()
+
+
+# ---- custream.testing's live checks (each peer's own file runs the kit on that peer's streams)
+
+
+def by_name(report):
+    return {e.name: e for e in report.entries}
+
+
+def test_our_streams_pass_live():
+    with Stream() as s:
+        report = assert_stream_protocol(s, live=True)
+        assert by_name(report)["live stream"].passed is True
+        assert by_name(report)["device agrees"].passed is True  # our .device is an int
+        assert not s.closed  # the kit never closes the object it checks
+        assert_stream_protocol(Stream.from_handle(s.handle), live=True)
+
+
+@pytest.mark.parametrize("attrs", [{"device": 1}, {"device_id": 1}])
+def test_a_producer_reporting_another_device_fails(attrs):
+    wrong = {k: v + custream.device_count() for k, v in attrs.items()}  # never device 0's
+    with Stream(device=0) as s:
+        report = check_stream_protocol(Producer(s.handle, **wrong), live=True)
+        assert not report.ok
+        assert [e.name for e in report.failures] == ["device agrees"]
+        with pytest.raises(AssertionError, match="device agrees"):
+            assert_stream_protocol(Producer(s.handle, **wrong))
+
+
+def test_a_producer_reporting_its_device_passes():
+    with Stream(device=0) as s:
+        report = assert_stream_protocol(Producer(s.handle, device_id=0), live=True)
+        assert by_name(report)["device agrees"].passed is True
+
+
+def test_a_closed_stream_fails_the_call():
+    s = Stream()
+    s.close()
+    report = check_stream_protocol(s, live=True)
+    assert [e.name for e in report.failures] == ["call succeeds"]
+    assert "closed" in by_name(report)["call succeeds"].detail
+
+
+def test_default_tokens_need_a_current_context(driver):
+    def without_context():
+        return check_stream_protocol(Producer(custream.LEGACY_DEFAULT_STREAM), live=True)
+
+    report = run_in_thread(without_context)
+    assert report.ok, str(report)
+    assert by_name(report)["live stream"].passed is None
+
+    def with_context():
+        undo = make_primary_current(driver)
+        try:
+            return check_stream_protocol(Producer(custream.LEGACY_DEFAULT_STREAM), live=True)
+        finally:
+            undo()
+
+    report = run_in_thread(with_context)
+    assert report.ok and by_name(report)["live stream"].passed is True, str(report)
+
+
+# ---- two devices: ordering proven with a spin kernel on one device, an event, and a read on
+# the other that must see the kernel's result. With fewer devices each test skips.
+
+
+@pytest.fixture(scope="module")
+def two_devices():
+    if not custream.is_available() or custream.device_count() < 2:
+        n = custream.device_count() if custream.is_available() else 0
+        pytest.skip(f"needs 2 CUDA devices, this machine has {n}")
+
+
+def primary_context(driver, ordinal):
+    dev = ok(driver, driver.cuDeviceGet(ordinal))
+    ctx = ok(driver, driver.cuDevicePrimaryCtxRetain(dev))
+    driver.cuDevicePrimaryCtxRelease(dev)
+    return int(ctx)
+
+
+def test_stream_on_device_1_lives_in_its_primary_context(two_devices, driver):
+    before = current_context(driver)
+    s = custream.Stream(device=1)
+    assert s.device == 1 and s.owned
+    assert current_context(driver) == before
+    ctx = ok(driver, driver.cuStreamGetCtx(driver.CUstream(s.handle)))
+    assert int(ctx) == primary_context(driver, 1)
+    s.close()
+    assert current_context(driver) == before
+
+
+def test_device_0_stream_waits_on_an_event_recorded_on_device_1(two_devices):
+    cupy = pytest.importorskip("cupy")
+    spin = cupy.RawKernel(
+        r"""
+        extern "C" __global__ void spin_then_write(long long cycles, int *out) {
+            long long start = clock64();
+            while (clock64() - start < cycles) {}
+            *out = 42;
+        }""",
+        "spin_then_write",
+    )
+    s1 = custream.Stream(device=1)
+    s0 = custream.Stream(device=0)
+    with cupy.cuda.Device(1):
+        flag = cupy.zeros(1, dtype=cupy.int32)
+        with cupy.cuda.ExternalStream(s1.handle, 1):
+            spin((1,), (1,), (cupy.int64(200_000_000), flag))
+    done = s1.record()
+    s0.wait(done)
+    with cupy.cuda.Device(0):
+        seen = cupy.zeros(1, dtype=cupy.int32)
+        cupy.cuda.runtime.memcpyPeerAsync(seen.data.ptr, 0, flag.data.ptr, 1, 4, s0.handle)
+    s0.synchronize()
+    assert int(seen.get()[0]) == 42
+
+
+def test_as_stream_of_a_peer_stream_on_device_1_reports_device_1(two_devices):
+    torch = pytest.importorskip("torch")
+    theirs = torch.cuda.Stream(device=1)
+    s = custream.as_stream(theirs)
+    assert s.device == 1 and s.owner is theirs
+
+
+def test_default_tokens_resolve_against_the_current_device_each_time(two_devices):
+    cupy = pytest.importorskip("cupy")
+    legacy = custream.Stream.from_handle(custream.LEGACY_DEFAULT_STREAM)
+    with cupy.cuda.Device(0):
+        cupy.zeros(1)
+        assert legacy.device == 0
+    with cupy.cuda.Device(1):
+        cupy.zeros(1)
+        assert legacy.device == 1
+        legacy.synchronize()
+    with cupy.cuda.Device(0):
+        assert legacy.device == 0
+
+
+def test_closing_a_device_1_stream_from_a_device_0_thread_leaves_that_thread_alone(two_devices, driver):
+    cupy = pytest.importorskip("cupy")
+    s = custream.Stream(device=1)
+    seen = {}
+
+    def worker():
+        with cupy.cuda.Device(0):
+            cupy.zeros(1)
+            seen["before"] = current_context(driver)
+            s.close()
+            seen["after"] = current_context(driver)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert s.closed
+    assert seen["before"] == seen["after"] == primary_context(driver, 0)
