@@ -2,6 +2,7 @@
 through the CUDA driver and checks the memory it wrote (gpu_consumer.pyx, built with
 cuda.h and libcuda only when these run)."""
 
+from contextlib import closing
 import pytest
 
 import custream
@@ -12,7 +13,7 @@ N = 1 << 20
 
 
 def test_memset_on_an_owned_stream(gpu_cy):
-    with custream.Stream() as s:
+    with closing(custream.Stream()) as s:
         assert gpu_cy.memset_and_read(s, s.device, 0xAB, N) == N
         assert s.query() is True
 
@@ -44,7 +45,7 @@ def test_a_stream_handed_over_with_a_deleter_is_destroyed_once(gpu_cy):
 
 
 def test_the_device_field_is_filled_in_once_resolved(gpu_cy):
-    with custream.Stream() as owned:
+    with closing(custream.Stream()) as owned:
         assert gpu_cy.device_field(owned) == owned.device
         borrowed = custream.Stream.from_handle(owned.handle)
         assert gpu_cy.device_field(borrowed) == -1

@@ -104,8 +104,7 @@ def main():
     ev = s.record()
     t.wait(ev)
     t.synchronize()
-    for token in (0, custream.LEGACY_DEFAULT_STREAM, custream.PER_THREAD_DEFAULT_STREAM):
-        d = Stream.from_handle(token)
+    for d in (custream.DEFAULT_STREAM, custream.LEGACY_DEFAULT_STREAM, custream.PER_THREAD_DEFAULT_STREAM):
         d.synchronize()
         d.query()
     b = Stream.from_handle(s.handle, owner=s)

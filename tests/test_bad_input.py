@@ -129,7 +129,7 @@ CASES = [
     ("from_handle device True", lambda: Stream.from_handle(5, device=True), TypeError, FH_DEVICE_TYPE.format("bool")),
     ("from_handle device 'x'", lambda: Stream.from_handle(5, device="x"), TypeError, FH_DEVICE_TYPE.format("str")),
     ("from_handle device 0.0", lambda: Stream.from_handle(5, device=0.0), TypeError, FH_DEVICE_TYPE.format("float")),
-    ("from_handle device on token", lambda: Stream.from_handle(custream.LEGACY_DEFAULT_STREAM, device=0), ValueError,
+    ("from_handle device on token", lambda: Stream.from_handle(1, device=0), ValueError,
      r"from_handle\(\) device cannot be given for the default-stream token 0x1"),
     # Stream() arguments: checked before the driver is touched
     ("Stream positional", lambda: Stream(0), TypeError, r"Stream\(\) takes no positional arguments but 1 was given"),
@@ -218,7 +218,8 @@ def test_closed_stream_still_answers_what_needs_no_handle():
     assert s.device == 3, "a device given at wrap time is a plain field, readable after close"
     assert "closed" in repr(s)
     s.close()  # idempotent
-    s.__exit__(None, None, None)
+    with pytest.raises(RuntimeError, match="not the innermost one open"):
+        s.__exit__(None, None, None)  # leaving a block never entered
     assert s == s and hash(s) == hash(Stream.from_handle(0x1234))
 
 

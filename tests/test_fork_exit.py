@@ -67,7 +67,7 @@ def test_parent_streams_in_a_forked_child():
     borrowed = Stream.from_handle(0x1234, owner=owner, device=0)
     produced = as_stream(Producer())
     with_deleter = deleters.wrap(0x5678)
-    default = Stream.from_handle(custream.PER_THREAD_DEFAULT_STREAM)
+    default = Stream.from_handle(2)
 
     def child():
         # Reading what the object holds needs no driver.

@@ -277,7 +277,7 @@ def _check_live(c: _Checker, obj: Any, handle: Optional[int], live: Optional[boo
             done = probe.query()
             device = probe.device
         except custream.CudaError as e:
-            default = handle in (0, custream.LEGACY_DEFAULT_STREAM, custream.PER_THREAD_DEFAULT_STREAM)
+            default = handle in (0, 1, 2)
             if default and e.name == "CUDA_ERROR_INVALID_CONTEXT":
                 c.add("live stream", None, "not checked: a default-stream token, and no context is current")
             else:

@@ -3,6 +3,7 @@
 TypeError and the from_handle fallback), with the driver itself confirming which stream
 ran the work."""
 
+from contextlib import closing
 import pytest
 
 import custream
@@ -86,7 +87,7 @@ def test_the_driver_sees_our_work_on_its_stream(make_cu_stream):
 def test_a_driver_wait_on_our_event_orders_its_stream(make_cu_stream):
     work = first_work()
     h = make_cu_stream()
-    with Stream() as ours:
+    with closing(Stream()) as ours:
         work.spin_then_mark(ours)
         ev = ours.record()
         ok(driver.cuStreamWaitEvent(h, driver.CUevent(ev.handle), 0))

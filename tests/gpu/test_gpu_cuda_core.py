@@ -3,6 +3,7 @@
 straight onto our stream, with ordering proven by a long kernel and a copy that must see
 its result."""
 
+from contextlib import closing
 import gc
 import weakref
 
@@ -32,7 +33,7 @@ def work(dev):
 
 
 def test_create_stream_wraps_ours_and_runs_kernels_on_it(dev, work):
-    with Stream() as ours:
+    with closing(Stream()) as ours:
         cs = dev.create_stream(ours)
         assert int(cs.handle) == ours.handle
         work.spin_then_mark(cs)  # a cuda.core launch on cuda.core's view of our stream
@@ -56,7 +57,7 @@ def test_create_stream_keeps_our_stream_alive(dev):
 
 
 def test_cuda_core_launch_takes_our_stream_directly(dev, work):
-    with Stream() as ours:
+    with closing(Stream()) as ours:
         work.spin_then_mark(ours)  # launch(ours, ...): the protocol, no wrapper of ours
         assert ours.query() is False
         ours.synchronize()
@@ -68,7 +69,7 @@ def test_as_stream_of_a_cuda_core_stream(dev, work):
     ours = custream.as_stream(cs)
     assert ours.handle == int(cs.handle) and ours.owner is cs and not ours.owned
     assert ours.device == dev.device_id
-    with Stream() as other:
+    with closing(Stream()) as other:
         work.spin_then_mark(cs)
         assert ours.query() is False
         other.wait(ours.record())
@@ -80,7 +81,7 @@ def test_as_stream_of_a_cuda_core_stream(dev, work):
 
 def test_our_stream_waits_on_a_cuda_core_stream_directly(dev, work):
     cs = dev.create_stream()
-    with Stream() as other:
+    with closing(Stream()) as other:
         work.spin_then_mark(cs)
         other.wait(cs)
         work.copy_mark(other)
@@ -89,7 +90,7 @@ def test_our_stream_waits_on_a_cuda_core_stream_directly(dev, work):
 
 
 def test_cuda_core_waits_on_our_stream(dev, work):
-    with Stream() as ours:
+    with closing(Stream()) as ours:
         work.spin_then_mark(ours)
         cs = dev.create_stream()
         cs.wait(ours)  # cuda.core's wait takes any __cuda_stream__ object
@@ -115,5 +116,5 @@ def test_cuda_core_streams_pass_the_conformance_kit(dev):
     assert by_name["live stream"].passed is True
     assert by_name["device agrees"].passed is True, by_name["device agrees"].detail
     assert_stream_protocol(dev.default_stream, live=True)
-    with Stream() as ours:
+    with closing(Stream()) as ours:
         assert_stream_protocol(dev.create_stream(ours), live=True)

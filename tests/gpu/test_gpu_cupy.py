@@ -1,6 +1,7 @@
 """CuPy <-> custream on a real device, both directions, with CuPy kernels whose ordering
 proves which stream ran them, and the owner kept alive across the border."""
 
+from contextlib import closing
 import gc
 import weakref
 
@@ -50,7 +51,7 @@ def from_external(ours):
 
 
 def test_from_external_runs_cupy_kernels_on_our_stream(k):
-    with Stream() as ours:
+    with closing(Stream()) as ours:
         cs = from_external(ours)
         assert cs.ptr == ours.handle
         k.spin_on(cs)
@@ -74,7 +75,7 @@ def test_from_external_keeps_our_stream_alive():
 
 
 def test_external_stream_over_our_handle(k):
-    with Stream() as ours:
+    with closing(Stream()) as ours:
         cs = cp.cuda.ExternalStream(ours.handle, 0)
         k.spin_on(cs)
         assert ours.query() is False
@@ -87,7 +88,7 @@ def test_as_stream_of_a_cupy_stream(k):
     ours = custream.as_stream(cs)
     assert ours.handle == cs.ptr and ours.owner is cs and not ours.owned
     assert ours.device == 0 and ours.non_blocking is True
-    with Stream() as other:
+    with closing(Stream()) as other:
         k.spin_on(cs)
         assert ours.query() is False
         ev = ours.record()
@@ -100,7 +101,7 @@ def test_as_stream_of_a_cupy_stream(k):
 
 def test_our_stream_waits_on_a_cupy_stream_directly(k):
     cs = cp.cuda.Stream(non_blocking=True)
-    with Stream() as other:
+    with closing(Stream()) as other:
         k.spin_on(cs)
         other.wait(cs)  # any __cuda_stream__ object
         k.copy_on(cp.cuda.ExternalStream(other.handle, 0))
@@ -109,7 +110,7 @@ def test_our_stream_waits_on_a_cupy_stream_directly(k):
 
 
 def test_cupy_event_recorded_on_our_stream_orders_a_cupy_stream(k):
-    with Stream() as ours:
+    with closing(Stream()) as ours:
         k.spin_on(from_external(ours))
         event = cp.cuda.Event(disable_timing=True)
         event.record(from_external(ours))
@@ -137,5 +138,5 @@ def test_cupy_streams_pass_the_conformance_kit():
         report = assert_stream_protocol(stream, live=True)
         assert {e.name: e.passed for e in report.entries}["live stream"] is True
     assert_stream_protocol(cp.cuda.Stream.null, live=True)
-    with Stream() as ours:
+    with closing(Stream()) as ours:
         assert_stream_protocol(from_external(ours), live=True)

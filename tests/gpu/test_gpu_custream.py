@@ -8,6 +8,7 @@ Kernels are launched through whichever peer is installed (CuPy, torch or cuda.co
 custream_gpu_helpers); the current context is read with cuda.bindings.
 """
 
+from contextlib import closing
 import gc
 import subprocess
 import sys
@@ -83,7 +84,7 @@ def make_primary_current(driver, ordinal=0):
 
 
 def test_owned_stream_defaults():
-    with Stream() as s:
+    with closing(Stream()) as s:
         assert s.owned and not s.is_default and not s.closed
         assert s.handle not in (0, 1, 2)
         assert s.__cuda_stream__() == (0, s.handle)
@@ -97,7 +98,7 @@ def test_owned_stream_defaults():
 
 def test_stream_on_each_device():
     for ordinal in range(custream.device_count()):
-        with Stream(device=ordinal) as s:
+        with closing(Stream(device=ordinal)) as s:
             assert s.device == ordinal
             # A wrapper finds the device through the driver (cuStreamGetCtx).
             assert Stream.from_handle(s.handle).device == ordinal
@@ -113,7 +114,7 @@ def test_default_device_is_the_current_contexts(driver):
     def body(ordinal):
         undo = make_primary_current(driver, ordinal)
         try:
-            with Stream() as s, Event() as e:
+            with closing(Stream()) as s, Event() as e:
                 return s.device, e.device
         finally:
             undo()
@@ -135,7 +136,7 @@ def test_priority_range_and_out_of_range_error(driver):
 
     least, greatest = run_in_thread(body)
     for p in {least, greatest}:
-        with Stream(priority=p) as s:
+        with closing(Stream(priority=p)) as s:
             assert s.priority == p
             # Read back through the driver for a borrowed wrapper.
             assert Stream.from_handle(s.handle).priority == p
@@ -148,7 +149,7 @@ def test_priority_range_and_out_of_range_error(driver):
 
 @pytest.mark.parametrize("non_blocking", [True, False])
 def test_non_blocking_flag_read_back_for_borrowed_streams(driver, non_blocking):
-    with Stream(non_blocking=non_blocking) as s:
+    with closing(Stream(non_blocking=non_blocking)) as s:
         assert s.non_blocking is non_blocking
         borrowed = Stream.from_handle(s.handle)
         assert borrowed.non_blocking is non_blocking
@@ -193,7 +194,7 @@ def test_no_call_changes_the_current_context_when_one_is_current(driver):
         try:
             before = current_context(driver)
             assert before != 0
-            with Stream() as s:
+            with closing(Stream()) as s:
                 assert current_context(driver) == before
                 s.record().synchronize()
                 Stream.from_handle(s.handle).device
@@ -248,7 +249,7 @@ def test_close_and_create_with_a_foreign_context_current(driver):
 
 
 def test_query_is_false_while_a_kernel_runs_and_synchronize_waits(each_work):
-    with Stream() as s:
+    with closing(Stream()) as s:
         assert s.query() is True
         each_work.spin_then_mark(s)
         assert s.query() is False
@@ -258,7 +259,7 @@ def test_query_is_false_while_a_kernel_runs_and_synchronize_waits(each_work):
 
 
 def test_wait_on_a_recorded_event_orders_another_stream(each_work):
-    with Stream() as a, Stream() as b:
+    with closing(Stream()) as a, closing(Stream()) as b:
         each_work.spin_then_mark(a)
         ev = a.record()
         assert isinstance(ev, Event) and ev.timing is False
@@ -271,7 +272,7 @@ def test_wait_on_a_recorded_event_orders_another_stream(each_work):
 
 
 def test_wait_on_a_stream_orders_another_stream(work):
-    with Stream() as a, Stream() as b:
+    with closing(Stream()) as a, closing(Stream()) as b:
         work.spin_then_mark(a)
         b.wait(a)
         work.copy_mark(b)
@@ -280,7 +281,7 @@ def test_wait_on_a_stream_orders_another_stream(work):
 
 
 def test_record_into_an_existing_event(work):
-    with Stream() as s, Event() as ev:
+    with closing(Stream()) as s, Event() as ev:
         work.spin_then_mark(s)
         assert s.record(ev) is ev
         assert ev.query() is False
@@ -291,7 +292,7 @@ def test_record_into_an_existing_event(work):
 
 def test_event_record_on_a_protocol_object(work):
     """Event.record and Stream.wait take any __cuda_stream__ object."""
-    with Stream() as a, Stream() as b, Event() as ev:
+    with closing(Stream()) as a, closing(Stream()) as b, Event() as ev:
         work.spin_then_mark(a)
         ev.record(Producer(a.handle))
         b.wait(ev)
@@ -304,7 +305,7 @@ def test_event_record_on_a_protocol_object(work):
 
 
 def test_default_stream_tokens_follow_the_current_context(driver):
-    tokens = (0, custream.LEGACY_DEFAULT_STREAM, custream.PER_THREAD_DEFAULT_STREAM)
+    tokens = (0, 1, 2)
 
     def with_context():
         undo = make_primary_current(driver)
@@ -322,19 +323,19 @@ def test_default_stream_tokens_follow_the_current_context(driver):
     assert run_in_thread(with_context) == [(True, 0, False, 0)] * 3
 
     # Made while a context was current, used where none is: the device is resolved again
-    # (never cached), so the driver now reports there is no context.
+    # (never cached), by the CUDA runtime's rule for a thread with no current context
+    # (device 0's primary context, current for the call only).
     def make_in_context():
         undo = make_primary_current(driver)
         try:
-            s = Stream.from_handle(custream.LEGACY_DEFAULT_STREAM)
+            s = Stream.from_handle(1)
             assert s.device == 0
             return s
         finally:
             undo()
 
     legacy = run_in_thread(make_in_context)
-    with pytest.raises(CudaError):
-        run_in_thread(lambda: legacy.device)
+    assert run_in_thread(lambda: (legacy.device, legacy.query(), current_context(driver))) == (0, True, None)
 
 
 def test_closing_a_default_token_never_destroys_it(driver):
@@ -364,7 +365,7 @@ def test_close_semantics_of_an_owned_stream():
     other.close()
     s.close()  # idempotent
     assert hex(handle) in repr(s) and "closed" in repr(s)
-    with Stream() as t:
+    with closing(Stream()) as t:
         pass
     assert t.closed
     with pytest.raises(ValueError, match="closed"):
@@ -444,7 +445,7 @@ def test_weak_references_and_live_count_of_owned_streams():
 
 
 def test_event_timing_around_a_kernel(work):
-    with Stream() as s:
+    with closing(Stream()) as s:
         start, end = Event(timing=True), Event(timing=True)
         assert start.timing and start.device == 0
         start.record(s)
@@ -456,7 +457,7 @@ def test_event_timing_around_a_kernel(work):
 
 
 def test_elapsed_time_needs_timing_events(work):
-    with Stream() as s, Event() as a, Event() as b:
+    with closing(Stream()) as s, Event() as a, Event() as b:
         a.record(s)
         b.record(s)
         b.synchronize()
@@ -484,7 +485,7 @@ def by_name(report):
 
 
 def test_our_streams_pass_live():
-    with Stream() as s:
+    with closing(Stream()) as s:
         report = assert_stream_protocol(s, live=True)
         assert by_name(report)["live stream"].passed is True
         assert by_name(report)["device agrees"].passed is True  # our .device is an int
@@ -495,7 +496,7 @@ def test_our_streams_pass_live():
 @pytest.mark.parametrize("attrs", [{"device": 1}, {"device_id": 1}])
 def test_a_producer_reporting_another_device_fails(attrs):
     wrong = {k: v + custream.device_count() for k, v in attrs.items()}  # never device 0's
-    with Stream(device=0) as s:
+    with closing(Stream(device=0)) as s:
         report = check_stream_protocol(Producer(s.handle, **wrong), live=True)
         assert not report.ok
         assert [e.name for e in report.failures] == ["device agrees"]
@@ -504,7 +505,7 @@ def test_a_producer_reporting_another_device_fails(attrs):
 
 
 def test_a_producer_reporting_its_device_passes():
-    with Stream(device=0) as s:
+    with closing(Stream(device=0)) as s:
         report = assert_stream_protocol(Producer(s.handle, device_id=0), live=True)
         assert by_name(report)["device agrees"].passed is True
 
@@ -517,18 +518,17 @@ def test_a_closed_stream_fails_the_call():
     assert "closed" in by_name(report)["call succeeds"].detail
 
 
-def test_default_tokens_need_a_current_context(driver):
+def test_default_tokens_are_live_with_or_without_a_current_context(driver):
     def without_context():
-        return check_stream_protocol(Producer(custream.LEGACY_DEFAULT_STREAM), live=True)
+        return check_stream_protocol(Producer(1), live=True)
 
     report = run_in_thread(without_context)
-    assert report.ok, str(report)
-    assert by_name(report)["live stream"].passed is None
+    assert report.ok and by_name(report)["live stream"].passed is True, str(report)
 
     def with_context():
         undo = make_primary_current(driver)
         try:
-            return check_stream_protocol(Producer(custream.LEGACY_DEFAULT_STREAM), live=True)
+            return check_stream_protocol(Producer(1), live=True)
         finally:
             undo()
 
@@ -600,7 +600,7 @@ def test_as_stream_of_a_peer_stream_on_device_1_reports_device_1(two_devices):
 
 def test_default_tokens_resolve_against_the_current_device_each_time(two_devices):
     cupy = pytest.importorskip("cupy")
-    legacy = custream.Stream.from_handle(custream.LEGACY_DEFAULT_STREAM)
+    legacy = custream.LEGACY_DEFAULT_STREAM
     with cupy.cuda.Device(0):
         cupy.zeros(1)
         assert legacy.device == 0

@@ -294,7 +294,7 @@ GPU_EXIT_SCRIPT = textwrap.dedent(
     BORROWED = [Stream.from_handle(s.handle, owner=s) for s in OWNED]
     CYCLES = [CycleOwner() for _ in range(50)]
     HOLDERS = [Holder(Stream(device=0)) for _ in range(50)]
-    DEFAULT = Stream.from_handle(custream.LEGACY_DEFAULT_STREAM)
+    DEFAULT = custream.LEGACY_DEFAULT_STREAM
 
     def busy():
         s = Stream(device=0)

@@ -2,6 +2,7 @@
 ``cuda.external_stream(ours.handle)``, and numba streams wrapped with ``as_stream``, with
 ordering proven by a long kernel and a copy that must see its result."""
 
+from contextlib import closing
 import pytest
 
 import custream
@@ -58,7 +59,7 @@ def compiled():
 
 
 def test_numba_kernel_on_an_external_stream_over_ours(out):
-    with Stream() as ours:
+    with closing(Stream()) as ours:
         ns = cuda.external_stream(ours.handle)
         assert int(ns) == ours.handle
         spin_then_mark[1, 1, ns](out, SPIN_ITERATIONS)
@@ -72,7 +73,7 @@ def test_as_stream_of_a_numba_stream(out):
     ours = custream.as_stream(ns)
     assert ours.handle == int(ns) and ours.owner is ns and not ours.owned
     assert ours.device == 0
-    with Stream() as other:
+    with closing(Stream()) as other:
         spin_then_mark[1, 1, ns](out, SPIN_ITERATIONS)
         assert ours.query() is False
         other.wait(ours.record())
@@ -84,7 +85,7 @@ def test_as_stream_of_a_numba_stream(out):
 
 def test_our_stream_waits_on_a_numba_stream_directly(out):
     ns = cuda.stream()
-    with Stream() as other:
+    with closing(Stream()) as other:
         spin_then_mark[1, 1, ns](out, SPIN_ITERATIONS)
         other.wait(ns)
         copy_mark[1, 1, cuda.external_stream(other.handle)](out)
@@ -94,7 +95,7 @@ def test_our_stream_waits_on_a_numba_stream_directly(out):
 
 def test_numba_copies_on_our_stream(out):
     """A numba async copy on an external stream over ours is ordered after the kernel."""
-    with Stream() as ours:
+    with closing(Stream()) as ours:
         ns = cuda.external_stream(ours.handle)
         spin_then_mark[1, 1, ns](out, SPIN_ITERATIONS)
         host = cuda.pinned_array(3, dtype=np.int64)

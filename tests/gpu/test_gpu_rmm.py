@@ -8,6 +8,7 @@ carried rmm-cu13, librmm-cu13 and rapids-logger wheels from .whl/ (which
 scripts/gpu-wheels.sh fills) when they are there.
 """
 
+from contextlib import closing
 import gc
 import glob
 import importlib.util
@@ -53,7 +54,7 @@ def test_device_buffer_copy_on_our_stream_is_ordered_after_a_kernel():
     the same stream (through rmm's Stream over ours) must see the 1. On any other stream
     (our streams are non-blocking) it would copy the 0 that was there."""
     work = first_work()
-    with Stream() as ours:
+    with closing(Stream()) as ours:
         rs = RmmStream(ours)
         work.spin_then_mark(ours)
         copy = rmm.DeviceBuffer(ptr=work.mark_ptr, size=8, stream=rs)
@@ -70,7 +71,7 @@ def test_as_stream_of_an_rmm_stream():
     ours = custream.as_stream(rs)
     assert ours.handle == rs.__cuda_stream__()[1] and ours.owner is rs and not ours.owned
     assert ours.device == 0
-    with Stream() as other:
+    with closing(Stream()) as other:
         work.spin_then_mark(rs)
         assert ours.query() is False
         other.wait(rs)
@@ -194,7 +195,7 @@ def interop(tmp_path_factory):
 
 
 def test_cython_passes_our_handle_into_rmm_cuda_stream_view(interop):
-    with Stream() as ours:
+    with closing(Stream()) as ours:
         assert interop.view_value(ours) == ours.handle
     for token in (0, 1, 2):
         assert interop.view_value(Stream.from_handle(token)) == token
@@ -202,7 +203,7 @@ def test_cython_passes_our_handle_into_rmm_cuda_stream_view(interop):
 
 def test_cython_rmm_view_synchronizes_our_stream(interop):
     work = first_work()
-    with Stream() as ours:
+    with closing(Stream()) as ours:
         work.spin_then_mark(ours)
         assert ours.query() is False
         interop.view_synchronize(ours)  # rmm's C++ waits on our handle

@@ -2,6 +2,7 @@
 stream and a tensor copy on another must see its result, with the owner kept alive across
 the border."""
 
+from contextlib import closing
 import pytest
 
 import custream
@@ -50,7 +51,7 @@ def wrap(torch_stream):
 
 
 def test_external_stream_runs_torch_work_on_our_stream(out):
-    with Stream() as ours:
+    with closing(Stream()) as ours:
         ts = torch.cuda.ExternalStream(ours.handle, device=0)
         assert ts.cuda_stream == ours.handle
         spin_then_mark(out, ts)
@@ -63,7 +64,7 @@ def test_external_stream_runs_torch_work_on_our_stream(out):
 def test_get_stream_from_external(out):
     if not hasattr(torch.cuda, "get_stream_from_external"):
         pytest.skip(f"torch {torch.__version__} has no torch.cuda.get_stream_from_external")
-    with Stream() as ours, Stream() as other:
+    with closing(Stream()) as ours, closing(Stream()) as other:
         ts = torch.cuda.get_stream_from_external(ours.handle, device=0)
         assert ts.cuda_stream == ours.handle
         spin_then_mark(out, ts)
@@ -81,7 +82,7 @@ def test_as_stream_of_a_torch_stream(out):
     ours = wrap(ts)
     assert ours.handle == ts.cuda_stream and ours.owner is ts and not ours.owned
     assert ours.device == 0
-    with Stream() as other:
+    with closing(Stream()) as other:
         spin_then_mark(out, ts)
         assert ours.query() is False
         other.wait(ours.record())
@@ -94,7 +95,7 @@ def test_as_stream_of_a_torch_stream(out):
 @pytest.mark.skipif(not HAS_PROTOCOL, reason="this torch has no torch.cuda.Stream.__cuda_stream__")
 def test_our_stream_waits_on_a_torch_stream_directly(out):
     ts = torch.cuda.Stream(device=0)
-    with Stream() as other:
+    with closing(Stream()) as other:
         spin_then_mark(out, ts)
         other.wait(ts)
         copy_mark(out, torch.cuda.ExternalStream(other.handle, device=0))
@@ -103,7 +104,7 @@ def test_our_stream_waits_on_a_torch_stream_directly(out):
 
 
 def test_torch_waits_on_our_stream(out):
-    with Stream() as ours:
+    with closing(Stream()) as ours:
         spin_then_mark(out, torch.cuda.ExternalStream(ours.handle, device=0))
         ts = torch.cuda.Stream(device=0)
         ts.wait_stream(torch.cuda.ExternalStream(ours.handle, device=0))
