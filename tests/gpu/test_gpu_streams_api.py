@@ -125,6 +125,7 @@ COLD = textwrap.dedent(
     import ctypes, time
     import custream
     lib = ctypes.CDLL("libcuda.so.1")
+    assert lib.cuInit(0) == 0
     def active():
         flags, state = ctypes.c_uint(), ctypes.c_int()
         assert lib.cuDevicePrimaryCtxGetState(0, ctypes.byref(flags), ctypes.byref(state)) == 0
