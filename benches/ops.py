@@ -16,12 +16,18 @@ class Op:
     load: bool = False  # target: one load, no call (the Cython row)
     unit: str = "ns"
     gpu: bool = False  # needs a device for every library
+    times: tuple | None = None  # target: at most (factor, library, op key)'s figure in the same run
 
     @property
     def target(self) -> str:
+        if self.times is not None:
+            factor, lib, key = self.times
+            return f"<= {factor:g}x {OPS[key].title if lib == 'custream' else lib}"
         if self.bound is not None:
             return f"<= {self.bound:g} {self.unit}"
-        return f"<= {self.raw:g}x raw" if self.raw is not None else "one load, no call"
+        if self.raw is not None:
+            return f"<= {self.raw:g}x raw"
+        return "one load, no call" if self.load else ""
 
 
 OPERATIONS = [
@@ -34,6 +40,10 @@ OPERATIONS = [
     Op("query", "query, idle stream", raw=1.2, gpu=True),
     Op("import", "import", bound=15, unit="ms"),
     Op("cython_handle_read", "Cython handle read", load=True),
+    Op("contextvar_get", "ContextVar.get()"),
+    Op("current_stream", "current stream", times=(1.5, "custream", "contextvar_get")),
+    Op("with_stream", "enter + leave with s:", times=(0.5, "torch", "with_stream")),
+    Op("pool_get", "pool.get()", bound=60, gpu=True),
 ]
 OPS = {op.key: op for op in OPERATIONS}
 RATIO_KEYS = [op.key for op in OPERATIONS if op.raw is not None]  # timed in turn with raw_driver.c's loops
@@ -55,7 +65,8 @@ class Lib:
     not_best: tuple = ()  # op keys where the figure measures something else: not a "best peer"
 
 
-# A producer as small as the protocol allows: what every library wraps in `wrap_protocol`.
+# A producer as small as the protocol allows: what every library wraps in `wrap_protocol`;
+# `with_` times entering and leaving a `with` block of a context manager.
 PRODUCER = """
 class Producer:
     __slots__ = ("_t",)
@@ -63,7 +74,11 @@ class Producer:
         self._t = (0, h)
     def __cuda_stream__(self):
         return self._t
+def with_(cm):
+    with cm:
+        pass
 """
+NO_CURRENT = NA("no current-stream notion")
 
 CUSTREAM = Lib(
     "custream", "import custream", ("custream",),
@@ -71,13 +86,16 @@ CUSTREAM = Lib(
     # setup leave it (custream itself never changes the current context).
     "import ctypes\n_cu = ctypes.CDLL('libcuda.so.1')\n_ctx = ctypes.c_void_p()\n"
     "assert _cu.cuInit(0) == 0 and _cu.cuDevicePrimaryCtxRetain(ctypes.byref(_ctx), 0) == 0\n"
-    "assert _cu.cuCtxSetCurrent(_ctx) == 0\nCS = custream.Stream\ns = CS()\nH = s.handle\n",
+    "assert _cu.cuCtxSetCurrent(_ctx) == 0\nCS = custream.Stream\ns = CS()\nH = s.handle\npool = custream.StreamPool(4)\n"
+    "import contextvars\ncv = contextvars.ContextVar('bench', default=None)\n",
     {"cuda_stream": ["s.__cuda_stream__()"], "handle_int": ["s.handle"], "wrap_protocol": ["custream.as_stream(p)"],
      "wrap_int": ["CS.from_handle(H)"], "create_destroy": ["CS().close()"], "synchronize": ["s.synchronize()"],
-     "query": ["s.query()"]},
+     "query": ["s.query()"], "contextvar_get": ["cv.get()"], "current_stream": ["custream.current_stream()"],
+     "with_stream": ["with_(s)"], "pool_get": ["pool.get()"]},
 )
 # The CPU run wraps a made-up handle: nothing calls the driver.
-CUSTREAM_CPU_SETUP = "CS = custream.Stream\nH = 0x7F3A2C001230\ns = CS.from_handle(H)\n"
+CUSTREAM_CPU_SETUP = ("CS = custream.Stream\nH = 0x7F3A2C001230\ns = CS.from_handle(H)\n"
+                      "import contextvars\ncv = contextvars.ContextVar('bench', default=None)\n")
 
 # The least a Python binding can add: floor_ext.c, one C function per driver call (its stream
 # made by the binding itself, in the primary context raw_driver.c leaves current).
@@ -92,19 +110,24 @@ PEERS = [
         "dev = Device(0)\ndev.set_current()\ns = dev.create_stream()\nH = int(s.handle)\n",
         {"cuda_stream": ["s.__cuda_stream__()"], "handle_int": ["int(s.handle)"], "wrap_protocol": ["dev.create_stream(p)"],
          "wrap_int": ["CoreStream.from_handle(H)"], "create_destroy": ["dev.create_stream().close()"],
-         "synchronize": ["s.sync()"], "query": NA("cuda.core's Stream has no query()")}),
+         "synchronize": ["s.sync()"], "query": NA("cuda.core's Stream has no query()"),
+         "current_stream": NO_CURRENT, "with_stream": NO_CURRENT, "pool_get": NA("cuda.core has no stream pool")}),
     Lib("CuPy", "import cupy", ("cupy-cuda13x", "cupy-cuda12x", "cupy"),
         "s = cupy.cuda.Stream(non_blocking=True)\nH = s.ptr\n",
         {"cuda_stream": ["s.__cuda_stream__()"], "handle_int": ["s.ptr"],
          "wrap_protocol": ["cupy.cuda.Stream.from_external(p)"], "wrap_int": ["cupy.cuda.ExternalStream(H)"],
-         "create_destroy": ["cupy.cuda.Stream(non_blocking=True)"], "synchronize": ["s.synchronize()"], "query": ["s.done"]},
+         "create_destroy": ["cupy.cuda.Stream(non_blocking=True)"], "synchronize": ["s.synchronize()"], "query": ["s.done"],
+         "current_stream": ["cupy.cuda.get_current_stream()"], "with_stream": ["with_(s)"],
+         "pool_get": NA("CuPy has no stream pool")},
         notes={"create_destroy": DESTROYED_ON_DEALLOC}),
     Lib("torch", "import torch", ("torch",),
         "torch.cuda.init()\ns = torch.cuda.Stream()\nH = s.cuda_stream\n",
         {"cuda_stream": ["s.__cuda_stream__()"], "handle_int": ["s.cuda_stream"],
          "wrap_protocol": NA("torch has no __cuda_stream__ consumer (ExternalStream takes an int)"),
          "wrap_int": ["torch.cuda.ExternalStream(H)", "torch.cuda.get_stream_from_external(H)"],
-         "create_destroy": ["torch.cuda.Stream()"], "synchronize": ["s.synchronize()"], "query": ["s.query()"]},
+         "create_destroy": ["torch.cuda.Stream()"], "synchronize": ["s.synchronize()"], "query": ["s.query()"],
+         "current_stream": ["torch.cuda.current_stream()"], "with_stream": ["with_(torch.cuda.stream(s))"],
+         "pool_get": NA("torch's stream pool is internal (torch.cuda.Stream() draws from it: see create + destroy)")},
         notes={"create_destroy": "torch.cuda.Stream() hands out a stream from a fixed pool and never destroys it: "
                                  "not a create + destroy, kept out of 'best peer'"},
         not_best=("create_destroy",)),
@@ -113,14 +136,17 @@ PEERS = [
         {"cuda_stream": ["s.__cuda_stream__()"], "handle_int": ["s.handle.value", "int(s.handle)", "int(s)"],
          "wrap_protocol": NA("numba.cuda.external_stream takes an int, not a protocol object"),
          "wrap_int": ["numba.cuda.external_stream(H)"], "create_destroy": ["numba.cuda.stream()"],
-         "synchronize": ["s.synchronize()"], "query": NA("numba's Stream has no query()")},
+         "synchronize": ["s.synchronize()"], "query": NA("numba's Stream has no query()"),
+         "current_stream": NO_CURRENT, "with_stream": NO_CURRENT, "pool_get": NA("numba has no stream pool")},
         notes={"create_destroy": "numba queues the destroy and runs queued destroys in batches; the figure is amortized"}),
     Lib("rmm", "import rmm", ("rmm-cu13", "rmm-cu12", "rmm"),
-        "from rmm.pylibrmm.stream import Stream as RmmStream\ns = RmmStream()\nH = s.__cuda_stream__()[1]\n",
+        "from rmm.pylibrmm.stream import Stream as RmmStream\ns = RmmStream()\nH = s.__cuda_stream__()[1]\n"
+        "from rmm.pylibrmm.cuda_stream_pool import CudaStreamPool\npool = CudaStreamPool(4)\n",
         {"cuda_stream": ["s.__cuda_stream__()"],
          "handle_int": NA("rmm's Stream gives its handle as an int only through __cuda_stream__()"),
          "wrap_protocol": ["RmmStream(p)"], "wrap_int": NA("rmm's Stream cannot wrap an int handle from Python"),
-         "create_destroy": ["RmmStream()"], "synchronize": ["s.synchronize()"], "query": NA("rmm's Stream has no query()")},
+         "create_destroy": ["RmmStream()"], "synchronize": ["s.synchronize()"], "query": NA("rmm's Stream has no query()"),
+         "current_stream": NO_CURRENT, "with_stream": NO_CURRENT, "pool_get": ["pool.get_stream()"]},
         notes={"create_destroy": DESTROYED_ON_DEALLOC}),
 ]
 LIBS = {lib.name: lib for lib in [CUSTREAM, LEAST, *PEERS]}

@@ -63,6 +63,13 @@ def assemble(mode: str, rounds: dict, cython: dict) -> dict:
             row.update(floor_ns=floor, generated_c_reads_field=cython.get("generated_c_reads_field"),
                        floors=[{"label": cython["floor"]["label"], "ns": floor, "stmt": "nogil loop, barrier only"}] if floor else [])
             row["status"] = "n/a" if value is None else "pass" if floor and row["generated_c_reads_field"] and value <= floor + 1 else "MISS"
+        elif op.times is not None:  # against another figure of the same run
+            factor, lib, key = op.times
+            other = _fig(figures.get(lib, {}).get(key, {}), op.unit)
+            row.update(compared_to={"lib": lib, "op": key, op.unit: other})
+            row["status"] = "n/a" if value is None or other is None else "pass" if value <= factor * other else "MISS"
+        elif op.bound is None and op.raw is None:
+            row["status"] = ""  # printed to compare with, no target of its own
         else:
             row["status"] = "n/a" if value is None else "pass" if value <= (op.bound or op.raw) else "MISS"
     return out
@@ -98,7 +105,8 @@ def table(results: dict) -> str:
     for o in opsd.values():
         for n, r in o["results"].items():
             if n not in results.get("lib_errors", {}):
-                na = None if r.get("na") in (None, "not applicable", "needs a GPU (run with --gpu)") else f"n/a: {r['na']}"
+                quiet = (None, "not applicable", "needs a GPU (run with --gpu)") + (("not measured",) if not o["status"] else ())
+                na = None if r.get("na") in quiet else f"n/a: {r['na']}"
                 label = r.get("label") if o["title"] == "Cython handle read" else None
                 notes += [f"  {n} / {o['title']}: {what}" for what in (na, r.get("note"), label) if what]
     notes += [f"  {n}: {err}" for n, err in results.get("lib_errors", {}).items() if err != "peers are measured with --gpu"]

@@ -5,7 +5,6 @@ use pyo3::prelude::*;
 
 use crate::args::device_arg;
 use crate::boundary::boundary;
-use crate::current;
 use crate::driver;
 use crate::libcuda;
 use crate::protocol;
@@ -32,19 +31,6 @@ pub fn as_stream<'py>(m: &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
             ml_meth: ffi::PyMethodDefPointer { PyCFunction: as_stream_o },
             ml_flags: ffi::METH_O,
             ml_doc: c"as_stream(obj, /)\n--\n\nReturn ``obj`` as a custream.Stream: a Stream as is, otherwise a borrowed Stream over\nthe handle ``obj.__cuda_stream__()`` returns, keeping ``obj`` alive as its owner.".as_ptr(),
-        },
-    )
-}
-
-/// The `current_stream` builtin, bound to module `m`.
-pub fn current_stream<'py>(m: &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
-    builtin(
-        m,
-        ffi::PyMethodDef {
-            ml_name: c"current_stream".as_ptr(),
-            ml_meth: ffi::PyMethodDefPointer { PyCFunction: current::current_stream_o },
-            ml_flags: ffi::METH_NOARGS,
-            ml_doc: c"current_stream()\n--\n\nThe stream ``stream=None`` means: the innermost ``with s:`` block's stream in\nthis thread or asyncio task, else custream.DEFAULT_STREAM (PER_THREAD_DEFAULT_STREAM\nwhen CUSTREAM_PER_THREAD_DEFAULT_STREAM=1 is set).".as_ptr(),
         },
     )
 }

@@ -48,8 +48,7 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_STREAM", stream::default_stream(py, 0)?)?;
     m.add("LEGACY_DEFAULT_STREAM", stream::default_stream(py, 1)?)?;
     m.add("PER_THREAD_DEFAULT_STREAM", stream::default_stream(py, 2)?)?;
-    current::init(py)?;
-    m.add("current_stream", functions::current_stream(m)?)?;
+    m.add("current_stream", current::current_stream_function(py)?)?;
     m.add("ABI_VERSION", layout::CUSTREAM_ABI_VERSION)?;
     m.add("as_stream", functions::as_stream(m)?)?;
     m.add_function(wrap_pyfunction!(functions::is_available, m)?)?;
