@@ -5,26 +5,34 @@ from typing import Any, Final, Protocol, final
 
 __all__ = [
     "ABI_VERSION",
+    "DEFAULT_STREAM",
     "LEGACY_DEFAULT_STREAM",
     "PER_THREAD_DEFAULT_STREAM",
     "CudaError",
     "CudaUnavailableError",
     "Event",
     "Stream",
+    "StreamPool",
     "as_stream",
+    "current_stream",
     "device_count",
     "device_info",
     "driver_library_candidates",
     "driver_version",
     "is_available",
     "live_stream_count",
+    "priority_range",
     "_finalize",
     "_C_API",
 ]
 
 ABI_VERSION: Final[int]
-LEGACY_DEFAULT_STREAM: Final[int]
-PER_THREAD_DEFAULT_STREAM: Final[int]
+DEFAULT_STREAM: Final[Stream]
+"""The null stream (handle 0) of the calling thread's current context; never closed."""
+LEGACY_DEFAULT_STREAM: Final[Stream]
+"""The legacy default stream (handle 1) of the calling thread's current context; never closed."""
+PER_THREAD_DEFAULT_STREAM: Final[Stream]
+"""The calling thread's per-thread default stream (handle 2); never closed."""
 
 class CudaStreamProducer(Protocol):
     """Any object speaking the CUDA Stream Protocol (a typing-only name)."""
@@ -99,11 +107,14 @@ class Stream:
     def record(self, event: Event | None = None) -> Event:
         """Record ``event`` (a new one if None) on this stream and return it."""
     def close(self) -> None:
-        """Destroy an owned stream or release a borrowed one's owner; idempotent."""
-    def __enter__(self) -> Stream: ...
+        """Destroy an owned stream or release a borrowed one's owner; idempotent. Refused for
+        the module's default streams and for a StreamPool's streams."""
+    def __enter__(self) -> Stream:
+        """Make the stream current (``current_stream()``) until the block ends."""
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
-    ) -> bool: ...
+    ) -> bool:
+        """Make the stream current before the block current again; closes nothing."""
     def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 
@@ -132,6 +143,31 @@ class Event:
         """Destroy the event; idempotent."""
     def __enter__(self) -> Event: ...
     def __exit__(self, *exc: object) -> bool: ...
+
+@final
+class StreamPool:
+    """``size`` owned streams made up front, handed out round-robin; ``close()`` closes them all."""
+    def __new__(cls, size: int, *, device: int | None = None, non_blocking: bool = True, priority: int = 0) -> StreamPool: ...
+    def get(self) -> Stream:
+        """The next stream, round-robin (thread-safe, no lock)."""
+    def __getitem__(self, index: int, /) -> Stream: ...
+    def __len__(self) -> int: ...
+    @property
+    def device(self) -> int:
+        """The device the pool's streams belong to."""
+    @property
+    def closed(self) -> bool:
+        """True once close() has been called."""
+    def close(self) -> None:
+        """Close every stream of the pool; idempotent."""
+
+def current_stream() -> Stream:
+    """The stream ``stream=None`` means: the innermost ``with s:`` block's stream in this
+    thread or asyncio task, else ``DEFAULT_STREAM`` (``PER_THREAD_DEFAULT_STREAM`` when
+    ``CUSTREAM_PER_THREAD_DEFAULT_STREAM=1``). It is the context variable's own ``get``."""
+
+def priority_range(device: int | None = None) -> tuple[int, int]:
+    """``(least, greatest)`` stream priorities of a device; greatest is the numerically lowest."""
 
 def as_stream(obj: Stream | CudaStreamProducer, /) -> Stream:
     """``obj`` as a Stream: a Stream as is, else a borrowed Stream owning ``obj``."""
