@@ -1,0 +1,75 @@
+"""Build the C++ test modules once per session, against the installed custream and the
+nanobind, pybind11 and CCCL wheels, in one parallel pass; a module whose library is missing
+is not built, and its tests skip (or fail under CUSTREAM_REQUIRE_BUILD_TOOLS) saying why."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+
+from _cpp_tools import CCCL_WHEELS, HERE, Lib, cccl, module, nanobind, need, pybind11
+from _cy_build import build
+
+# name -> (source, C++ standard, strict flags, [(library finder result, its pip name)])
+def _plan():
+    nb, pb, cc = nanobind(), pybind11(), cccl()
+    return {
+        "plain17": ("plain.cpp", "c++17", True, []),
+        "plain20": ("plain.cpp", "c++20", True, []),
+        "plain_cccl": ("plain.cpp", "c++17", True, [(cc, CCCL_WHEELS)]),
+        "nb_ext": ("casters.cpp", "c++17", True, [(nb, "nanobind"), (cc, CCCL_WHEELS)]),
+        "pb_ext": ("casters.cpp", "c++17", True, [(pb, "pybind11"), (cc, CCCL_WHEELS)]),
+        # Cython's own output is not ours to keep warning-free.
+        "cy_ext": ("cy_ext.pyx", "c++17", False, [(cc, CCCL_WHEELS)]),
+    }
+
+
+@pytest.fixture(scope="session")
+def cpp_built():
+    """name -> the imported module, or (reason, pip name) when a library is missing."""
+    out, modules = {}, []
+    for name, (source, std, strict, libs) in _plan().items():
+        missing = [(lib, pkg) for lib, pkg in libs if isinstance(lib, str)]
+        if missing:
+            out[name] = missing[0]
+            continue
+        lib = sum((lib for lib, _ in libs), Lib())
+        include_dirs = (str(HERE),) if source.endswith(".pyx") else ()
+        modules.append(module(name, source, std, strict, lib, include_dirs))
+    folder = str(build(modules))
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    for m in modules:
+        out[m.name] = importlib.import_module(m.name)
+    return out
+
+
+def _get(cpp_built, name):
+    got = cpp_built[name]
+    return need(*got) if isinstance(got, tuple) else got
+
+
+@pytest.fixture(scope="session", params=["plain17", "plain20"])
+def plain(request, cpp_built):
+    """plain.cpp: custream.hpp with no binding library, as C++17 and as C++20."""
+    return _get(cpp_built, request.param)
+
+
+@pytest.fixture(scope="session")
+def plain_cccl(cpp_built):
+    """plain.cpp with CCCL's <cuda/stream> included first and libcudart linked."""
+    return _get(cpp_built, "plain_cccl")
+
+
+@pytest.fixture(scope="session", params=["nb_ext", "pb_ext"])
+def ext(request, cpp_built):
+    """casters.cpp through nanobind's and through pybind11's casters."""
+    return _get(cpp_built, request.param)
+
+
+@pytest.fixture(scope="session")
+def cy_ext(cpp_built):
+    """cy_ext.pyx: Cython in C++ mode over custream/cpp.pxd."""
+    return _get(cpp_built, "cy_ext")
