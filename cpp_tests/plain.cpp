@@ -141,6 +141,7 @@ static_assert(custream::stream_ref().get() == nullptr);
 
 struct shared_thing {
     int slot;
+    explicit shared_thing(int s) : slot(s) {}
     ~shared_thing() { destroyed[slot] += 1; }
 };
 std::shared_ptr<shared_thing> cpp_side[SLOTS];
@@ -240,7 +241,7 @@ PyObject *share(PyObject *, PyObject *args) {
     int device, slot;
     if (!PyArg_ParseTuple(args, "Kii", &h, &device, &slot) || !slot_ok(slot)) return nullptr;
     reset(slot);
-    cpp_side[slot] = std::make_shared<shared_thing>(shared_thing{slot});
+    cpp_side[slot] = std::make_shared<shared_thing>(slot);
     return custream::to_python(cpp_side[slot], as_handle(h), device).release();
 }
 

@@ -23,6 +23,10 @@
 #ifndef CUSTREAM_HPP
 #define CUSTREAM_HPP
 
+#if !defined(__cplusplus) || (__cplusplus < 201703L && !(defined(_MSVC_LANG) && _MSVC_LANG >= 201703L))
+#error "custream.hpp needs C++17 or later; C code includes custream.h"
+#endif
+
 #include "custream.h"
 
 #include <cstdint>
@@ -32,10 +36,6 @@
 #include <optional>
 #include <type_traits>
 #include <utility>
-
-#if !defined(__cplusplus) || (__cplusplus < 201703L && !(defined(_MSVC_LANG) && _MSVC_LANG >= 201703L))
-#error "custream.hpp needs C++17 or later; C code includes custream.h"
-#endif
 
 namespace custream {
 
@@ -107,10 +107,12 @@ inline bool interpreter_alive() noexcept {
  * purpose: taking the GIL during or after finalization can hang or crash the process. */
 inline void decref_anywhere(PyObject *obj) noexcept {
     if (obj == nullptr || !interpreter_alive()) return;
-    if (PyGILState_Check()) {
+#ifndef Py_LIMITED_API
+    if (PyGILState_Check()) {  // the common case (a binding's argument): skip the GIL dance
         Py_DECREF(obj);
         return;
     }
+#endif
     PyGILState_STATE gil = PyGILState_Ensure();
     Py_DECREF(obj);
     PyGILState_Release(gil);
@@ -181,8 +183,8 @@ class stream_ref {
     /* The null, legacy and per-thread default streams: never destroyed, and they mean the
      * current context's stream wherever they are used. */
     bool is_default() const noexcept {
-        return handle_ == CUSTREAM_NULL_STREAM || handle_ == CUSTREAM_LEGACY_DEFAULT_STREAM ||
-               handle_ == CUSTREAM_PER_THREAD_DEFAULT_STREAM;
+        // The tokens 0, 1 and 2 (CUSTREAM_NULL_STREAM, ..._LEGACY_..., ..._PER_THREAD_...).
+        return reinterpret_cast<std::uintptr_t>(handle_) <= 2;
     }
 
     friend constexpr bool operator==(stream_ref a, stream_ref b) noexcept { return a.handle_ == b.handle_; }
@@ -254,8 +256,12 @@ class stream {
         stream s;
         if (new_reference == nullptr || !detail::imported()) return s;
         if (!detail::is_stream(new_reference)) {
-            PyErr_Format(PyExc_TypeError, "custream::stream::adopt() expected a custream.Stream, got %s",
-                         Py_TYPE(new_reference)->tp_name);
+            // tp_name is out of the limited API's reach; __name__ is not.
+            PyObject *type = reinterpret_cast<PyObject *>(Py_TYPE(new_reference));
+            PyObject *name = PyObject_GetAttrString(type, "__name__");
+            PyErr_Format(PyExc_TypeError, "custream::stream::adopt() expected a custream.Stream, got %S",
+                         name ? name : type);
+            Py_XDECREF(name);
             Py_DECREF(new_reference);
             return s;
         }
