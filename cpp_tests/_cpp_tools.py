@@ -13,19 +13,23 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
+import subprocess
 import sys
+import sysconfig
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-import pytest
 
 HERE = Path(__file__).resolve().parent
 # The one builder of test extensions lives with the Cython tests.
 if str(HERE.parent / "cython_tests") not in sys.path:
     sys.path.insert(0, str(HERE.parent / "cython_tests"))
 
-from _cy_build import Module  # noqa: E402
+from _cy_build import Module, compiler  # noqa: E402
 
 STRICT = ("-Wall", "-Wextra", "-Werror")
+# Beyond what the builds use: what a strict downstream project may turn on.
+EXTRA = ("-Wpedantic", "-Wshadow", "-Wconversion", "-Wsign-conversion", "-Wold-style-cast", "-Wnon-virtual-dtor")
+STANDARDS = ("c++17", "c++20")
 CCCL_WHEELS = "nvidia-cuda-cccl nvidia-cuda-runtime nvidia-cuda-crt"
 
 
@@ -33,6 +37,8 @@ def need(found, package: str):
     """``found`` if it is not a reason string; else skip (or fail under CI) saying why."""
     if not isinstance(found, str):
         return found
+    import pytest
+
     message = f"{found} (pip install {package})"
     if os.environ.get("CUSTREAM_REQUIRE_BUILD_TOOLS"):
         pytest.fail(message + "; CUSTREAM_REQUIRE_BUILD_TOOLS is set")
@@ -74,7 +80,8 @@ def nanobind() -> Lib | str:
     # nanobind is not header-only: its library (one file) is compiled into each module.
     combined = Path(nb.source_dir()) / "nb_combined.cpp"
     include = [Path(nb.include_dir()), root / "ext" / "robin_map" / "include"]
-    return Lib(cflags=_isystem(include) + ("-fvisibility=hidden",), sources=(str(combined),),
+    # -fno-strict-aliasing: as nanobind's own CMake builds its library.
+    return Lib(cflags=_isystem(include) + ("-fvisibility=hidden", "-fno-strict-aliasing"), sources=(str(combined),),
                macros=(f"CUSTREAM_TEST_NANOBIND={_version('nanobind')}", "USE_NANOBIND"))
 
 
@@ -125,3 +132,21 @@ def module(name: str, source: str, std: str = "c++17", strict: bool = True, lib:
     cflags = (f"-std={std}", *(STRICT if strict else ()), *lib.cflags)
     return Module(name, str(HERE / source), sources=lib.sources, include_dirs=include_dirs,
                   macros=(f"MODNAME={name}", *lib.macros), cflags=cflags, ldflags=lib.ldflags, cplus=True)
+
+
+def syntax_errors(source, flags, code: str | None = None) -> str:
+    """Compiler output under STRICT and EXTRA ('' when clean) for `source` (a file) or `code`."""
+    import custream
+
+    argv = [*compiler(True), "-fsyntax-only", *STRICT, *EXTRA, "-isystem", sysconfig.get_paths()["include"],
+            f"-I{custream.get_include()}", *flags]
+    argv += ["-x", "c++", "-"] if code is not None else [str(source)]
+    proc = subprocess.run(argv, input=code, capture_output=True, text=True)
+    return "" if proc.returncode == 0 else f"{' '.join(argv)}\n{proc.stderr}"
+
+
+def assert_all_clean(jobs) -> None:
+    """Run syntax_errors(*job) for every job, in parallel; fail with every error."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        failures = [out for out in pool.map(lambda job: syntax_errors(*job), jobs) if out]
+    assert not failures, "\n\n".join(failures)

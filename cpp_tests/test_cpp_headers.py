@@ -5,16 +5,12 @@ Built for real, as C++17 (and plain.cpp as C++20), by the other tests here."""
 
 import subprocess
 import sysconfig
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 import custream
-from _cpp_tools import HERE, STRICT, cccl, nanobind, need, pybind11, CCCL_WHEELS
+from _cpp_tools import CCCL_WHEELS, HERE, STANDARDS, assert_all_clean, cccl, nanobind, need, pybind11
 from _cy_build import compiler
-
-EXTRA = ("-Wpedantic", "-Wshadow", "-Wconversion", "-Wsign-conversion", "-Wold-style-cast", "-Wnon-virtual-dtor")
-STANDARDS = ("c++17", "c++20")
 
 AFTER_CCCL = """
 #include "custream.hpp"
@@ -24,24 +20,6 @@ static_assert(std::is_convertible_v<cuda::stream_ref, custream::stream_ref>);
 custream::stream give(cuda::stream&& s) { return custream::to_python(std::move(s), 0); }
 bool same(custream::stream_ref a, cuda::stream_ref b) { return a == b && b == a; }
 """
-
-
-def _syntax(source: str, flags, code: str | None = None) -> str:
-    """Compiler output ('' when clean) for `source` (a file) or `code` (C++ text)."""
-    argv = [*compiler(True), "-fsyntax-only", *STRICT, *EXTRA, "-isystem", sysconfig.get_paths()["include"],
-            f"-I{custream.get_include()}", *flags]
-    if code is not None:
-        argv += ["-x", "c++", "-"]
-    else:
-        argv.append(str(source))
-    proc = subprocess.run(argv, input=code, capture_output=True, text=True)
-    return "" if proc.returncode == 0 else f"{' '.join(argv)}\n{proc.stderr}"
-
-
-def _all_clean(jobs):
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        failures = [out for out in pool.map(lambda job: _syntax(*job), jobs) if out]
-    assert not failures, "\n\n".join(failures)
 
 
 def test_the_headers_alone():
@@ -55,7 +33,7 @@ def test_the_headers_alone():
                 libs = need(pybind11(), "pybind11").cflags
             jobs.append((None, (f"-std={std}", *libs), f'#include "{header}"\n'))
         jobs.append((None, (f"-std={std}", "-DPy_LIMITED_API=0x030A0000"), '#include "custream.hpp"\n'))
-    _all_clean(jobs)
+    assert_all_clean(jobs)
 
 
 def test_every_template_instantiated():
@@ -63,7 +41,7 @@ def test_every_template_instantiated():
     nb, pb = need(nanobind(), "nanobind"), need(pybind11(), "pybind11")
     # C++17 is compiled for real by the other tests (under STRICT); here C++20 and EXTRA.
     base = ("-std=c++20", *cc.cflags, "-DCUSTREAM_TEST_CCCL")
-    _all_clean([
+    assert_all_clean([
         (HERE / "plain.cpp", base),
         (HERE / "plain.cpp", ("-std=c++17", *cc.cflags, "-DCUSTREAM_TEST_CCCL", "-DPy_LIMITED_API=0x030A0000")),
         (HERE / "casters.cpp", (*base, *nb.cflags, "-DUSE_NANOBIND")),
