@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
-import importlib.util
 import os
 import subprocess
 import sys
@@ -82,7 +81,8 @@ def nanobind() -> Lib | str:
     include = [Path(nb.include_dir()), root / "ext" / "robin_map" / "include"]
     # -fno-strict-aliasing: as nanobind's own CMake builds its library.
     return Lib(cflags=_isystem(include) + ("-fvisibility=hidden", "-fno-strict-aliasing"), sources=(str(combined),),
-               macros=(f"CUSTREAM_TEST_NANOBIND={_version('nanobind')}", "USE_NANOBIND"))
+               macros=(f"CUSTREAM_TEST_NANOBIND={_version('nanobind')}", "USE_NANOBIND"),
+               include=tuple(map(str, include)))
 
 
 def pybind11() -> Lib | str:
@@ -95,8 +95,9 @@ def pybind11() -> Lib | str:
 
 
 def _nvidia_roots() -> list[Path]:
-    spec = importlib.util.find_spec("nvidia")
-    return [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    # Every nvidia/ folder on sys.path, in order (PYTHONPATH first): NVIDIA's wheels share that
+    # namespace, and one with an __init__.py would hide the others from importlib.
+    return [Path(entry or ".") / "nvidia" for entry in sys.path if (Path(entry or ".") / "nvidia").is_dir()]
 
 
 def _first(pattern: str) -> Path | None:
@@ -106,20 +107,26 @@ def _first(pattern: str) -> Path | None:
     return None
 
 
+def cccl_include() -> Path | str:
+    """The folder holding CCCL's cuda/stream from the nvidia-cuda-cccl wheel."""
+    stream = _first("*/include/cccl/cuda/stream")
+    return stream.parent.parent if stream else "nvidia-cuda-cccl's cuda/stream is not installed"
+
+
 def cccl() -> Lib | str:
     """CCCL's <cuda/stream> and the CUDA runtime it includes, from NVIDIA's wheels (which the
     host g++ compiles without nvcc), and libcudart to link: cuda::stream's members call it."""
-    stream = _first("*/include/cccl/cuda/stream")
+    stream = cccl_include()
     runtime = _first("*/include/cuda_runtime_api.h")
     crt = _first("*/include/crt/host_defines.h")
     cudart = _first("*/lib/libcudart.so.*")
-    missing = [what for what, hit in (("nvidia-cuda-cccl's cuda/stream", stream),
+    missing = [what for what, hit in (("nvidia-cuda-cccl's cuda/stream", not isinstance(stream, str)),
                                       ("nvidia-cuda-runtime's cuda_runtime_api.h", runtime),
                                       ("nvidia-cuda-crt's crt/host_defines.h", crt),
-                                      ("nvidia-cuda-runtime's libcudart.so", cudart)) if hit is None]
+                                      ("nvidia-cuda-runtime's libcudart.so", cudart)) if not hit]
     if missing:
         return "not installed: " + ", ".join(missing)
-    include = [stream.parent.parent, runtime.parent, crt.parent.parent]
+    include = [stream, runtime.parent, crt.parent.parent]
     return Lib(cflags=_isystem(dict.fromkeys(include)),
                ldflags=(f"-L{cudart.parent}", f"-l:{cudart.name}", f"-Wl,-rpath,{cudart.parent}"),
                macros=("CUSTREAM_TEST_CCCL", f"CUSTREAM_TEST_CCCL_VERSION={_version('nvidia-cuda-cccl')}"),
