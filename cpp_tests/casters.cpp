@@ -8,6 +8,8 @@
 #include <cuda/stream>
 #endif
 
+#include "counted.hpp"
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -33,25 +35,10 @@ using bind_error = pybind11::error_already_set;
 
 namespace {
 
-constexpr int SLOTS = 64;
-std::atomic<int> calls[SLOTS];
-std::atomic<int> destroyed[SLOTS];
 std::shared_ptr<int> cpp_side[SLOTS];
 
 uintptr_t to_int(custream::stream_ref s) { return reinterpret_cast<uintptr_t>(s.get()); }
 custream::stream_ref from_int(uintptr_t h) { return custream::stream_ref(reinterpret_cast<custream_handle_t>(h)); }
-
-/* Counts the death of the one live instance: moves hand the liveness on. */
-struct counted {
-    int slot;
-    bool live = true;
-    explicit counted(int s) : slot(s) {}
-    counted(counted &&o) noexcept : slot(o.slot), live(std::exchange(o.live, false)) {}
-    counted &operator=(counted &&) = delete;
-    ~counted() {
-        if (live) destroyed[slot] += 1;
-    }
-};
 
 #ifdef CUSTREAM_TEST_CCCL
 uintptr_t takes_cccl(cuda::stream_ref s) { return reinterpret_cast<uintptr_t>(s.get()); }

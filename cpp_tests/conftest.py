@@ -46,30 +46,19 @@ def cpp_built():
     return out
 
 
-def _get(cpp_built, name):
-    got = cpp_built[name]
-    return need(*got) if isinstance(got, tuple) else got
+def _modules(name: str, params: list[str], doc: str):
+    """A session fixture `name` giving each built module of `params` in turn."""
+
+    @pytest.fixture(scope="session", params=params, name=name)
+    def fixture(request, cpp_built):
+        got = cpp_built[request.param]
+        return need(*got) if isinstance(got, tuple) else got
+
+    fixture.__doc__ = doc
+    return fixture
 
 
-@pytest.fixture(scope="session", params=["plain17", "plain20"])
-def plain(request, cpp_built):
-    """plain.cpp: custream.hpp with no binding library, as C++17 and as C++20."""
-    return _get(cpp_built, request.param)
-
-
-@pytest.fixture(scope="session")
-def plain_cccl(cpp_built):
-    """plain.cpp with CCCL's <cuda/stream> included first and libcudart linked."""
-    return _get(cpp_built, "plain_cccl")
-
-
-@pytest.fixture(scope="session", params=["nb_ext", "pb_ext"])
-def ext(request, cpp_built):
-    """casters.cpp through nanobind's and through pybind11's casters."""
-    return _get(cpp_built, request.param)
-
-
-@pytest.fixture(scope="session")
-def cy_ext(cpp_built):
-    """cy_ext.pyx: Cython in C++ mode over custream/cpp.pxd."""
-    return _get(cpp_built, "cy_ext")
+plain = _modules("plain", ["plain17", "plain20"], "plain.cpp: custream.hpp with no binding library, as C++17 and C++20.")
+plain_cccl = _modules("plain_cccl", ["plain_cccl"], "plain.cpp with CCCL's <cuda/stream> first and libcudart linked.")
+ext = _modules("ext", ["nb_ext", "pb_ext"], "casters.cpp through nanobind's and through pybind11's casters.")
+cy_ext = _modules("cy_ext", ["cy_ext"], "cy_ext.pyx: Cython in C++ mode over custream/cpp.pxd.")

@@ -4,14 +4,14 @@
  * includes CCCL's <cuda/stream> (first, to show the order does not matter) and links the
  * CUDA runtime from the nvidia-cuda-runtime wheel. MODNAME names the module.
  *
- * Counting is per "slot": each test takes its own slot, so the counts of one test never
- * depend on another's garbage.
+ * Counting is per slot (counted.hpp).
  */
 #ifdef CUSTREAM_TEST_CCCL
 #include <cuda/stream>
 #endif
 
 #include "custream.hpp"
+#include "counted.hpp"
 
 #include <atomic>
 #include <memory>
@@ -29,9 +29,6 @@
 
 namespace {
 
-constexpr int SLOTS = 256;
-std::atomic<int> calls[SLOTS];      // a deleter ran
-std::atomic<int> destroyed[SLOTS];  // a live deleter, owner or shared object was destroyed
 std::atomic<uintptr_t> last_handle[SLOTS];
 
 bool slot_ok(int slot) {
@@ -48,33 +45,6 @@ void reset(int slot) {
 
 custream_handle_t as_handle(unsigned long long h) { return reinterpret_cast<custream_handle_t>(static_cast<uintptr_t>(h)); }
 PyObject *handle_to_int(custream_handle_t h) { return PyLong_FromVoidPtr(static_cast<void *>(h)); }
-
-/* Counts the death of the one live instance: moves hand the liveness on. */
-struct counted {
-    int slot;
-    bool live = true;
-    explicit counted(int s) : slot(s) {}
-    counted(counted &&o) noexcept : slot(o.slot), live(std::exchange(o.live, false)) {}
-    counted &operator=(counted &&) = delete;
-    ~counted() {
-        if (live) destroyed[slot] += 1;
-    }
-};
-
-/* The same, throwing from its destructor (allowed by noexcept(false), caught by custream.hpp). */
-struct throwing_counted {
-    int slot;
-    bool live = true;
-    explicit throwing_counted(int s) : slot(s) {}
-    throwing_counted(throwing_counted &&o) noexcept : slot(o.slot), live(std::exchange(o.live, false)) {}
-    throwing_counted &operator=(throwing_counted &&) = delete;
-    ~throwing_counted() noexcept(false) {
-        if (live) {
-            destroyed[slot] += 1;
-            throw std::runtime_error("deleter destructor failed on purpose");
-        }
-    }
-};
 
 enum mode { WITH_HANDLE = 0, NO_ARGS = 1, THROWS_STD = 2, THROWS_OTHER = 3, THROWS_IN_DTOR = 4 };
 
@@ -102,7 +72,7 @@ struct throwing_deleter {
 };
 
 struct throwing_dtor_deleter {
-    throwing_counted c;
+    counted_t<true> c;
     void operator()() const { calls[c.slot] += 1; }
 };
 
@@ -217,7 +187,7 @@ PyObject *give(PyObject *, PyObject *args) {
         case THROWS_STD: return custream::to_python(ref, device, throwing_deleter{counted(slot), true}).release();
         case THROWS_OTHER: return custream::to_python(ref, device, throwing_deleter{counted(slot), false}).release();
         case THROWS_IN_DTOR:
-            return custream::to_python(ref, device, throwing_dtor_deleter{throwing_counted(slot)}).release();
+            return custream::to_python(ref, device, throwing_dtor_deleter{counted_t<true>(slot)}).release();
         default: return PyErr_Format(PyExc_ValueError, "mode %d", m);
     }
 }

@@ -11,30 +11,13 @@ import pytest
 
 import custream
 from custream import Stream
-
-
-class Producer:
-    def __init__(self, handle):
-        self.handle = handle
-
-    def __cuda_stream__(self):
-        return (0, self.handle)
+from _producers import BadVersion, Producer, Raising, assert_returns_itself, check_cuda_stream_made
 
 
 # What a consumer sees of each peer library's stream: a class with __cuda_stream__. (The real
 # ones need a device; tests/gpu/test_gpu_cpp.py passes them.)
 PEERS = {name: type(name, (Producer,), {}) for name in ("CupyStream", "TorchStream", "CudaCoreStream",
                                                         "NumbaStream", "RmmStream")}
-
-
-class Raising:
-    def __cuda_stream__(self):
-        raise KeyError("from the producer")
-
-
-class BadVersion:
-    def __cuda_stream__(self):
-        return (1, 0x10)
 
 
 def test_takes_a_stream_and_every_producer(ext):
@@ -76,10 +59,7 @@ def test_the_signature_names_the_types(ext):
 
 
 def test_a_returned_stream_is_the_python_object(ext):
-    s = Stream.from_handle(0x5000)
-    refs = sys.getrefcount(s)
-    assert ext.echo(s) is s
-    assert sys.getrefcount(s) == refs
+    assert_returns_itself(ext.echo, Stream.from_handle(0x5000))
     p = Producer(0x5100)
     wrapped = ext.echo(p)
     assert type(wrapped) is Stream and wrapped.owner is p
@@ -156,11 +136,4 @@ def test_views_convert_to_cuda_stream_ref(ext):
 
 
 def test_a_cuda_stream_moved_to_python(ext):
-    if not custream.is_available():
-        # CCCL's constructor throws cuda_error; the binding raises it as RuntimeError.
-        with pytest.raises(RuntimeError, match="libcuda"):
-            ext.make_cccl(0)
-        return
-    s = ext.make_cccl(0)
-    assert type(s) is Stream and s.device == 0
-    s.close()
+    check_cuda_stream_made(ext.make_cccl)

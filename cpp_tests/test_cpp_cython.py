@@ -9,18 +9,14 @@ import pytest
 
 import custream
 from custream import Stream
-
-
-class Producer:
-    def __cuda_stream__(self):
-        return (0, 0x2000)
+from _producers import Producer
 
 
 def test_a_stream_reaches_a_cuda_stream_ref_function(cy_ext):
     s = Stream.from_handle(0x1000)
     assert cy_ext.handle_by_cast(s) == 0x1000
     assert cy_ext.handle_by_declaration(s) == 0x1000
-    assert cy_ext.handle_of_any(Producer()) == 0x2000
+    assert cy_ext.handle_of_any(Producer(0x2000)) == 0x2000
     assert cy_ext.handle_of_any(s) == 0x1000
 
 
@@ -34,7 +30,7 @@ def test_typed_arguments_refuse_other_objects(cy_ext):
     with pytest.raises(TypeError):
         cy_ext.handle_by_cast(None)
     with pytest.raises(TypeError):
-        cy_ext.handle_by_cast(Producer())
+        cy_ext.handle_by_cast(Producer(0x2000))
     with pytest.raises(TypeError, match="got str"):
         cy_ext.handle_of_any("nope")
 

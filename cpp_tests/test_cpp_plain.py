@@ -14,35 +14,9 @@ import pytest
 
 import custream
 from custream import Stream
+from _producers import AttributeProducer, BadVersion, Producer, Raising, assert_returns_itself, check_cuda_stream_made
 
 WITH_HANDLE, NO_ARGS, THROWS_STD, THROWS_OTHER, THROWS_IN_DTOR = range(5)
-
-
-class Producer:
-    """What CuPy, PyTorch, cuda.core, numba-cuda and rmm streams all are to a consumer."""
-
-    def __init__(self, handle):
-        self.handle = handle
-
-    def __cuda_stream__(self):
-        return (0, self.handle)
-
-
-class AttributeProducer:
-    """A non-callable __cuda_stream__, as some early producers had: accepted with a warning."""
-
-    def __init__(self, handle):
-        self.__cuda_stream__ = (0, handle)
-
-
-class Raising:
-    def __cuda_stream__(self):
-        raise KeyError("from the producer")
-
-
-class BadVersion:
-    def __cuda_stream__(self):
-        return (1, 0x10)
 
 
 def test_a_view_of_a_stream_reads_its_handle(plain):
@@ -76,10 +50,7 @@ def test_a_view_refuses_what_is_not_a_stream(plain):
 
 
 def test_stream_from_python_is_as_stream(plain):
-    s = Stream.from_handle(0x1000)
-    refs = sys.getrefcount(s)
-    assert plain.from_python(s) is s
-    assert sys.getrefcount(s) == refs
+    assert_returns_itself(plain.from_python, Stream.from_handle(0x1000))
     p = Producer(0x2000)
     wrapped = plain.from_python(p)
     assert type(wrapped) is Stream and wrapped.handle == 0x2000 and wrapped.owner is p
@@ -88,10 +59,7 @@ def test_stream_from_python_is_as_stream(plain):
 
 
 def test_adopt_takes_only_streams(plain):
-    s = Stream.from_handle(0x1000)
-    refs = sys.getrefcount(s)
-    assert plain.adopt(s) is s
-    assert sys.getrefcount(s) == refs
+    assert_returns_itself(plain.adopt, Stream.from_handle(0x1000))
     p = Producer(1)
     refs = sys.getrefcount(p)
     with pytest.raises(TypeError, match="adopt\\(\\) expected a custream.Stream, got Producer"):
@@ -299,12 +267,4 @@ def test_views_convert_both_ways_with_cuda_stream_ref(plain_cccl):
 
 
 def test_a_cuda_stream_moved_to_python(plain_cccl):
-    if not custream.is_available():
-        # No driver: CCCL's constructor throws cuda_error; it must arrive as a Python error.
-        with pytest.raises(RuntimeError, match="libcuda"):
-            plain_cccl.cccl_make(0)
-        return
-    s = plain_cccl.cccl_make(0)
-    assert type(s) is Stream and s.device == 0 and not s.owned
-    s.synchronize()
-    s.close()
+    check_cuda_stream_made(plain_cccl.cccl_make)

@@ -404,6 +404,46 @@ stream to_python(S &&owner, int device = device_unknown) noexcept {
     return s;
 }
 
+namespace detail {
+
+/* The casters' halves (custream/nanobind.hpp, custream/pybind11.hpp). An argument that is not
+ * a stream loads as false with no Python error left: the binding raises its own TypeError. */
+inline bool load(PyObject *src, stream_ref &out) noexcept {
+    std::optional<stream_ref> ref = stream_ref::from_python(src);
+    if (!ref) {
+        PyErr_Clear();
+        return false;
+    }
+    out = *ref;
+    return true;
+}
+
+inline bool load(PyObject *src, stream &out) noexcept {
+    out = stream::from_python(src);
+    if (!out) PyErr_Clear();
+    return static_cast<bool>(out);
+}
+
+/* A returned stream as a new reference: the Stream, None for an empty one, or NULL with the
+ * error that a failed custream call left set. */
+inline PyObject *result(stream &&s) noexcept {
+    if (s) return s.release();
+    if (PyErr_Occurred()) return nullptr;
+    Py_INCREF(Py_None);
+    return Py_None;
+}
+
+inline PyObject *result(const stream &s) noexcept {
+    if (!s) return result(stream());
+    Py_INCREF(s.get());
+    return s.get();
+}
+
+/* A returned view: a Stream borrowing the handle (the C++ side keeps the stream alive). */
+inline PyObject *result(stream_ref ref) noexcept { return from_handle(ref).release(); }
+
+}  // namespace detail
+
 /* For bindings that report errors by exception: `custream::check<nb::python_error>(s.synchronize())`
  * throws Error (constructed with no argument, so it fetches the Python error) when the result
  * is false or empty, and passes it through otherwise. */
