@@ -7,7 +7,6 @@ import gc
 
 import pytest
 
-import custream
 from custream import Stream
 from _producers import Producer
 
