@@ -34,10 +34,12 @@ EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 
 @dataclasses.dataclass(frozen=True)
 class Module:
-    """One extension module: ``source`` is a file in cython_tests/ (.pyx, .c or .cpp)."""
+    """One extension module: ``source`` is a file in cython_tests/ (.pyx, .c or .cpp) or an
+    absolute path; ``sources`` are more files compiled into it (e.g. nanobind's library)."""
 
     name: str
     source: str
+    sources: tuple[str, ...] = ()
     include_dirs: tuple[str, ...] = ()
     macros: tuple[str, ...] = ()  # "NAME" or "NAME=VALUE"
     cflags: tuple[str, ...] = ()
@@ -69,11 +71,11 @@ def _key(modules: list[Module]) -> str:
     h = hashlib.sha256()
     for part in (sys.version, EXT_SUFFIX, _cython_version(), repr(sorted(modules, key=lambda m: m.name))):
         h.update(part.encode())
-    files = {HERE / m.source for m in modules} | {Path(__file__)}
+    files = {HERE / s for m in modules for s in (m.source, *m.sources)} | {Path(__file__)}
     for d in {d for m in modules for d in m.include_dirs}:
         files |= set(Path(d).glob("*.h"))
     include = Path(custream.get_include())
-    files |= {include / "custream.h", include / "__init__.pxd"}
+    files |= {f for pattern in ("*.h", "*.hpp", "*.pxd") for f in include.rglob(pattern)}
     for f in sorted(files):
         h.update(str(f).encode())
         h.update(f.read_bytes())
@@ -122,7 +124,7 @@ def _compile(m: Module, src: Path, work: Path) -> None:
         argv += ["-undefined", "dynamic_lookup"]
     argv += [f"-I{d}" for d in dict.fromkeys(include)]
     argv += [f"-D{d}" for d in m.macros]
-    argv += [*m.cflags, "-o", str(work / m.filename), str(c_file), *m.ldflags]
+    argv += [*m.cflags, "-o", str(work / m.filename), str(c_file), *(str(HERE / s) for s in m.sources), *m.ldflags]
     _run(argv, cwd=work)
 
 

@@ -1,0 +1,139 @@
+"""The nanobind and pybind11 casters (custream/nanobind.hpp, custream/pybind11.hpp): every test
+runs on casters.cpp built with each binding (`ext`). A custream::stream_ref or custream::stream
+argument takes a custream Stream or any producer and refuses the rest with the binding's own
+TypeError; a returned custream::stream becomes a custream.Stream."""
+
+import gc
+import sys
+import weakref
+
+import pytest
+
+import custream
+from custream import Stream
+from _producers import BadVersion, Producer, Raising, assert_returns_itself, check_cuda_stream_made
+
+
+# What a consumer sees of each peer library's stream: a class with __cuda_stream__. (The real
+# ones need a device; tests/gpu/test_gpu_cpp.py passes them.)
+PEERS = {name: type(name, (Producer,), {}) for name in ("CupyStream", "TorchStream", "CudaCoreStream",
+                                                        "NumbaStream", "RmmStream")}
+
+
+def test_takes_a_stream_and_every_producer(ext):
+    assert ext.handle_of(Stream.from_handle(0x1000)) == 0x1000
+    for token in (0, 1, 2):
+        assert ext.handle_of(Stream.from_handle(token)) == token
+    for i, cls in enumerate(PEERS.values()):
+        assert ext.handle_of(cls(0x2000 + i)) == 0x2000 + i
+        assert ext.handle_of_owned(cls(0x2000 + i)) == 0x2000 + i
+
+
+@pytest.mark.parametrize("bad", ["nope", None, 5, object(), Raising(), BadVersion()], ids=repr)
+def test_refuses_what_is_not_a_stream_with_the_bindings_type_error(ext, bad):
+    for f in (ext.handle_of, ext.handle_of_owned):
+        with pytest.raises(TypeError, match="incompatible function arguments") as info:
+            f(bad)
+        message = str(info.value)
+        assert "custream.Stream" in message  # the expected type, in the signature
+        assert type(bad).__name__ in message or repr(bad) in message  # and what came instead
+
+
+def test_refuses_a_closed_stream(ext):
+    s = Stream.from_handle(0x3000)
+    s.close()
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        ext.handle_of(s)
+    assert ext.handle_of_owned(s) == 0x3000  # an owning argument takes it (as_stream does)
+
+
+def test_optional_takes_none(ext):
+    assert ext.maybe_handle(None) is None
+    assert ext.maybe_handle(Producer(0x4000)) == 0x4000
+
+
+def test_the_signature_names_the_types(ext):
+    doc = ext.handle_of.__doc__
+    assert "custream.Stream | custream._custream.CudaStreamProducer" in doc
+    assert "-> custream.Stream" in ext.echo.__doc__
+
+
+def test_a_returned_stream_is_the_python_object(ext):
+    assert_returns_itself(ext.echo, Stream.from_handle(0x5000))
+    p = Producer(0x5100)
+    wrapped = ext.echo(p)
+    assert type(wrapped) is Stream and wrapped.owner is p
+    assert ext.empty() is None
+
+
+def test_a_returned_view_is_a_borrowing_stream(ext):
+    back = ext.echo_ref(Producer(0x5200))
+    assert type(back) is Stream and back.handle == 0x5200 and back.owner is None and not back.owned
+
+
+def test_no_reference_is_leaked(ext):
+    s, p = Stream.from_handle(0x6000), Producer(0x6100)
+    before = (sys.getrefcount(s), sys.getrefcount(p), custream.live_stream_count())
+    for _ in range(1000):
+        ext.handle_of(s)
+        ext.handle_of(p)
+        ext.handle_of_owned(s)
+        ext.handle_of_owned(p)
+        ext.echo(p)
+    gc.collect()
+    assert (sys.getrefcount(s), sys.getrefcount(p), custream.live_stream_count()) == before
+
+
+def test_the_argument_lives_for_the_call(ext):
+    refs = []
+
+    def make():
+        p = Producer(0x7000)
+        refs.append(weakref.ref(p))
+        return p
+
+    def during():
+        gc.collect()
+        assert refs[0]() is not None
+
+    assert ext.call_during(make(), during) == 0x7000
+    gc.collect()
+    assert refs[0]() is None
+
+
+def test_custream_errors_arrive_as_they_are(ext):
+    s = Stream.from_handle(0x8000)
+    s.close()
+    with pytest.raises(ValueError, match="synchronize\\(\\) on a closed custream.Stream"):
+        ext.synchronize(s)
+    with pytest.raises(ValueError, match="device -2 is not an ordinal"):
+        ext.wrap(0x8000, -2)
+    assert ext.wrap(0x8000, 1).device == 1
+
+
+def test_ownership_handed_over_once(ext):
+    s = ext.give(0x9000, 0, 1)
+    assert s.handle == 0x9000 and ext.record(1) == (0, 0)
+    s.close()
+    del s
+    assert ext.record(1) == (1, 1)
+    with pytest.raises(ValueError, match="device -2"):
+        ext.give(0x9000, -2, 2)
+    assert ext.record(2) == (0, 1)  # destroyed, never called
+
+
+def test_shared_ownership(ext):
+    s = ext.share(0x9100, 0, 3)
+    ext.cpp_drop(3)
+    assert ext.record(3)[1] == 0
+    del s
+    assert ext.record(3)[1] == 1
+
+
+def test_views_convert_to_cuda_stream_ref(ext):
+    assert ext.takes_cccl(Stream.from_handle(0x9200)) == 0x9200
+    assert ext.takes_cccl(Producer(0x9300)) == 0x9300
+
+
+def test_a_cuda_stream_moved_to_python(ext):
+    check_cuda_stream_made(ext.make_cccl)

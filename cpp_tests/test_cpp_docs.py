@@ -1,0 +1,116 @@
+"""docs/cpp.md's examples compile as written and do what they say. Blocks are taken by their
+info string: ```cpp borrow, ```cpp move and ```cpp share compile (syntax-only, C++17 and
+C++20, warning-free); ```cpp nanobind and ```cpp pybind11 are built into modules that run the
+```python block; the ```cython block is built, in C++ mode, against a small mylib.hpp."""
+
+import contextlib
+import importlib
+import io
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+import custream
+from _producers import Producer, check_cuda_stream_made
+from _cpp_tools import CCCL_WHEELS, STANDARDS, assert_all_clean, cccl, module, nanobind, need, pybind11
+from _cy_build import BUILD_ROOT, build
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "cpp.md"
+
+
+def blocks() -> dict[str, str]:
+    found = {}
+    for info, code in re.findall(r"^```([^\n`]*)\n(.*?)^```$", DOC.read_text(), re.S | re.M):
+        assert info not in found, f"two ```{info} blocks in docs/cpp.md"
+        found[info] = code
+    return found
+
+
+BLOCKS = blocks()
+
+# What the test adds to the Cython example: the library it calls, and a way to read it back.
+MYLIB = """#pragma once
+#include <cuda/stream>
+#include <cstddef>
+#include <cstdint>
+inline std::uintptr_t last_stream = 0;
+inline std::size_t last_n = 0;
+inline void fill(cuda::stream_ref stream, float *, std::size_t n) {
+    last_stream = reinterpret_cast<std::uintptr_t>(stream.get());
+    last_n = n;
+}
+"""
+CYTHON_HARNESS = """
+
+cdef extern from "mylib.hpp":
+    size_t last_stream
+    size_t last_n
+
+
+def last():
+    return last_stream, last_n
+"""
+
+
+def test_every_block_is_tested():
+    assert set(BLOCKS) == {"cpp borrow", "cpp move", "cpp share", "cpp nanobind", "cpp pybind11", "python", "cython"}
+
+
+def test_the_ownership_examples_compile():
+    # One translation unit for the three: they share no name, and it halves the compile time.
+    cc = need(cccl(), CCCL_WHEELS)
+    code = "".join(BLOCKS[f"cpp {case}"] for case in ("borrow", "move", "share"))
+    assert_all_clean([(None, (f"-std={std}", *cc.cflags), code) for std in STANDARDS])
+
+
+def _write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def examples():
+    """The nanobind, pybind11 and Cython examples, built in one pass."""
+    cc, nb, pb = need(cccl(), CCCL_WHEELS), need(nanobind(), "nanobind"), need(pybind11(), "pybind11")
+    folder = BUILD_ROOT / "docs"
+    folder.mkdir(parents=True, exist_ok=True)
+    _write(folder, "mylib.hpp", MYLIB)
+    mods = [
+        module("streams_nb", str(_write(folder, "streams_nb.cpp", BLOCKS["cpp nanobind"])), lib=nb + cc),
+        module("streams_pb", str(_write(folder, "streams_pb.cpp", BLOCKS["cpp pybind11"])), lib=pb + cc),
+        module("fill_cy", str(_write(folder, "fill_cy.pyx", BLOCKS["cython"] + CYTHON_HARNESS)), strict=False,
+               lib=cc, include_dirs=(str(folder),)),
+    ]
+    out = str(build(mods))
+    if out not in sys.path:
+        sys.path.insert(0, out)
+    return {m.name: importlib.import_module(m.name) for m in mods}
+
+
+@pytest.mark.parametrize("name", ["streams_nb", "streams_pb"])
+def test_the_binding_examples_run(examples, name):
+    ext = examples[name]
+    code = BLOCKS["python"].replace("streams_nb", name)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "docs/cpp.md", "exec"), {"__name__": "__doc_example__"})
+    for line in code.splitlines():
+        m = re.match(r"\s*print\(.*\)\s+# (.+)$", line)
+        if m:
+            assert m.group(1) in out.getvalue()
+    assert ext.enqueue(Producer(0x3000)) == 0x3000
+    check_cuda_stream_made(ext.new_stream)
+
+
+def test_the_cython_example_runs(examples):
+    cy = examples["fill_cy"]
+    cy.fill_on(custream.Stream.from_handle(0x4000), 0, 16)
+    assert cy.last() == (0x4000, 16)
+    cy.fill_on_any(Producer(0x5000), 0, 8)
+    assert cy.last() == (0x5000, 8)
+    with pytest.raises(TypeError):
+        cy.fill_on(None, 0, 1)

@@ -1,0 +1,1 @@
+../../pxd/custream.hpp

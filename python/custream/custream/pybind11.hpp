@@ -1,0 +1,1 @@
+../../../pxd/custream/pybind11.hpp
