@@ -99,6 +99,9 @@ for label, names in [
     ("librmm", ["librmm-cu13", "librmm-cu12", "librmm"]),
     ("Cython", ["Cython", "cython"]),
     ("pytest", ["pytest"]),
+    ("nanobind", ["nanobind"]),
+    ("pybind11", ["pybind11"]),
+    ("cccl", ["nvidia-cuda-cccl"]),
 ]:
     print(f"{label:14} {dist_version(*names)}")
 try:
@@ -161,6 +164,8 @@ PEERS = {
     "torch": ("torch", "torch"),
     "numba": ("numba-cuda", "numba-cuda"),
     "rmm": ("rmm (+ Cython interop)", "rmm"),
+    "cpp": ("C++ face (nvcc nanobind, rmm Cython C++)", "custream"),
+    "streams_api": ("custream stream API", "custream"),
 }
 
 def module_of(case):
