@@ -44,7 +44,19 @@ OPERATIONS = [
     Op("current_stream", "current stream", times=(1.5, "custream", "contextvar_get")),
     Op("with_stream", "enter + leave with s:", times=(0.5, "torch", "with_stream")),
     Op("pool_get", "pool.get()", bound=60, gpu=True),
+    Op("create_alone", "create + destroy, no other stream alive", times=(1.1, "custream", "create_destroy"), gpu=True),
 ]
+
+# create_alone: in a process where nothing else holds the primary context, after the first
+# Stream() was closed (custream's own worker holds it, as raw_driver.c does).
+ALONE = """
+import custream, time
+custream.Stream().close()
+n, t = 2000, time.perf_counter()
+for _ in range(2000):
+    custream.Stream().close()
+print((time.perf_counter() - t) / n * 1e9)
+"""
 OPS = {op.key: op for op in OPERATIONS}
 RATIO_KEYS = [op.key for op in OPERATIONS if op.raw is not None]  # timed in turn with raw_driver.c's loops
 

@@ -115,7 +115,11 @@ def measure(args, lib: ops.Lib, cfg: dict) -> dict:
     if lib is ops.CUSTREAM and args.gpu:  # the machine as custream sees it
         cu = ns["custream"]
         out["machine"] = {"gpu": cu.device_info(0)[0], "driver_version": cu.driver_version(), "device_count": cu.device_count()}
-    return {**out, "ops": {**time_ops(lib, ns, cfg, args.gpu, raw_loop), "import": imported}}
+    timed = time_ops(lib, ns, cfg, args.gpu, raw_loop)
+    if lib is ops.CUSTREAM and args.gpu:
+        p = subprocess.run([sys.executable, "-c", ops.ALONE], capture_output=True, text=True, timeout=120)
+        timed["create_alone"] = {"ns": float(p.stdout), "stmt": "custream.Stream().close()"} if p.returncode == 0 else {"na": p.stderr[-200:]}
+    return {**out, "ops": {**timed, "import": imported}}
 
 
 def main() -> int:
