@@ -45,6 +45,9 @@ OPERATIONS = [
     Op("with_stream", "enter + leave with s:", times=(0.5, "torch", "with_stream")),
     Op("pool_get", "pool.get()", bound=60, gpu=True),
     Op("create_alone", "create + destroy, no other stream alive", times=(1.1, "custream", "create_destroy"), gpu=True),
+    # A nanobind function of cpp_tests/casters.cpp: the custream::stream_ref caster's whole cost.
+    Op("cpp_uintptr", "C++ f(uintptr_t), an int"),
+    Op("cpp_stream_ref", "C++ f(custream::stream_ref)", times=(1.3, "custream", "cpp_uintptr")),
 ]
 
 # create_alone: in a process where nothing else holds the primary context, after the first
@@ -103,7 +106,8 @@ CUSTREAM = Lib(
     {"cuda_stream": ["s.__cuda_stream__()"], "handle_int": ["s.handle"], "wrap_protocol": ["custream.as_stream(p)"],
      "wrap_int": ["CS.from_handle(H)"], "create_destroy": ["CS().close()"], "synchronize": ["s.synchronize()"],
      "query": ["s.query()"], "contextvar_get": ["cv.get()"], "current_stream": ["custream.current_stream()"],
-     "with_stream": ["with_(s)"], "pool_get": ["pool.get()"]},
+     "with_stream": ["with_(s)"], "pool_get": ["pool.get()"], "cpp_uintptr": ["nb.handle_of_uintptr(H)"],
+     "cpp_stream_ref": ["nb.handle_of(s)"]},
 )
 # The CPU run wraps a made-up handle: nothing calls the driver.
 CUSTREAM_CPU_SETUP = ("CS = custream.Stream\nH = 0x7F3A2C001230\ns = CS.from_handle(H)\n"
@@ -139,7 +143,8 @@ PEERS = [
          "wrap_int": ["torch.cuda.ExternalStream(H)", "torch.cuda.get_stream_from_external(H)"],
          "create_destroy": ["torch.cuda.Stream()"], "synchronize": ["s.synchronize()"], "query": ["s.query()"],
          "current_stream": ["torch.cuda.current_stream()"], "with_stream": ["with_(torch.cuda.stream(s))"],
-         "pool_get": NA("torch's stream pool is internal (torch.cuda.Stream() draws from it: see create + destroy)")},
+         "pool_get": NA("torch's stream pool is internal (torch.cuda.Stream() draws from it: see create + destroy)"),
+         "cpp_stream_ref": ["nb.handle_of(s)"]},
         notes={"create_destroy": "torch.cuda.Stream() hands out a stream from a fixed pool and never destroys it: "
                                  "not a create + destroy, kept out of 'best peer'"},
         not_best=("create_destroy",)),

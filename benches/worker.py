@@ -18,6 +18,7 @@ import tempfile
 from importlib import metadata
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import ops  # noqa: E402
 import timing  # noqa: E402
@@ -88,6 +89,19 @@ def import_ms(stmt: str) -> dict:
     return {"ms": sum(us for mod, us in top_level(stmt).items() if mod not in startup) / 1000, "stmt": stmt}
 
 
+def nanobind_ext():
+    """cpp_tests/casters.cpp built with nanobind against the installed custream (cached)."""
+    sys.path[1:1] = [os.path.join(ROOT, "cpp_tests"), os.path.join(ROOT, "cython_tests")]
+    try:
+        from _cpp_tools import module, nanobind
+        from _cy_build import build
+
+        sys.path.insert(0, str(build([module("nb_bench", "casters.cpp", lib=nanobind())])))
+        return importlib.import_module("nb_bench")
+    except Exception:  # every cpp_* figure then reports the spelling that failed
+        return None
+
+
 def version(dists) -> str:
     for dist in dists:
         try:
@@ -111,6 +125,8 @@ def measure(args, lib: ops.Lib, cfg: dict) -> dict:
         spec.loader.exec_module(mod := importlib.util.module_from_spec(spec))
         ns.update(fcreate=mod.fcreate, fdestroy=mod.fdestroy, fquery=mod.fquery, fsync=mod.fsync)
     exec((lib.setup if args.gpu or lib is not ops.CUSTREAM else ops.CUSTREAM_CPU_SETUP) + "p = Producer(H)\n", ns)
+    if "cpp_stream_ref" in lib.ops:
+        ns["nb"] = nanobind_ext()
     out: dict = {"version": version(lib.dists), "empty_loop": timing.measure("pass", ns, **cfg)}
     if lib is ops.CUSTREAM and args.gpu:  # the machine as custream sees it
         cu = ns["custream"]
