@@ -66,6 +66,10 @@ typedef struct CUstream_st *custream_handle_t;
  * fork(): there the handle is left to the process's exit. */
 typedef void (*custream_deleter_t)(void *ctx, custream_handle_t handle);
 
+/* A host function for Custream_LaunchHostFunc: called once with its `user` pointer on a thread
+ * of the CUDA driver's, without the GIL (CUDA's CUhostFn / cudaHostFn_t). */
+typedef void (*custream_host_fn_t)(void *user);
+
 typedef struct CustreamStream {
     PyObject_HEAD
     custream_handle_t handle;   /* the CUDA stream; fixed for the object's life */
@@ -107,6 +111,9 @@ typedef struct CustreamCAPI {
                                     cannot be imported) */
     int (*synchronize)(PyObject *stream);  /* releases the GIL while it waits */
     int (*handle_checked)(PyObject *stream, custream_handle_t *out); /* raises if closed */
+    /* Host functions and graph capture (appended). */
+    int (*launch_host_func)(PyObject *stream, custream_host_fn_t fn, void *user);
+    int (*is_capturing)(PyObject *stream); /* 1, 0, or -1 with an exception set */
 } CustreamCAPI;
 
 /* One table per translation unit: each extension module imports its own. */
@@ -178,6 +185,22 @@ static inline int Custream_Synchronize(PyObject *stream) {
 static inline int Custream_HandleChecked(PyObject *stream, custream_handle_t *out) {
     CUSTREAM_API_OR(-1);
     return custream_capi->handle_checked(stream, out);
+}
+/* Queue fn(user) on the stream (cuLaunchHostFunc): it runs once the work queued before it is
+ * done, on a thread of the driver's, without the GIL; the GIL is released around the driver
+ * call, and no Python is involved. fn must make no CUDA call, as CUDA requires. During a
+ * capture it becomes a host node that runs at every launch of the graph: `user` must then
+ * stay valid as long as the graph. 0 on success; -1 with an exception set (a closed stream,
+ * a NULL fn, no driver, the driver's error). */
+static inline int Custream_LaunchHostFunc(PyObject *stream, custream_host_fn_t fn, void *user) {
+    CUSTREAM_API_OR(-1);
+    return custream_capi->launch_host_func(stream, fn, user);
+}
+/* 1 while the stream is capturing a CUDA graph (active or invalidated, whoever began it), 0
+ * if not; -1 with an exception set. One driver call (cuStreamIsCapturing), no Python call. */
+static inline int Custream_IsCapturing(PyObject *stream) {
+    CUSTREAM_API_OR(-1);
+    return custream_capi->is_capturing(stream);
 }
 
 #undef CUSTREAM_API_OR

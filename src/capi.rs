@@ -13,8 +13,11 @@ use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 use crate::boundary::boundary;
+use crate::callback;
+use crate::graph;
 use crate::layout::{
-    custream_deleter_t, custream_handle_t, CustreamCAPI, CustreamStream, CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME,
+    custream_deleter_t, custream_handle_t, custream_host_fn_t, CustreamCAPI, CustreamStream, CUSTREAM_ABI_VERSION,
+    CUSTREAM_CAPSULE_NAME,
 };
 use crate::lifecycle::{self, Managed};
 use crate::protocol;
@@ -125,6 +128,24 @@ unsafe extern "C" fn handle_checked(obj: *mut ffi::PyObject, out: *mut custream_
     })
 }
 
+unsafe extern "C" fn launch_host_func(obj: *mut ffi::PyObject, f: custream_host_fn_t, user: *mut c_void) -> c_int {
+    boundary(|py| {
+        // SAFETY: see the module's note.
+        let s = unsafe { stream_arg(py, obj, "Custream_LaunchHostFunc") }?;
+        let f = f.ok_or_else(|| PyValueError::new_err("Custream_LaunchHostFunc() fn is NULL"))?;
+        callback::launch_c(py, s, f, user)?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn is_capturing(obj: *mut ffi::PyObject) -> c_int {
+    boundary(|py| {
+        // SAFETY: see the module's note.
+        let s = unsafe { stream_arg(py, obj, "Custream_IsCapturing") }?;
+        Ok(c_int::from(graph::is_capturing(py, s)?))
+    })
+}
+
 /// The capsule holding the table; the table lives for the process.
 pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     let table = TABLE.get_or_init(|| {
@@ -140,6 +161,8 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
             check: Some(check),
             synchronize: Some(synchronize),
             handle_checked: Some(handle_checked),
+            launch_host_func: Some(launch_host_func),
+            is_capturing: Some(is_capturing),
         })
     });
     let name = CStr::from_bytes_with_nul(CUSTREAM_CAPSULE_NAME).map_err(|e| PyValueError::new_err(e.to_string()))?;

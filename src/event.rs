@@ -2,11 +2,13 @@
 //! living under the same lifecycle as a Stream (src/lifecycle.rs). An ordinary pyclass:
 //! nothing outside Python needs its layout. Its Python methods are in src/event_type.rs.
 
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use pyo3::prelude::*;
 
 use crate::driver::{self, EventHandle};
+use crate::graph::{self, CaptureMark};
 use crate::libcuda;
 use crate::lifecycle::{self, Home, Managed};
 use crate::stream::StreamRef;
@@ -23,6 +25,9 @@ pub struct Event {
     timing: bool,
     state: AtomicU32,
     fork_generation: u32,
+    /// Set while the event's last record was made in a capture (src/graph.rs).
+    captured: AtomicBool,
+    capture: Mutex<Option<CaptureMark>>,
 }
 
 impl Event {
@@ -36,6 +41,8 @@ impl Event {
             timing,
             state: AtomicU32::new(0),
             fork_generation: libcuda::fork_generation(),
+            captured: AtomicBool::new(false),
+            capture: Mutex::new(None),
         })
     }
 
@@ -66,17 +73,45 @@ impl Event {
     pub fn record_on(&self, py: Python<'_>, stream: StreamRef, what: &str) -> PyResult<()> {
         self.use_event(py, what, |ev| {
             stream.use_handle(py, what, |h| driver::event_record(ev, h))
-        })
+        })?;
+        let mark = graph::mark(py, stream)?;
+        if mark.is_some() || self.captured.load(Ordering::Acquire) {
+            self.captured.store(mark.is_some(), Ordering::Release);
+            *self.capture.lock().unwrap_or_else(PoisonError::into_inner) = mark;
+        }
+        Ok(())
+    }
+
+    /// Refuse `what` while the event stands for a node of a capture still open.
+    fn refuse_if_captured(&self, py: Python<'_>, what: &str) -> PyResult<()> {
+        if self.captured.load(Ordering::Acquire) {
+            let capture = self.capture.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(mark) = capture.as_ref() {
+                mark.refuse_if_open(py, what)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `waiter` now waits on this event: if it was recorded in a capture, `waiter` joined it.
+    pub fn waited_on_by(&self, waiter: u64) {
+        if self.captured.load(Ordering::Acquire) {
+            if let Some(mark) = self.capture.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+                mark.joined_by(waiter);
+            }
+        }
     }
 
     /// Wait until the work recorded before the event is done (the GIL is released).
     pub fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        self.refuse_if_captured(py, "synchronize()")?;
         self.use_event(py, "synchronize()", |ev| {
             Ok(py.detach(move || driver::event_synchronize(ev))?)
         })
     }
 
     pub fn query(&self, py: Python<'_>) -> PyResult<bool> {
+        self.refuse_if_captured(py, "query()")?;
         self.use_event(py, "query()", |ev| Ok(driver::event_query(ev)?))
     }
 

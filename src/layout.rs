@@ -22,6 +22,7 @@ pub struct CUstream_st {
 pub type custream_handle_t = *mut CUstream_st;
 pub type custream_deleter_t =
     ::std::option::Option<unsafe extern "C" fn(ctx: *mut ::std::os::raw::c_void, handle: custream_handle_t)>;
+pub type custream_host_fn_t = ::std::option::Option<unsafe extern "C" fn(user: *mut ::std::os::raw::c_void)>;
 #[repr(C)]
 pub struct CustreamStream {
     pub ob_base: PyObject,
@@ -90,10 +91,18 @@ pub struct CustreamCAPI {
     pub handle_checked: ::std::option::Option<
         unsafe extern "C" fn(stream: *mut PyObject, out: *mut custream_handle_t) -> ::std::os::raw::c_int,
     >,
+    pub launch_host_func: ::std::option::Option<
+        unsafe extern "C" fn(
+            stream: *mut PyObject,
+            fn_: custream_host_fn_t,
+            user: *mut ::std::os::raw::c_void,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub is_capturing: ::std::option::Option<unsafe extern "C" fn(stream: *mut PyObject) -> ::std::os::raw::c_int>,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of CustreamCAPI"][::std::mem::size_of::<CustreamCAPI>() - 72usize];
+    ["Size of CustreamCAPI"][::std::mem::size_of::<CustreamCAPI>() - 88usize];
     ["Alignment of CustreamCAPI"][::std::mem::align_of::<CustreamCAPI>() - 8usize];
     ["Offset of field: CustreamCAPI::abi_version"][::std::mem::offset_of!(CustreamCAPI, abi_version) - 0usize];
     ["Offset of field: CustreamCAPI::api_size"][::std::mem::offset_of!(CustreamCAPI, api_size) - 4usize];
@@ -107,4 +116,7 @@ const _: () = {
     ["Offset of field: CustreamCAPI::check"][::std::mem::offset_of!(CustreamCAPI, check) - 48usize];
     ["Offset of field: CustreamCAPI::synchronize"][::std::mem::offset_of!(CustreamCAPI, synchronize) - 56usize];
     ["Offset of field: CustreamCAPI::handle_checked"][::std::mem::offset_of!(CustreamCAPI, handle_checked) - 64usize];
+    ["Offset of field: CustreamCAPI::launch_host_func"]
+        [::std::mem::offset_of!(CustreamCAPI, launch_host_func) - 72usize];
+    ["Offset of field: CustreamCAPI::is_capturing"][::std::mem::offset_of!(CustreamCAPI, is_capturing) - 80usize];
 };

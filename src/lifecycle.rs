@@ -9,7 +9,8 @@
 //! so the driver object is destroyed (or the deleter called) exactly once and never while
 //! a call on it is still in flight. Nothing outside this file writes the word.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -210,6 +211,7 @@ impl Home {
         make: impl FnOnce(Context) -> driver::Result<H> + Send,
     ) -> PyResult<(Home, H)> {
         let made = py.detach(move || {
+            run_deferred();
             let primary = driver::retain_primary_context(device)?;
             let (context, retains_primary) = match context {
                 Some(c) if c != primary => {
@@ -242,17 +244,54 @@ impl Home {
     pub fn release(
         self,
         py: Python<'_>,
-        destroy: impl FnOnce(Context) -> driver::Result<()> + Send,
+        destroy: impl FnOnce(Context) -> driver::Result<()> + Send + 'static,
     ) -> driver::Result<()> {
+        if libcuda::in_host_function() {
+            // A host function dropped the last reference (it held the object in its
+            // arguments): no CUDA call may be made on this thread, so a later call makes it.
+            defer(Box::new(move || {
+                let _ = self.release_now(destroy);
+            }));
+            return Ok(());
+        }
         py.detach(move || {
-            driver::ensure_same_context(self.context, self.context_id)?;
-            let destroyed = destroy(self.context);
-            if self.retains_primary {
-                destroyed.and(driver::release_primary_context(self.device))
-            } else {
-                destroyed
-            }
+            run_deferred();
+            self.release_now(destroy)
         })
+    }
+
+    fn release_now(self, destroy: impl FnOnce(Context) -> driver::Result<()>) -> driver::Result<()> {
+        driver::ensure_same_context(self.context, self.context_id)?;
+        let destroyed = destroy(self.context);
+        if self.retains_primary {
+            destroyed.and(driver::release_primary_context(self.device))
+        } else {
+            destroyed
+        }
+    }
+}
+
+/// Releases a host function asked for, made by the next release or `run_deferred` outside one.
+static DEFERRED: Mutex<Vec<Box<dyn FnOnce() + Send>>> = Mutex::new(Vec::new());
+static ANY_DEFERRED: AtomicBool = AtomicBool::new(false);
+
+fn defer(release: Box<dyn FnOnce() + Send>) {
+    DEFERRED.lock().unwrap_or_else(PoisonError::into_inner).push(release);
+    ANY_DEFERRED.store(true, Ordering::Release);
+}
+
+/// Make the releases deferred from host functions; nothing inside one (a load when none is
+/// waiting). Needs no GIL: call it detached, since it calls the driver.
+pub fn run_deferred() {
+    if !ANY_DEFERRED.load(Ordering::Acquire)
+        || libcuda::in_host_function()
+        || !ANY_DEFERRED.swap(false, Ordering::AcqRel)
+    {
+        return;
+    }
+    let waiting = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(PoisonError::into_inner));
+    for release in waiting {
+        release();
     }
 }
 

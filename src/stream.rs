@@ -17,6 +17,7 @@ use pyo3::types::{PyInt, PyTuple};
 use crate::boundary::no_unwind;
 use crate::driver::{self, code, Context, DriverError, StreamHandle};
 use crate::event::Event;
+use crate::graph;
 use crate::layout::{
     custream_deleter_t, CustreamStream, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_NON_BLOCKING,
     CUSTREAM_FLAG_OWNED,
@@ -352,16 +353,18 @@ impl StreamRef {
     /// costs more than the driver's query; a busy one pays that one query extra.
     pub fn synchronize(self, py: Python<'_>) -> PyResult<()> {
         self.use_handle(py, "synchronize()", |h| {
-            if driver::stream_query(h)? {
-                return Ok(());
-            }
-            py.detach(move || driver::stream_synchronize(h))
+            graph::guarded(h, "synchronize()", || {
+                if driver::stream_query(h)? {
+                    return Ok(());
+                }
+                py.detach(move || driver::stream_synchronize(h))
+            })
         })
     }
 
     /// True when all work on the stream is done.
     pub fn query(self) -> PyResult<bool> {
-        self.use_handle_attached("query()", driver::stream_query)
+        self.use_handle_attached("query()", |h| graph::guarded(h, "query()", || driver::stream_query(h)))
     }
 
     /// The device, resolving it through the driver for borrowed streams. Default-stream
@@ -414,7 +417,9 @@ impl StreamRef {
     pub fn wait_event(self, py: Python<'_>, event: &Event) -> PyResult<()> {
         event.use_event(py, "wait()", |ev| {
             self.use_handle(py, "wait()", |h| driver::stream_wait_event(h, ev))
-        })
+        })?;
+        event.waited_on_by(self.handle_value());
+        Ok(())
     }
 
     /// Make later work on this stream wait for the work queued so far on `upstream`.
@@ -449,6 +454,12 @@ impl StreamRef {
 
     pub fn close(self, py: Python<'_>) -> PyResult<()> {
         lifecycle::close(&self, py)
+    }
+
+    /// A new reference to the Stream object.
+    pub fn object(self, py: Python<'_>) -> Bound<'_, PyAny> {
+        // SAFETY: a live object.
+        unsafe { Bound::from_borrowed_ptr(py, self.raw().cast()) }
     }
 
     /// Release everything once, without raising: for tp_clear.
