@@ -239,7 +239,9 @@ pub fn launch_c(
 /// At exit (from `_finalize`, after the finalizing flag is set): wait, without the GIL,
 /// for the host functions already inside Python to leave it.
 pub fn wait_for_running(py: Python<'_>) {
-    if ENTERING.load(Ordering::SeqCst) == 0 {
+    // Host functions run only where cuInit succeeded: a child forked while one ran in its
+    // parent inherits the count, not the thread.
+    if ENTERING.load(Ordering::SeqCst) == 0 || !libcuda::initialized_here() {
         return;
     }
     py.detach(|| {

@@ -24,6 +24,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::args::short_repr;
 use crate::driver::{
     self, capture_code, CaptureMode, CaptureStatus, DriverError, GraphExecHandle, GraphHandle, StreamHandle, UserObject,
 };
@@ -77,8 +78,9 @@ pub fn parse_mode(mode: Option<&Bound<'_, PyAny>>) -> PyResult<CaptureMode> {
         "global" => Ok(CaptureMode::Global),
         "thread_local" => Ok(CaptureMode::ThreadLocal),
         "relaxed" => Ok(CaptureMode::Relaxed),
-        other => Err(PyValueError::new_err(format!(
-            "begin_capture() mode must be 'thread_local', 'global' or 'relaxed', got {other:?}"
+        _ => Err(PyValueError::new_err(format!(
+            "begin_capture() mode must be 'thread_local', 'global' or 'relaxed', got {}",
+            short_repr(mode)
         ))),
     }
 }
@@ -176,7 +178,7 @@ fn describe_own(handle: u64) -> Option<String> {
         format!("joined through wait() into the capture on stream {:#x}", c.streams[0])
     };
     Some(format!(
-        "custream capture #{} in {:?} mode, {how}",
+        "custream capture #{} in '{}' mode, {how}",
         c.id,
         mode_name(c.mode)
     ))

@@ -54,6 +54,7 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(functions::driver_library_candidates, m)?)?;
     m.add_function(wrap_pyfunction!(functions::live_stream_count, m)?)?;
     m.add_class::<graph::Graph>()?;
+    m.add_class::<callback::HostFunction>()?;
     m.add_function(wrap_pyfunction!(graph_type::check_foreign_captures, m)?)?;
     let finalize = wrap_pyfunction!(functions::_finalize, m)?;
     py.import("atexit")?.call_method1("register", (&finalize,))?;

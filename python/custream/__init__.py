@@ -26,6 +26,7 @@ from custream._custream import (
     is_available,
     live_stream_count,
 )
+from custream._custream import Graph, check_foreign_captures
 
 __version__ = "0.1.0"
 
@@ -45,6 +46,8 @@ __all__ = [
     "get_include",
     "is_available",
     "live_stream_count",
+    "Graph",
+    "check_foreign_captures",
 ]
 
 
