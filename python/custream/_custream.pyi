@@ -174,9 +174,9 @@ _C_API: object
 class Graph:
     """An executable CUDA graph, as ``Stream.end_capture()`` returns it."""
 
-    def launch(self, stream: Stream | CudaStreamProducer, /) -> None:
+    def launch(self, stream: Stream | CudaStreamProducer) -> None:
         """Launch the graph on ``stream``."""
-    def upload(self, stream: Stream | CudaStreamProducer, /) -> None:
+    def upload(self, stream: Stream | CudaStreamProducer) -> None:
         """Upload the graph's work to the device on ``stream`` ahead of a launch."""
     @property
     def handle(self) -> int: ...
