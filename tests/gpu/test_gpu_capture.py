@@ -36,6 +36,14 @@ def cp():
     return cupy
 
 
+def on(cp, stream):
+    """A CuPy stream over a custream stream (or any protocol object), keeping it alive."""
+    stream = custream.as_stream(stream)
+    if hasattr(cp.cuda.Stream, "from_external"):  # CuPy >= 14
+        return cp.cuda.Stream.from_external(stream)
+    return on(cp, stream)
+
+
 class Spin:
     """The spin kernel (CuPy), marking pinned host memory when it ends."""
 
@@ -55,7 +63,7 @@ class Spin:
         return ctypes.c_int64.from_address(self.ptr).value
 
     def launch(self, stream, cycles=SPIN_CYCLES):
-        with self.cp.cuda.ExternalStream(custream.as_stream(stream).handle, 0):
+        with on(self.cp, stream):
             self._spin((1,), (1,), (self.cp.uint64(self.ptr), self.cp.int64(cycles)))
 
 
@@ -201,8 +209,9 @@ CHILD = textwrap.dedent(
         _spin = cp.RawModule(code={spin!r}).get_function("spin")
         _spin((1,), (1,), (cp.int64(1),))
         cp.cuda.Device(0).synchronize()
+        _on = getattr(cp.cuda.Stream, "from_external", None) or (lambda s: cp.cuda.ExternalStream(s.handle, 0))
         def long_kernel(s, cycles):
-            with cp.cuda.ExternalStream(s.handle, 0):
+            with _on(s):
                 _spin((1,), (1,), (cp.int64(cycles),))
     """
 ).format(spin=SPIN_ONLY)
@@ -296,7 +305,7 @@ def arrays(cp):
 
 
 def cupy_work(cp, stream, x, y, z):
-    with cp.cuda.ExternalStream(stream.handle, 0):
+    with on(cp, stream):
         cp.multiply(x, 2, out=y)
         cp.add(y, 1, out=z)
 
@@ -311,7 +320,7 @@ def test_capture_of_cupy_work_replays_like_eager(cp, arrays, mode):
         g = s.end_capture()
         assert s.is_capturing is False and g.node_count >= 2
         for scale in (1.0, 3.0, -2.0):
-            with cp.cuda.ExternalStream(s.handle, 0):
+            with on(cp, s):
                 x *= scale
             g.launch(s)
             s.synchronize()
@@ -372,18 +381,18 @@ def test_wait_on_a_captured_event_forks_and_joins_a_second_stream(cp, arrays):
     x, y, z = arrays
     with Stream() as s, Stream() as side:
         s.begin_capture()
-        with cp.cuda.ExternalStream(s.handle, 0):
+        with on(cp, s):
             cp.multiply(x, 2, out=y)
         side.wait(s.record())  # fork
         assert side.is_capturing is True
         with pytest.raises(custream.CudaError, match="joined through wait"):
             side.synchronize()
-        with cp.cuda.ExternalStream(side.handle, 0):
+        with on(cp, side):
             cp.add(y, 1, out=z)
         s.wait(side.record())  # join
         g = s.end_capture()
         assert side.is_capturing is False and g.node_count >= 2
-        with cp.cuda.ExternalStream(s.handle, 0):
+        with on(cp, s):
             x += 5
         g.launch(s)
         s.synchronize()
@@ -424,7 +433,7 @@ def test_host_functions_in_a_capture_run_at_every_launch(spin):
 def test_is_capturing_sees_a_capture_another_library_began(cp, arrays):
     x, y, z = arrays
     with Stream() as s:
-        cs = cp.cuda.ExternalStream(s.handle, 0)
+        cs = on(cp, s)
         cs.begin_capture()
         assert s.is_capturing is True
         previous = custream.check_foreign_captures(True)
@@ -460,7 +469,7 @@ def test_a_ten_node_graph_launches_on_any_stream(cp, arrays):
     x, y, z = arrays
     with Stream() as s:
         s.begin_capture()
-        with cp.cuda.ExternalStream(s.handle, 0):
+        with on(cp, s):
             for _ in range(10):
                 cp.add(x, 1, out=x)
         g = s.end_capture()
