@@ -64,6 +64,15 @@ def torch_kernels(s):
     return True
 
 
+def in_threads(target, n=4):
+    """Run target(k) for k in range(n), each in its own thread, and wait for them all."""
+    threads = [threading.Thread(target=target, args=(k,)) for k in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+
+
 def capture_work(peer):
     """(queue(s), check()) for the capture step: in-place kernels on memory made beforehand
     (a capture allocates nothing), queued through `peer` on a custream stream."""
@@ -118,11 +127,7 @@ def callbacks_and_capture(peer):
             mine.launch_host_func(ran.append, (k, -i))
         mine.synchronize()
         mine.close()
-    threads = [threading.Thread(target=launcher, args=(k,)) for k in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    in_threads(launcher)
     s.synchronize()
     assert len(ran) == 50 + 4 * 50
     caught, hook = [], sys.unraisablehook
@@ -219,11 +224,7 @@ def main():
             Stream.from_handle(mine.handle, owner=mine).synchronize()
         mine.close()
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    in_threads(work)
 
     step("threads")
     # close() while another thread synchronizes the same stream.

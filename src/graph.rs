@@ -26,10 +26,10 @@ use pyo3::prelude::*;
 
 use crate::args::short_repr;
 use crate::driver::{
-    self, capture_code, CaptureMode, CaptureStatus, DriverError, GraphExecHandle, GraphHandle, StreamHandle, UserObject,
+    self, capture_code, CaptureMode, CaptureStatus, Context, DriverError, GraphExecHandle, GraphHandle, StreamHandle,
+    UserObject,
 };
-use crate::libcuda;
-use crate::lifecycle::{self, Home, Managed};
+use crate::lifecycle::{DriverObject, Home, Made};
 use crate::stream::StreamRef;
 
 /// Zero unless a query or synchronize must look for a capture first: the FOREIGN bit
@@ -354,11 +354,8 @@ pub fn end(py: Python<'_>, s: StreamRef) -> PyResult<Graph> {
     let _ = driver::graph_destroy(ended); // the executable graph keeps what it needs
     let (home, exec) = made?;
     Ok(Graph {
-        exec,
-        home,
+        exec: Made::new(home, exec),
         nodes: nodes.unwrap_or(0),
-        state: AtomicU32::new(0),
-        fork_generation: libcuda::fork_generation(),
     })
 }
 
@@ -371,11 +368,8 @@ pub fn end(py: Python<'_>, s: StreamRef) -> PyResult<Graph> {
 /// finalization began, never in a forked child.
 #[pyclass(module = "custream", frozen)]
 pub struct Graph {
-    exec: GraphExecHandle,
-    home: Home,
+    exec: Made<GraphExecHandle>,
     nodes: usize,
-    state: AtomicU32,
-    fork_generation: u32,
 }
 
 impl Graph {
@@ -387,9 +381,7 @@ impl Graph {
         what: &str,
         f: impl FnOnce(GraphExecHandle, StreamHandle) -> driver::Result<()> + Send,
     ) -> PyResult<()> {
-        let _in_use = lifecycle::enter(self, py, what)?;
-        driver::ensure_same_context(self.home.context, self.home.context_id)?;
-        let exec = self.exec;
+        let (_in_use, exec) = self.exec.enter(py, what)?;
         // Without the GIL: a full launch queue waits for the host functions queued before,
         // which need it.
         stream.use_handle(py, what, |h| py.detach(move || f(exec, h)))
@@ -404,19 +396,16 @@ impl Graph {
     }
 
     pub fn handle(&self) -> PyResult<u64> {
-        if self.is_closed() {
-            return Err(lifecycle::closed_error(Self::KIND, "handle"));
-        }
-        Ok(self.exec.as_u64())
+        self.exec.handle()
     }
 
     /// The handle's value even when closed, for repr.
     pub fn handle_value(&self) -> u64 {
-        self.exec.as_u64()
+        self.exec.handle_value()
     }
 
     pub fn device(&self) -> i32 {
-        self.home.device
+        self.exec.home().device
     }
 
     pub fn node_count(&self) -> usize {
@@ -424,37 +413,22 @@ impl Graph {
     }
 
     pub fn is_closed(&self) -> bool {
-        lifecycle::is_closed(self)
+        self.exec.is_closed()
     }
 
     pub fn close(&self, py: Python<'_>) -> PyResult<()> {
-        lifecycle::close(self, py)
+        self.exec.close(py)
     }
 }
 
-impl Managed for Graph {
+impl DriverObject for GraphExecHandle {
     const KIND: &'static str = "custream.Graph";
 
-    fn state(&self) -> &AtomicU32 {
-        &self.state
+    fn destroy(self, context: Context) -> driver::Result<()> {
+        driver::graph_exec_destroy(context, self)
     }
 
-    fn fork_generation(&self) -> u32 {
-        self.fork_generation
-    }
-
-    fn release(&self, py: Python<'_>) -> driver::Result<()> {
-        if !lifecycle::may_release(self.fork_generation) {
-            return Ok(());
-        }
-        let exec = self.exec;
-        self.home.release(py, move |ctx| driver::graph_exec_destroy(ctx, exec))
-    }
-}
-
-impl Drop for Graph {
-    fn drop(&mut self) {
-        // As for Event: pyo3 drops it in tp_dealloc, with the GIL; never during finalization.
-        let _ = Python::try_attach(|py| lifecycle::release_at_dealloc(&*self, py));
+    fn as_u64(self) -> u64 {
+        GraphExecHandle::as_u64(self)
     }
 }

@@ -435,7 +435,7 @@ impl StreamRef {
         let waited = event
             .record_on(py, upstream, "wait()")
             .and_then(|()| self.wait_event(py, &event));
-        let closed = lifecycle::close(&event, py);
+        let closed = event.close(py);
         waited.and(closed)
     }
 

@@ -22,6 +22,7 @@ import pytest
 
 import custream
 from custream import Stream
+from custream_capture_checks import check_call_lifetime
 from custream_gpu_helpers import KERNELS, SPIN_CYCLES, handle_of, peer, try_import
 
 pytestmark = pytest.mark.gpu
@@ -91,27 +92,8 @@ def test_callbacks_run_after_the_kernel_and_in_order(spin):
 
 
 def test_fn_and_args_live_until_the_call_and_are_released_after(spin):
-    class Arg:
-        pass
-
-    def fn(arg):
-        seen.append(type(arg).__name__)
-
-    seen = []
     with Stream() as s:
-        arg = Arg()
-        alive = weakref.ref(arg)
-        before = sys.getrefcount(fn)
-        spin.launch(s)
-        s.launch_host_func(fn, arg)
-        assert sys.getrefcount(fn) == before + 1
-        del arg
-        gc.collect()
-        assert alive() is not None, "the argument died before the call ran"
-        s.synchronize()
-        assert seen == ["Arg"]
-        assert alive() is None, "the argument outlived the call"
-        assert sys.getrefcount(fn) == before
+        check_call_lifetime(s, spin.launch)
 
 
 def test_an_exception_reaches_the_unraisable_hook_with_the_stream_named(spin, monkeypatch):
