@@ -77,9 +77,15 @@ impl Event {
     /// Refuse `what` while the event stands for a node of a capture still open.
     fn refuse_if_captured(&self, py: Python<'_>, what: &str) -> PyResult<()> {
         if self.captured.load(Ordering::Acquire) {
-            let capture = self.capture.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(mark) = capture.as_ref() {
-                mark.refuse_if_open(py, what)?;
+            let mut capture = self.capture.lock().unwrap_or_else(PoisonError::into_inner);
+            let open = match capture.as_ref() {
+                Some(mark) => mark.refuse_if_open(py, what)?,
+                None => false,
+            };
+            if !open {
+                // The capture ended: the mark (and the stream it holds) is no longer needed.
+                self.captured.store(false, Ordering::Release);
+                *capture = None;
             }
         }
         Ok(())

@@ -292,7 +292,8 @@ impl CaptureMark {
         Ok(status != CaptureStatus::None)
     }
 
-    /// Refuse `what` on an event recorded in a capture that is still open.
+    /// Refuse `what` on an event recorded in a capture that is still open; false (nothing
+    /// refused) once it ended.
     pub fn refuse_if_open(&self, py: Python<'_>, what: &str) -> PyResult<bool> {
         if !self.open(py)? {
             return Ok(false);

@@ -396,7 +396,7 @@ def test_events_in_a_capture_fork_and_join_and_refuse_queries(fake):
         g = s.end_capture()
         assert fake.fake_invalidations() == 0 and g.node_count == 2
         assert side.is_capturing is False
-        ev.synchronize()  # the capture is over: the driver answers again
+        ev.synchronize()  # the capture is over: custream no longer refuses (the driver answers)
         g.launch(s)
         s.synchronize()
         assert ran == ["side", "main"], ran
