@@ -42,7 +42,7 @@ def on(cp, stream):
     stream = custream.as_stream(stream)
     if hasattr(cp.cuda.Stream, "from_external"):  # CuPy >= 14
         return cp.cuda.Stream.from_external(stream)
-    return on(cp, stream)
+    return cp.cuda.ExternalStream(stream.handle, 0)
 
 
 class Spin:
