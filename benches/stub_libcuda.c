@@ -51,3 +51,29 @@ CUresult cuStreamGetFlags(void *s, unsigned *f) { (void)s; *f = 1; return 0; }
 CUresult cuStreamGetPriority(void *s, int *p) { (void)s; *p = 0; return 0; }
 CUresult cuGetErrorName(CUresult e, const char **s) { (void)e; *s = "CUDA_ERROR_STUB"; return 0; }
 CUresult cuGetErrorString(CUresult e, const char **s) { (void)e; *s = "stub driver"; return 0; }
+/* Events, host functions and capture: present so that every entry point custream resolves is
+ * there; none is on the profiled paths, beyond cuStreamIsCapturing when foreign-capture
+ * checks are on (it answers "not capturing"). */
+CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) { (void)s; (void)e; (void)f; return 0; }
+CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = (void *)(next_stream += 16); return 0; }
+CUresult cuEventDestroy_v2(void *e) { (void)e; return 0; }
+CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
+CUresult cuEventSynchronize(void *e) { (void)e; return 0; }
+CUresult cuEventQuery(void *e) { (void)e; return 0; }
+CUresult cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0; return 0; }
+CUresult cuLaunchHostFunc(void *s, void (*fn)(void *), void *user) { (void)s; (void)fn; (void)user; return 0; }
+CUresult cuStreamBeginCapture_v2(void *s, int mode) { (void)s; (void)mode; return 0; }
+CUresult cuStreamEndCapture(void *s, void **g) { (void)s; *g = 0; return 0; }
+CUresult cuStreamIsCapturing(void *s, unsigned *status) { (void)s; *status = 0; return 0; }
+CUresult cuThreadExchangeStreamCaptureMode(unsigned *mode) { (void)mode; return 0; }
+CUresult cuGraphInstantiateWithFlags(void **x, void *g, unsigned long long f) { (void)g; (void)f; *x = 0; return 0; }
+CUresult cuGraphGetNodes(void *g, void **nodes, size_t *n) { (void)g; (void)nodes; *n = 0; return 0; }
+CUresult cuGraphDestroy(void *g) { (void)g; return 0; }
+CUresult cuGraphExecDestroy(void *x) { (void)x; return 0; }
+CUresult cuGraphLaunch(void *x, void *s) { (void)x; (void)s; return 0; }
+CUresult cuGraphUpload(void *x, void *s) { (void)x; (void)s; return 0; }
+CUresult cuUserObjectCreate(void **o, void *p, void (*d)(void *), unsigned n, unsigned f) {
+    (void)p; (void)d; (void)n; (void)f; *o = 0; return 0;
+}
+CUresult cuUserObjectRelease(void *o, unsigned n) { (void)o; (void)n; return 0; }
+CUresult cuGraphRetainUserObject(void *g, void *o, unsigned n, unsigned f) { (void)g; (void)o; (void)n; (void)f; return 0; }

@@ -697,17 +697,28 @@ pub fn stream_capture_status(h: StreamHandle) -> Result<CaptureStatus> {
     })
 }
 
-/// Run `f` with the calling thread's capture interaction mode set to `mode`, and the
-/// previous mode restored after.
-pub fn with_capture_mode<R>(mode: CaptureMode, f: impl FnOnce() -> Result<R>) -> Result<R> {
-    let api = init()?;
-    let mut previous = mode.raw() as c_uint;
-    // SAFETY: a valid in/out pointer.
-    check(unsafe { (api.cuThreadExchangeStreamCaptureMode)(&mut previous) })?;
-    let result = f();
-    // SAFETY: as above; puts back what was there.
-    unsafe { (api.cuThreadExchangeStreamCaptureMode)(&mut previous) };
-    result
+/// The calling thread's capture interaction mode set to `mode` until this is dropped, which
+/// puts back the one it had.
+pub struct CaptureModeScope {
+    api: &'static Api,
+    previous: c_uint,
+}
+
+impl CaptureModeScope {
+    pub fn enter(mode: CaptureMode) -> Result<CaptureModeScope> {
+        let api = init()?;
+        let mut previous = mode.raw() as c_uint;
+        // SAFETY: a valid in/out pointer.
+        check(unsafe { (api.cuThreadExchangeStreamCaptureMode)(&mut previous) })?;
+        Ok(CaptureModeScope { api, previous })
+    }
+}
+
+impl Drop for CaptureModeScope {
+    fn drop(&mut self) {
+        // SAFETY: as in `enter`; puts back what was there.
+        unsafe { (self.api.cuThreadExchangeStreamCaptureMode)(&mut self.previous) };
+    }
 }
 
 /// Instantiate `g` in `ctx`; `g` stays the caller's.

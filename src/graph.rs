@@ -26,8 +26,8 @@ use pyo3::prelude::*;
 
 use crate::args::short_repr;
 use crate::driver::{
-    self, capture_code, CaptureMode, CaptureStatus, Context, DriverError, GraphExecHandle, GraphHandle, StreamHandle,
-    UserObject,
+    self, capture_code, CaptureMode, CaptureModeScope, CaptureStatus, Context, DriverError, GraphExecHandle,
+    GraphHandle, StreamHandle, UserObject,
 };
 use crate::lifecycle::{DriverObject, Home, Made};
 use crate::stream::StreamRef;
@@ -100,19 +100,43 @@ pub fn foreign_checks() -> bool {
     GUARD.load(Ordering::Acquire) & FOREIGN != 0
 }
 
-/// Run `f`, a `what` (query or synchronize) of `h`, unless it would break a capture. The
-/// fast path, with no capture open through custream and foreign checks off, is one load.
+/// Whether a query or synchronize must look for a capture first (through `checked`): one
+/// load, false unless a capture begun through custream is open or foreign checks are on.
 #[inline]
-pub fn guarded<R>(h: StreamHandle, what: &str, f: impl FnOnce() -> driver::Result<R>) -> driver::Result<R> {
-    if GUARD.load(Ordering::Acquire) == 0 {
-        return f();
-    }
-    guarded_slow(h, what, f)
+pub fn checks_needed() -> bool {
+    GUARD.load(Ordering::Acquire) != 0
 }
 
+/// Run `f`, a `what` (synchronize) on the handle of `s`, unless it would break a capture:
+/// refused with an error naming the capture, or run with the thread's capture mode relaxed
+/// while a custream capture is open elsewhere. Out of line: the callers' fast paths stay as
+/// they were, behind `checks_needed`.
 #[cold]
 #[inline(never)]
-fn guarded_slow<R>(h: StreamHandle, what: &str, f: impl FnOnce() -> driver::Result<R>) -> driver::Result<R> {
+pub fn checked<R>(
+    s: StreamRef,
+    py: Python<'_>,
+    what: &str,
+    f: impl FnOnce(StreamHandle) -> driver::Result<R>,
+) -> PyResult<R> {
+    s.use_handle(py, what, |h| {
+        let _relaxed = before_sync(h, what)?;
+        f(h)
+    })
+}
+
+/// `checked` for a call that holds the GIL throughout (query).
+#[cold]
+#[inline(never)]
+pub fn checked_attached<R>(s: StreamRef, what: &str, f: impl FnOnce(StreamHandle) -> driver::Result<R>) -> PyResult<R> {
+    s.use_handle_attached(what, |h| {
+        let _relaxed = before_sync(h, what)?;
+        f(h)
+    })
+}
+
+/// What `checked` decides for a handle: an error, nothing to do, or a relaxed mode to keep.
+fn before_sync(h: StreamHandle, what: &str) -> driver::Result<Option<CaptureModeScope>> {
     let ours_open = GUARD.load(Ordering::Acquire) & !FOREIGN != 0;
     if ours_open {
         if let Some(message) = describe_own(h.as_u64()) {
@@ -146,14 +170,11 @@ fn guarded_slow<R>(h: StreamHandle, what: &str, f: impl FnOnce() -> driver::Resu
         }
         Err(e) => return Err(e),
     }
-    if ours_open {
-        // In "global" mode, or on the thread of a "thread_local" capture, the driver takes
-        // some calls on other streams as unsafe and invalidates the capture; relaxed, it lets
-        // them through.
-        driver::with_capture_mode(CaptureMode::Relaxed, f)
-    } else {
-        f()
-    }
+    // In "global" mode, or on the thread of a "thread_local" capture, the driver takes some
+    // calls on other streams as unsafe and invalidates the capture; relaxed, it lets them by.
+    ours_open
+        .then(|| CaptureModeScope::enter(CaptureMode::Relaxed))
+        .transpose()
 }
 
 fn refuse(what: &str, h: StreamHandle, capture: &str) -> DriverError {

@@ -352,19 +352,18 @@ impl StreamRef {
     /// Wait for the stream's work. An idle stream answers without releasing the GIL, which
     /// costs more than the driver's query; a busy one pays that one query extra.
     pub fn synchronize(self, py: Python<'_>) -> PyResult<()> {
-        self.use_handle(py, "synchronize()", |h| {
-            graph::guarded(h, "synchronize()", || {
-                if driver::stream_query(h)? {
-                    return Ok(());
-                }
-                py.detach(move || driver::stream_synchronize(h))
-            })
-        })
+        if graph::checks_needed() {
+            return graph::checked(self, py, "synchronize()", |h| wait_on(py, h));
+        }
+        self.use_handle(py, "synchronize()", |h| wait_on(py, h))
     }
 
     /// True when all work on the stream is done.
     pub fn query(self) -> PyResult<bool> {
-        self.use_handle_attached("query()", |h| graph::guarded(h, "query()", || driver::stream_query(h)))
+        if graph::checks_needed() {
+            return graph::checked_attached(self, "query()", driver::stream_query);
+        }
+        self.use_handle_attached("query()", driver::stream_query)
     }
 
     /// The device, resolving it through the driver for borrowed streams. Default-stream
@@ -530,6 +529,16 @@ impl Managed for StreamRef {
 
 fn closed_error(what: &str) -> PyErr {
     lifecycle::closed_error(StreamRef::KIND, what)
+}
+
+/// `synchronize()` on the handle (see there). Inlined in both of its callers, so that the
+/// fast path stays one function.
+#[inline(always)]
+fn wait_on(py: Python<'_>, h: StreamHandle) -> driver::Result<()> {
+    if driver::stream_query(h)? {
+        return Ok(());
+    }
+    py.detach(move || driver::stream_synchronize(h))
 }
 
 /// tp_dealloc: release what the stream holds, then free it.
