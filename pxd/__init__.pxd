@@ -13,7 +13,8 @@ Names:
   ``priority``) read the struct field: one load, usable inside ``nogil``. Type arguments as
   ``Stream s not None``: Cython lets None through a typed argument otherwise.
 * ``as_stream``, ``from_handle``, ``from_handle_with_deleter``, ``synchronize``,
-  ``handle_checked``, ``is_closed``, ``is_stream``: the C API with Cython signatures.
+  ``handle_checked``, ``is_closed``, ``is_stream``, ``launch_host_func``, ``is_capturing``:
+  the C API with Cython signatures.
 * ``Custream_*`` and ``custream_import``: the C functions exactly as custream.h has them.
 """
 
@@ -45,6 +46,9 @@ cdef extern from "custream.h":
     # deallocated; never during interpreter finalization nor in a forked child.
     ctypedef void (*custream_deleter_t)(void *ctx, custream_handle_t handle) noexcept
 
+    # Runs on a thread of the CUDA driver's, without the GIL: declare yours `noexcept nogil`.
+    ctypedef void (*custream_host_fn_t)(void *user) noexcept nogil
+
     ctypedef class custream.Stream [object CustreamStream, check_size error]:
         # Fixed when the object is made: read them anywhere, with or without the GIL.
         # The handle stays readable after close(); use handle_checked() or is_closed()
@@ -70,6 +74,8 @@ cdef extern from "custream.h":
     object Custream_CurrentStream()
     object Custream_DefaultStream(custream_handle_t token)
     object Custream_PoolGet(object pool)
+    int Custream_LaunchHostFunc(object stream, custream_host_fn_t fn, void *user) except -1
+    int Custream_IsCapturing(object stream) except -1
 
 
 cdef inline Stream as_stream(object obj):
@@ -134,3 +140,17 @@ cdef inline Stream pool_get(object pool):
     """The next stream of a custream.StreamPool, round-robin (StreamPool.get), without a
     Python call."""
     return <Stream>Custream_PoolGet(pool)
+
+
+cdef inline int launch_host_func(Stream s, custream_host_fn_t fn, void *user) except -1:
+    """Queue ``fn(user)`` on the stream (cuLaunchHostFunc): it runs on a driver thread,
+    without the GIL, once the work queued before it is done; no Python is involved, and the
+    GIL is released around the driver call. ``fn`` must make no CUDA call. In a capture it
+    becomes a host node run at every launch of the graph: keep ``user`` valid that long."""
+    return Custream_LaunchHostFunc(s, fn, user)
+
+
+cdef inline bint is_capturing(Stream s) except -1:
+    """Whether the stream is capturing a CUDA graph (whoever began it): one driver call, no
+    Python call."""
+    return Custream_IsCapturing(s)

@@ -68,6 +68,10 @@ typedef struct CUstream_st *custream_handle_t;
  * fork(): there the handle is left to the process's exit. */
 typedef void (*custream_deleter_t)(void *ctx, custream_handle_t handle);
 
+/* A host function for Custream_LaunchHostFunc: called once with its `user` pointer on a thread
+ * of the CUDA driver's, without the GIL (CUDA's CUhostFn / cudaHostFn_t). */
+typedef void (*custream_host_fn_t)(void *user);
+
 typedef struct CustreamStream {
     PyObject_HEAD
     custream_handle_t handle;   /* the CUDA stream; fixed for the object's life */
@@ -114,6 +118,9 @@ typedef struct CustreamCAPI {
     PyObject *(*default_stream)(custream_handle_t token); /* new reference: the module's
                                                              Stream for token 0, 1 or 2 */
     PyObject *(*pool_get)(PyObject *pool); /* new reference: custream.StreamPool.get() */
+    /* Host functions and graph capture (appended). */
+    int (*launch_host_func)(PyObject *stream, custream_host_fn_t fn, void *user);
+    int (*is_capturing)(PyObject *stream); /* 1, 0, or -1 with an exception set */
 } CustreamCAPI;
 
 /* One table per translation unit: each extension module imports its own. */
@@ -202,6 +209,22 @@ static inline PyObject *Custream_DefaultStream(custream_handle_t token) {
 static inline PyObject *Custream_PoolGet(PyObject *pool) {
     CUSTREAM_API_OR(NULL);
     return custream_capi->pool_get(pool);
+}
+/* Queue fn(user) on the stream (cuLaunchHostFunc): it runs once the work queued before it is
+ * done, on a thread of the driver's, without the GIL; the GIL is released around the driver
+ * call, and no Python is involved. fn must make no CUDA call, as CUDA requires. During a
+ * capture it becomes a host node that runs at every launch of the graph: `user` must then
+ * stay valid as long as the graph. 0 on success; -1 with an exception set (a closed stream,
+ * a NULL fn, no driver, the driver's error). */
+static inline int Custream_LaunchHostFunc(PyObject *stream, custream_host_fn_t fn, void *user) {
+    CUSTREAM_API_OR(-1);
+    return custream_capi->launch_host_func(stream, fn, user);
+}
+/* 1 while the stream is capturing a CUDA graph (active or invalidated, whoever began it), 0
+ * if not; -1 with an exception set. One driver call (cuStreamIsCapturing), no Python call. */
+static inline int Custream_IsCapturing(PyObject *stream) {
+    CUSTREAM_API_OR(-1);
+    return custream_capi->is_capturing(stream);
 }
 
 #undef CUSTREAM_API_OR

@@ -1,9 +1,12 @@
 """A focused GPU workload for compute-sanitizer (scripts/sanitizer-check.sh): owned, borrowed
 and default streams, events, waits, real kernels from CuPy and/or PyTorch queued on custream
-streams, threads, and close() racing an in-flight synchronize(). Prints "workload ok".
+streams, threads, close() racing an in-flight synchronize(), host functions (from several
+threads, raising, inside captures) and graph capture in the three modes with a forked and
+joined stream. Prints "workload ok".
 """
 
 import os
+import sys
 import threading
 import time
 
@@ -59,6 +62,95 @@ def torch_kernels(s):
     s.wait(w)
     w.synchronize()
     return True
+
+
+def in_threads(target, n=4):
+    """Run target(k) for k in range(n), each in its own thread, and wait for them all."""
+    threads = [threading.Thread(target=target, args=(k,)) for k in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+
+
+def capture_work(peer):
+    """(queue(s), check()) for the capture step: in-place kernels on memory made beforehand
+    (a capture allocates nothing), queued through `peer` on a custream stream."""
+    if peer == "cupy":
+        import cupy
+
+        x = cupy.arange(N, dtype=cupy.float32)
+        y = cupy.empty_like(x)
+        on = getattr(cupy.cuda.Stream, "from_external", None) or (lambda s: cupy.cuda.ExternalStream(s.handle, 0))
+
+        def queue(s):
+            with on(s):
+                cupy.multiply(x, 2, out=y)
+                cupy.add(y, 1, out=y)
+
+        def check():
+            assert float(y[N - 1]) == 2 * (N - 1) + 1
+    else:
+        import torch
+
+        x = torch.arange(N, dtype=torch.float32, device="cuda:0")
+        y = torch.empty_like(x)
+
+        def queue(s):
+            with torch.cuda.stream(torch.cuda.ExternalStream(s.handle, device=0)):
+                torch.mul(x, 2, out=y)
+                y.add_(1)
+
+        def check():
+            assert float(y[N - 1]) == 2 * (N - 1) + 1
+    queue_eagerly = Stream(device=0)
+    queue(queue_eagerly)  # load the kernels outside any capture
+    queue_eagerly.synchronize()
+    queue_eagerly.close()
+    return queue, check
+
+
+def callbacks_and_capture(peer):
+    queue, check = capture_work(peer)
+    s, side = Stream(device=0), Stream(device=0)
+    ran = []
+    queue(s)
+    for i in range(50):
+        s.launch_host_func(ran.append, i)
+    s.synchronize()
+    assert ran == list(range(50))
+    # From several threads at once, onto one stream and their own.
+    def launcher(k):
+        mine = Stream(device=0)
+        for i in range(25):
+            s.launch_host_func(ran.append, (k, i))
+            mine.launch_host_func(ran.append, (k, -i))
+        mine.synchronize()
+        mine.close()
+    in_threads(launcher)
+    s.synchronize()
+    assert len(ran) == 50 + 4 * 50
+    caught, hook = [], sys.unraisablehook
+    sys.unraisablehook = caught.append
+    s.launch_host_func(lambda: 1 / 0)
+    s.synchronize()
+    sys.unraisablehook = hook
+    assert len(caught) == 1 and caught[0].exc_type is ZeroDivisionError
+    for mode in ("thread_local", "global", "relaxed"):
+        s.begin_capture(mode)
+        queue(s)
+        side.wait(s.record())
+        side.launch_host_func(ran.append, mode)
+        s.wait(side.record())
+        g = s.end_capture()
+        for _ in range(3):
+            g.launch(s)
+        s.synchronize()
+        check()
+        g.close()
+    assert ran[-3:] == ["relaxed"] * 3
+    s.close()
+    side.close()
 
 
 T0 = time.monotonic()
@@ -131,11 +223,7 @@ def main():
             Stream.from_handle(mine.handle, owner=mine).synchronize()
         mine.close()
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    in_threads(work)
 
     step("threads")
     # close() while another thread synchronizes the same stream.
@@ -154,6 +242,8 @@ def main():
         th.join()
 
     step("close racing synchronize")
+    callbacks_and_capture(peer)
+    step("host functions and capture")
     for _ in range(200):
         Stream(device=0).close()
         Event(device=0).close()

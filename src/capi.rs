@@ -13,9 +13,12 @@ use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 use crate::boundary::boundary;
+use crate::callback;
 use crate::current;
+use crate::graph;
 use crate::layout::{
-    custream_deleter_t, custream_handle_t, CustreamCAPI, CustreamStream, CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME,
+    custream_deleter_t, custream_handle_t, custream_host_fn_t, CustreamCAPI, CustreamStream, CUSTREAM_ABI_VERSION,
+    CUSTREAM_CAPSULE_NAME,
 };
 use crate::lifecycle::{self, Managed};
 use crate::pool::StreamPool;
@@ -154,6 +157,24 @@ unsafe extern "C" fn pool_get(pool: *mut ffi::PyObject) -> *mut ffi::PyObject {
     })
 }
 
+unsafe extern "C" fn launch_host_func(obj: *mut ffi::PyObject, f: custream_host_fn_t, user: *mut c_void) -> c_int {
+    boundary(|py| {
+        // SAFETY: see the module's note.
+        let s = unsafe { stream_arg(py, obj, "Custream_LaunchHostFunc") }?;
+        let f = f.ok_or_else(|| PyValueError::new_err("Custream_LaunchHostFunc() fn is NULL"))?;
+        callback::launch_c(py, s, f, user)?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn is_capturing(obj: *mut ffi::PyObject) -> c_int {
+    boundary(|py| {
+        // SAFETY: see the module's note.
+        let s = unsafe { stream_arg(py, obj, "Custream_IsCapturing") }?;
+        Ok(c_int::from(graph::is_capturing(py, s)?))
+    })
+}
+
 /// The capsule holding the table; the table lives for the process.
 pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     let table = TABLE.get_or_init(|| {
@@ -172,6 +193,8 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
             current_stream: Some(current_stream),
             default_stream: Some(default_stream),
             pool_get: Some(pool_get),
+            launch_host_func: Some(launch_host_func),
+            is_capturing: Some(is_capturing),
         })
     });
     let name = CStr::from_bytes_with_nul(CUSTREAM_CAPSULE_NAME).map_err(|e| PyValueError::new_err(e.to_string()))?;

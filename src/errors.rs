@@ -4,7 +4,7 @@
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
-use crate::driver::{self, code, DriverError};
+use crate::driver::{self, capture_code, code, DriverError};
 use crate::libcuda::LoadError;
 
 pyo3::create_exception!(
@@ -78,6 +78,14 @@ impl From<DriverError> for PyErr {
                 code::DEINITIALIZED,
                 "CUDA_ERROR_DEINITIALIZED".to_owned(),
                 "the interpreter is shutting down; custream no longer calls the driver".to_owned(),
+            ),
+            DriverError::InHostFunction => (
+                capture_code::NOT_PERMITTED,
+                "CUDA_ERROR_NOT_PERMITTED".to_owned(),
+                "called from inside a host function (Stream.launch_host_func): CUDA forbids CUDA \
+                 calls there, and the driver may deadlock on one; do the work after the stream \
+                 has run the host function, from another thread"
+                    .to_owned(),
             ),
         };
         let text = format!("{name} ({status}): {message}");

@@ -2,13 +2,14 @@
 //! living under the same lifecycle as a Stream (src/lifecycle.rs). An ordinary pyclass:
 //! nothing outside Python needs its layout. Its Python methods are in src/event_type.rs.
 
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use pyo3::prelude::*;
 
-use crate::driver::{self, EventHandle};
-use crate::libcuda;
-use crate::lifecycle::{self, Home, Managed};
+use crate::driver::{self, Context, EventHandle};
+use crate::graph::{self, CaptureMark};
+use crate::lifecycle::{DriverObject, Home, Made};
 use crate::stream::StreamRef;
 
 /// A CUDA event, created in a device's primary context.
@@ -18,11 +19,11 @@ use crate::stream::StreamRef;
 /// ``elapsed_time`` needs. ``close()`` destroys the event; so does deallocation.
 #[pyclass(module = "custream", frozen)]
 pub struct Event {
-    handle: EventHandle,
-    home: Home,
+    event: Made<EventHandle>,
     timing: bool,
-    state: AtomicU32,
-    fork_generation: u32,
+    /// Set while the event's last record was made in a capture (src/graph.rs).
+    captured: AtomicBool,
+    capture: Mutex<Option<CaptureMark>>,
 }
 
 impl Event {
@@ -31,11 +32,10 @@ impl Event {
     fn create(py: Python<'_>, context: Option<driver::Context>, device: i32, timing: bool) -> PyResult<Event> {
         let (home, handle) = Home::make(py, device, context, move |ctx| driver::event_create(ctx, timing))?;
         Ok(Event {
-            handle,
-            home,
+            event: Made::new(home, handle),
             timing,
-            state: AtomicU32::new(0),
-            fork_generation: libcuda::fork_generation(),
+            captured: AtomicBool::new(false),
+            capture: Mutex::new(None),
         })
     }
 
@@ -57,26 +57,59 @@ impl Event {
 
     /// Run `f` on the event's handle, holding the event open meanwhile.
     pub fn use_event<R>(&self, py: Python<'_>, what: &str, f: impl FnOnce(EventHandle) -> PyResult<R>) -> PyResult<R> {
-        let _in_use = lifecycle::enter(self, py, what)?;
-        driver::ensure_same_context(self.home.context, self.home.context_id)?;
-        f(self.handle)
+        let (_in_use, ev) = self.event.enter(py, what)?;
+        f(ev)
     }
 
     /// Record the event on `stream`.
     pub fn record_on(&self, py: Python<'_>, stream: StreamRef, what: &str) -> PyResult<()> {
         self.use_event(py, what, |ev| {
             stream.use_handle(py, what, |h| driver::event_record(ev, h))
-        })
+        })?;
+        let mark = graph::mark(py, stream)?;
+        if mark.is_some() || self.captured.load(Ordering::Acquire) {
+            self.captured.store(mark.is_some(), Ordering::Release);
+            *self.capture.lock().unwrap_or_else(PoisonError::into_inner) = mark;
+        }
+        Ok(())
+    }
+
+    /// Refuse `what` while the event stands for a node of a capture still open.
+    fn refuse_if_captured(&self, py: Python<'_>, what: &str) -> PyResult<()> {
+        if self.captured.load(Ordering::Acquire) {
+            let mut capture = self.capture.lock().unwrap_or_else(PoisonError::into_inner);
+            let open = match capture.as_ref() {
+                Some(mark) => mark.refuse_if_open(py, what)?,
+                None => false,
+            };
+            if !open {
+                // The capture ended: the mark (and the stream it holds) is no longer needed.
+                self.captured.store(false, Ordering::Release);
+                *capture = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// `waiter` now waits on this event: if it was recorded in a capture, `waiter` joined it.
+    pub fn waited_on_by(&self, waiter: u64) {
+        if self.captured.load(Ordering::Acquire) {
+            if let Some(mark) = self.capture.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+                mark.joined_by(waiter);
+            }
+        }
     }
 
     /// Wait until the work recorded before the event is done (the GIL is released).
     pub fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        self.refuse_if_captured(py, "synchronize()")?;
         self.use_event(py, "synchronize()", |ev| {
             Ok(py.detach(move || driver::event_synchronize(ev))?)
         })
     }
 
     pub fn query(&self, py: Python<'_>) -> PyResult<bool> {
+        self.refuse_if_captured(py, "query()")?;
         self.use_event(py, "query()", |ev| Ok(driver::event_query(ev)?))
     }
 
@@ -88,19 +121,16 @@ impl Event {
     }
 
     pub fn handle(&self) -> PyResult<u64> {
-        if self.is_closed() {
-            return Err(lifecycle::closed_error(Self::KIND, "handle"));
-        }
-        Ok(self.handle.as_u64())
+        self.event.handle()
     }
 
     /// The handle's value even when closed, for repr.
     pub fn handle_value(&self) -> u64 {
-        self.handle.as_u64()
+        self.event.handle_value()
     }
 
     pub fn device(&self) -> i32 {
-        self.home.device
+        self.event.home().device
     }
 
     pub fn timing(&self) -> bool {
@@ -108,38 +138,22 @@ impl Event {
     }
 
     pub fn is_closed(&self) -> bool {
-        lifecycle::is_closed(self)
+        self.event.is_closed()
     }
 
     pub fn close(&self, py: Python<'_>) -> PyResult<()> {
-        lifecycle::close(self, py)
+        self.event.close(py)
     }
 }
 
-impl Managed for Event {
+impl DriverObject for EventHandle {
     const KIND: &'static str = "custream.Event";
 
-    fn state(&self) -> &AtomicU32 {
-        &self.state
+    fn destroy(self, context: Context) -> driver::Result<()> {
+        driver::event_destroy(context, self)
     }
 
-    fn fork_generation(&self) -> u32 {
-        self.fork_generation
-    }
-
-    fn release(&self, py: Python<'_>) -> driver::Result<()> {
-        if !lifecycle::may_release(self.fork_generation) {
-            return Ok(());
-        }
-        let handle = self.handle;
-        self.home.release(py, move |ctx| driver::event_destroy(ctx, handle))
-    }
-}
-
-impl Drop for Event {
-    fn drop(&mut self) {
-        // A pyclass is dropped by its tp_dealloc, with the GIL held; while the interpreter
-        // finalizes pyo3 will not attach, and nothing may be released then anyway.
-        let _ = Python::try_attach(|py| lifecycle::release_at_dealloc(&*self, py));
+    fn as_u64(self) -> u64 {
+        EventHandle::as_u64(self)
     }
 }

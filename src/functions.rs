@@ -5,8 +5,10 @@ use pyo3::prelude::*;
 
 use crate::args::device_arg;
 use crate::boundary::boundary;
+use crate::callback;
 use crate::driver;
 use crate::libcuda;
+use crate::lifecycle;
 use crate::protocol;
 use crate::stream;
 
@@ -100,9 +102,12 @@ pub fn live_stream_count() -> isize {
     stream::LIVE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Registered with atexit: from here on no Stream or Event calls into the driver.
+/// Registered with atexit: from here on no Stream, Event or Graph calls into the driver,
+/// and no host function enters Python; those already inside it are waited for.
 #[pyfunction]
-pub fn _finalize() {
+pub fn _finalize(py: Python<'_>) {
+    py.detach(lifecycle::run_deferred);
     driver::release_kept_primary_contexts();
     libcuda::set_finalizing();
+    callback::wait_for_running(py);
 }

@@ -24,6 +24,7 @@ pub struct CUstream_st {
 pub type custream_handle_t = *mut CUstream_st;
 pub type custream_deleter_t =
     ::std::option::Option<unsafe extern "C" fn(ctx: *mut ::std::os::raw::c_void, handle: custream_handle_t)>;
+pub type custream_host_fn_t = ::std::option::Option<unsafe extern "C" fn(user: *mut ::std::os::raw::c_void)>;
 #[repr(C)]
 pub struct CustreamStream {
     pub ob_base: PyObject,
@@ -95,10 +96,18 @@ pub struct CustreamCAPI {
     pub current_stream: ::std::option::Option<unsafe extern "C" fn() -> *mut PyObject>,
     pub default_stream: ::std::option::Option<unsafe extern "C" fn(token: custream_handle_t) -> *mut PyObject>,
     pub pool_get: ::std::option::Option<unsafe extern "C" fn(pool: *mut PyObject) -> *mut PyObject>,
+    pub launch_host_func: ::std::option::Option<
+        unsafe extern "C" fn(
+            stream: *mut PyObject,
+            fn_: custream_host_fn_t,
+            user: *mut ::std::os::raw::c_void,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub is_capturing: ::std::option::Option<unsafe extern "C" fn(stream: *mut PyObject) -> ::std::os::raw::c_int>,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of CustreamCAPI"][::std::mem::size_of::<CustreamCAPI>() - 96usize];
+    ["Size of CustreamCAPI"][::std::mem::size_of::<CustreamCAPI>() - 112usize];
     ["Alignment of CustreamCAPI"][::std::mem::align_of::<CustreamCAPI>() - 8usize];
     ["Offset of field: CustreamCAPI::abi_version"][::std::mem::offset_of!(CustreamCAPI, abi_version) - 0usize];
     ["Offset of field: CustreamCAPI::api_size"][::std::mem::offset_of!(CustreamCAPI, api_size) - 4usize];
@@ -115,4 +124,7 @@ const _: () = {
     ["Offset of field: CustreamCAPI::current_stream"][::std::mem::offset_of!(CustreamCAPI, current_stream) - 72usize];
     ["Offset of field: CustreamCAPI::default_stream"][::std::mem::offset_of!(CustreamCAPI, default_stream) - 80usize];
     ["Offset of field: CustreamCAPI::pool_get"][::std::mem::offset_of!(CustreamCAPI, pool_get) - 88usize];
+    ["Offset of field: CustreamCAPI::launch_host_func"]
+        [::std::mem::offset_of!(CustreamCAPI, launch_host_func) - 96usize];
+    ["Offset of field: CustreamCAPI::is_capturing"][::std::mem::offset_of!(CustreamCAPI, is_capturing) - 104usize];
 };

@@ -1,9 +1,9 @@
 //! custream: one CUDA stream object for Python, Cython and C.
 //!
 //! The modules, from the Python face down to the driver (docs/design.md, "Code layout"):
-//! - face: `stream_type` (the Stream type's slots), `event_type`, `pool_type`, `functions`,
-//!   `capi`
-//! - core: `stream`, `event`, `pool`, `current`, `protocol`, `owner`
+//! - face: `stream_type` (the Stream type's slots), `event_type`, `pool_type`, `graph_type`,
+//!   `functions`, `capi`
+//! - core: `stream`, `event`, `pool`, `current`, `graph`, `callback`, `protocol`, `owner`
 //! - base: `lifecycle`, `errors`, `args`, `boundary`
 //! - ground: `driver` (typed handles, every driver call), `libcuda` (the library), `layout`
 //!
@@ -15,6 +15,7 @@
 
 mod args;
 mod boundary;
+mod callback;
 mod capi;
 mod current;
 mod driver;
@@ -22,6 +23,8 @@ mod errors;
 mod event;
 mod event_type;
 mod functions;
+mod graph;
+mod graph_type;
 // bindgen's output, compared byte for byte with a fresh run by tests/layout.rs.
 #[rustfmt::skip]
 mod layout;
@@ -58,6 +61,9 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(functions::priority_range, m)?)?;
     m.add_function(wrap_pyfunction!(functions::driver_library_candidates, m)?)?;
     m.add_function(wrap_pyfunction!(functions::live_stream_count, m)?)?;
+    m.add_class::<graph::Graph>()?;
+    m.add_class::<callback::HostFunction>()?;
+    m.add_function(wrap_pyfunction!(graph_type::check_foreign_captures, m)?)?;
     let finalize = wrap_pyfunction!(functions::_finalize, m)?;
     py.import("atexit")?.call_method1("register", (&finalize,))?;
     m.add_function(finalize)?;

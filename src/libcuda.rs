@@ -9,11 +9,14 @@
 //! loads, `CUSTREAM_LIBCUDA=/path` picks one explicitly, and a missing entry point is an
 //! error, never a panic. Nothing here touches Python.
 
-use std::ffi::{c_char, c_int, c_uint, c_ulonglong};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
-use cudarc::driver::sys::{self as cu, CUcontext, CUdevice, CUevent, CUstream};
+use cudarc::driver::sys::{
+    self as cu, CUcontext, CUdevice, CUevent, CUgraph, CUgraphExec, CUgraphNode, CUhostFn, CUstream, CUuserObject,
+};
 use libloading::Library;
 
 /// Why the driver could not be reached.
@@ -113,6 +116,21 @@ entry_points!(Api {
     cuEventSynchronize(CUevent);
     cuEventQuery(CUevent);
     cuEventElapsedTime(*mut f32, CUevent, CUevent);
+    // Host functions and graph capture (src/callback.rs, src/graph.rs); all CUDA 11.4 or older.
+    cuLaunchHostFunc(CUstream, CUhostFn, *mut c_void);
+    cuStreamBeginCapture_v2(CUstream, cu::CUstreamCaptureMode);
+    cuStreamEndCapture(CUstream, *mut CUgraph);
+    cuStreamIsCapturing(CUstream, *mut c_uint);
+    cuThreadExchangeStreamCaptureMode(*mut c_uint);
+    cuGraphInstantiateWithFlags(*mut CUgraphExec, CUgraph, c_ulonglong);
+    cuGraphGetNodes(CUgraph, *mut CUgraphNode, *mut usize);
+    cuGraphDestroy(CUgraph);
+    cuGraphExecDestroy(CUgraphExec);
+    cuGraphLaunch(CUgraphExec, CUstream);
+    cuGraphUpload(CUgraphExec, CUstream);
+    cuUserObjectCreate(*mut CUuserObject, *mut c_void, CUhostFn, c_uint, c_uint);
+    cuUserObjectRelease(CUuserObject, c_uint);
+    cuGraphRetainUserObject(CUgraph, CUuserObject, c_uint, c_uint);
 });
 
 /// An opened driver library: kept open for the process, so its entry points stay valid.
@@ -180,7 +198,11 @@ pub fn api() -> Result<&'static Api, LoadError> {
 static FORK_GENERATION: AtomicU32 = AtomicU32::new(0);
 /// The generation in which cuInit succeeded; u32::MAX until then.
 static INIT_GENERATION: AtomicU32 = AtomicU32::new(u32::MAX);
-static FINALIZING: AtomicBool = AtomicBool::new(false);
+/// What stops the fast path of `driver::init`, in the one word it already loads: the
+/// FINALIZING bit, and below it the number of host functions running now on any thread
+/// (while one runs, every call takes the slow path, which refuses on that thread only).
+static HALT: AtomicU32 = AtomicU32::new(0);
+const FINALIZING: u32 = 1 << 31;
 
 extern "C" fn after_fork_in_child() {
     FORK_GENERATION.fetch_add(1, Ordering::AcqRel);
@@ -199,19 +221,55 @@ pub fn fork_generation() -> u32 {
     FORK_GENERATION.load(Ordering::Acquire)
 }
 
-/// Called from an atexit hook: from here on no object calls into the driver.
+/// Called from an atexit hook: from here on no object calls into the driver. Sequentially
+/// consistent, as is the count of host functions entering Python (src/callback.rs): one of
+/// the two always sees the other.
 pub fn set_finalizing() {
-    FINALIZING.store(true, Ordering::Release);
+    HALT.fetch_or(FINALIZING, Ordering::SeqCst);
 }
 
 pub fn is_finalizing() -> bool {
-    FINALIZING.load(Ordering::Acquire)
+    HALT.load(Ordering::SeqCst) & FINALIZING != 0
 }
 
-/// Whether cuInit may be called and was: the three loads of `driver::init`'s fast path.
+/// Whether cuInit may be called and was, and no host function runs: the three loads of
+/// `driver::init`'s fast path.
 #[inline]
 pub fn initialized() -> bool {
-    !is_finalizing() && INIT_GENERATION.load(Ordering::Acquire) == fork_generation()
+    HALT.load(Ordering::Acquire) == 0 && initialized_here()
+}
+
+/// Whether cuInit succeeded in this process (not only in a parent before a fork).
+pub fn initialized_here() -> bool {
+    INIT_GENERATION.load(Ordering::Acquire) == fork_generation()
+}
+
+thread_local! {
+    static IN_HOST_FUNCTION: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread as running a host function (a driver thread running a callback
+/// of `cuLaunchHostFunc`, or a user object's destructor) until dropped. CUDA forbids CUDA
+/// calls there, so `driver::init` refuses them on this thread meanwhile.
+pub struct HostFunctionScope(bool);
+
+impl HostFunctionScope {
+    pub fn enter() -> HostFunctionScope {
+        HALT.fetch_add(1, Ordering::AcqRel);
+        HostFunctionScope(IN_HOST_FUNCTION.with(|f| f.replace(true)))
+    }
+}
+
+impl Drop for HostFunctionScope {
+    fn drop(&mut self) {
+        IN_HOST_FUNCTION.with(|f| f.set(self.0));
+        HALT.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Whether the calling thread is inside a host function.
+pub fn in_host_function() -> bool {
+    IN_HOST_FUNCTION.with(Cell::get)
 }
 
 /// What stands in the way of calling the driver in this process now, if anything.

@@ -9,7 +9,8 @@
 //! so the driver object is destroyed (or the deleter called) exactly once and never while
 //! a call on it is still in flight. Nothing outside this file writes the word.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -186,6 +187,95 @@ pub fn release_at_dealloc<T: Managed>(obj: &T, py: Python<'_>) {
     }
 }
 
+/// A driver object custream made in a `Home` and destroys there (an Event's event, a Graph's
+/// executable graph): how it is destroyed, and what its Python class is called.
+pub trait DriverObject: Copy + Send + 'static {
+    /// The Python type's name, for errors.
+    const KIND: &'static str;
+    fn destroy(self, context: Context) -> driver::Result<()>;
+    fn as_u64(self) -> u64;
+}
+
+/// Such an object under this lifecycle: made in this process, destroyed once, in its context,
+/// never after a fork or during finalization. The Python class holds one.
+pub struct Made<H: DriverObject> {
+    handle: H,
+    home: Home,
+    state: AtomicU32,
+    fork_generation: u32,
+}
+
+impl<H: DriverObject> Made<H> {
+    pub fn new(home: Home, handle: H) -> Self {
+        Made {
+            handle,
+            home,
+            state: AtomicU32::new(0),
+            fork_generation: libcuda::fork_generation(),
+        }
+    }
+
+    pub fn home(&self) -> &Home {
+        &self.home
+    }
+
+    /// Begin a use: the handle, held open until the guard is dropped, its context checked.
+    pub fn enter<'a>(&'a self, py: Python<'a>, what: &str) -> PyResult<(InUse<'a, Self>, H)> {
+        let in_use = enter(self, py, what)?;
+        driver::ensure_same_context(self.home.context, self.home.context_id)?;
+        Ok((in_use, self.handle))
+    }
+
+    /// The handle as an int; raises once closed.
+    pub fn handle(&self) -> PyResult<u64> {
+        if self.is_closed() {
+            return Err(closed_error(H::KIND, "handle"));
+        }
+        Ok(self.handle.as_u64())
+    }
+
+    /// The handle's value even when closed, for repr.
+    pub fn handle_value(&self) -> u64 {
+        self.handle.as_u64()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        is_closed(self)
+    }
+
+    pub fn close(&self, py: Python<'_>) -> PyResult<()> {
+        close(self, py)
+    }
+}
+
+impl<H: DriverObject> Managed for Made<H> {
+    const KIND: &'static str = H::KIND;
+
+    fn state(&self) -> &AtomicU32 {
+        &self.state
+    }
+
+    fn fork_generation(&self) -> u32 {
+        self.fork_generation
+    }
+
+    fn release(&self, py: Python<'_>) -> driver::Result<()> {
+        if !may_release(self.fork_generation) {
+            return Ok(());
+        }
+        let handle = self.handle;
+        self.home.release(py, move |ctx| handle.destroy(ctx))
+    }
+}
+
+impl<H: DriverObject> Drop for Made<H> {
+    fn drop(&mut self) {
+        // A pyclass is dropped by its tp_dealloc, with the GIL held; while the interpreter
+        // finalizes pyo3 will not attach, and nothing may be released then anyway.
+        let _ = Python::try_attach(|py| release_at_dealloc(&*self, py));
+    }
+}
+
 /// Where a driver object lives: its context, that context's id when the object was made,
 /// its device, and whether we hold a retain on the device's primary context for it.
 #[derive(Clone, Copy, Debug)]
@@ -210,6 +300,7 @@ impl Home {
         make: impl FnOnce(Context) -> driver::Result<H> + Send,
     ) -> PyResult<(Home, H)> {
         let made = py.detach(move || {
+            run_deferred();
             let primary = driver::retain_primary_context(device)?;
             // A device custream has used keeps its primary context until exit, so closing
             // the last stream does not make the next `Stream()` build it again.
@@ -248,19 +339,58 @@ impl Home {
     pub fn release(
         self,
         py: Python<'_>,
-        destroy: impl FnOnce(Context) -> driver::Result<()> + Send,
+        destroy: impl FnOnce(Context) -> driver::Result<()> + Send + 'static,
     ) -> driver::Result<()> {
+        if libcuda::in_host_function() {
+            // A host function dropped the last reference (it held the object in its
+            // arguments): no CUDA call may be made on this thread, so a later call makes it.
+            defer(Box::new(move || {
+                let _ = self.release_now(destroy);
+            }));
+            return Ok(());
+        }
         py.detach(move || {
-            if driver::ensure_same_context(self.context, self.context_id).is_err() {
-                return Ok(());
-            }
-            let destroyed = destroy(self.context);
-            if self.retains_primary {
-                destroyed.and(driver::release_primary_context(self.device))
-            } else {
-                destroyed
-            }
+            run_deferred();
+            self.release_now(destroy)
         })
+    }
+
+    /// After a reset the object is gone with its context, and so is the retain: nothing is
+    /// left to release, and destroying or releasing would hit the new context.
+    fn release_now(self, destroy: impl FnOnce(Context) -> driver::Result<()>) -> driver::Result<()> {
+        if driver::ensure_same_context(self.context, self.context_id).is_err() {
+            return Ok(());
+        }
+        let destroyed = destroy(self.context);
+        if self.retains_primary {
+            destroyed.and(driver::release_primary_context(self.device))
+        } else {
+            destroyed
+        }
+    }
+}
+
+/// Releases a host function asked for, made by the next release or `run_deferred` outside one.
+static DEFERRED: Mutex<Vec<Box<dyn FnOnce() + Send>>> = Mutex::new(Vec::new());
+static ANY_DEFERRED: AtomicBool = AtomicBool::new(false);
+
+fn defer(release: Box<dyn FnOnce() + Send>) {
+    DEFERRED.lock().unwrap_or_else(PoisonError::into_inner).push(release);
+    ANY_DEFERRED.store(true, Ordering::Release);
+}
+
+/// Make the releases deferred from host functions; nothing inside one (a load when none is
+/// waiting). Needs no GIL: call it detached, since it calls the driver.
+pub fn run_deferred() {
+    if !ANY_DEFERRED.load(Ordering::Acquire)
+        || libcuda::in_host_function()
+        || !ANY_DEFERRED.swap(false, Ordering::AcqRel)
+    {
+        return;
+    }
+    let waiting = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(PoisonError::into_inner));
+    for release in waiting {
+        release();
     }
 }
 

@@ -18,6 +18,7 @@ use pyo3::types::{PyInt, PyTuple};
 use crate::boundary::no_unwind;
 use crate::driver::{self, Context, StreamHandle};
 use crate::event::Event;
+use crate::graph;
 use crate::layout::{
     custream_deleter_t, CustreamStream, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_NON_BLOCKING,
     CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED, CUSTREAM_FLAG_SHARED,
@@ -388,16 +389,17 @@ impl StreamRef {
     /// Wait for the stream's work. An idle stream answers without releasing the GIL, which
     /// costs more than the driver's query; a busy one pays that one query extra.
     pub fn synchronize(self, py: Python<'_>) -> PyResult<()> {
-        self.use_handle(py, "synchronize()", |h| {
-            if driver::stream_query(h)? {
-                return Ok(());
-            }
-            py.detach(move || driver::stream_synchronize(h))
-        })
+        if graph::checks_needed() {
+            return graph::checked(self, py, "synchronize()", |h| wait_on(py, h));
+        }
+        self.use_handle(py, "synchronize()", |h| wait_on(py, h))
     }
 
     /// True when all work on the stream is done.
     pub fn query(self) -> PyResult<bool> {
+        if graph::checks_needed() {
+            return graph::checked_attached(self, "query()", driver::stream_query);
+        }
         self.use_handle_attached("query()", driver::stream_query)
     }
 
@@ -451,7 +453,9 @@ impl StreamRef {
     pub fn wait_event(self, py: Python<'_>, event: &Event) -> PyResult<()> {
         event.use_event(py, "wait()", |ev| {
             self.use_handle(py, "wait()", |h| driver::stream_wait_event(h, ev))
-        })
+        })?;
+        event.waited_on_by(self.handle_value());
+        Ok(())
     }
 
     /// Make later work on this stream wait for the work queued so far on `upstream`.
@@ -467,7 +471,7 @@ impl StreamRef {
         let waited = event
             .record_on(py, upstream, "wait()")
             .and_then(|()| self.wait_event(py, &event));
-        let closed = lifecycle::close(&event, py);
+        let closed = event.close(py);
         waited.and(closed)
     }
 
@@ -508,6 +512,12 @@ impl StreamRef {
     /// close() for the pool that made the stream.
     pub fn close_pooled(self, py: Python<'_>) -> PyResult<()> {
         lifecycle::close(&self, py)
+    }
+
+    /// A new reference to the Stream object.
+    pub fn object(self, py: Python<'_>) -> Bound<'_, PyAny> {
+        // SAFETY: a live object.
+        unsafe { Bound::from_borrowed_ptr(py, self.raw().cast()) }
     }
 
     /// Release everything once, without raising: for tp_clear.
@@ -578,6 +588,16 @@ impl Managed for StreamRef {
 
 fn closed_error(what: &str) -> PyErr {
     lifecycle::closed_error(StreamRef::KIND, what)
+}
+
+/// `synchronize()` on the handle (see there). Inlined in both of its callers, so that the
+/// fast path stays one function.
+#[inline(always)]
+fn wait_on(py: Python<'_>, h: StreamHandle) -> driver::Result<()> {
+    if driver::stream_query(h)? {
+        return Ok(());
+    }
+    py.detach(move || driver::stream_synchronize(h))
 }
 
 /// tp_dealloc: release what the stream holds, then free it.

@@ -17,6 +17,7 @@ use crate::args::{bool_arg, device_arg, i32_arg, Signature};
 use crate::boundary::{boundary, no_unwind};
 use crate::current;
 use crate::event::Event;
+use crate::graph_type;
 use crate::layout::CustreamStream;
 use crate::lifecycle::{self, Managed};
 use crate::protocol::{self, handle_from_int};
@@ -446,6 +447,12 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
         method(c"__enter__", M { PyCFunction: enter }, noargs, c"Make the stream current (custream.current_stream()) until the block ends."),
         method(c"__exit__", M { PyCFunction: exit }, ffi::METH_VARARGS, c"Make the stream that was current before the block current again; closes nothing."),
         method(c"__reduce__", M { PyCFunction: reduce }, noargs, c"Streams cannot be pickled."),
+        method(c"launch_host_func", M { PyCFunctionFast: graph_type::launch_host_func }, ffi::METH_FASTCALL,
+            c"launch_host_func($self, fn, /, *args)\n--\n\nRun ``fn(*args)`` on a host thread of the driver's once the work queued on the\nstream before it is done; returns at once. ``fn`` and ``args`` are kept alive until\nthe call ran. An exception in ``fn`` goes to ``sys.unraisablehook``. ``fn`` must make\nno CUDA call (custream refuses one). In a capture the call becomes a host node, run\nat each launch of the graph."),
+        method(c"begin_capture", M { PyCFunctionFastWithKeywords: graph_type::begin_capture }, ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+            c"begin_capture($self, /, mode='thread_local')\n--\n\nBegin capturing the work queued on this stream into a CUDA graph; ``mode`` is\n'thread_local', 'global' or 'relaxed' (CUDA's capture modes). End it with\nend_capture(). While it is open, synchronize() and query() on the stream raise\nCudaError instead of invalidating the capture."),
+        method(c"end_capture", M { PyCFunction: graph_type::end_capture }, noargs,
+            c"end_capture($self, /)\n--\n\nEnd the capture begun on this stream and return the instantiated custream.Graph."),
         ffi::PyMethodDef::zeroed(),
     ]);
     let getset = leak(vec![
@@ -485,6 +492,11 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
             c"The stream's priority (lower numbers run first).",
         ),
         getter(c"closed", get_closed, c"True once close() has been called."),
+        getter(
+            c"is_capturing",
+            graph_type::get_is_capturing,
+            c"True while the stream is capturing a CUDA graph (whoever began the capture).",
+        ),
         ffi::PyGetSetDef {
             name: std::ptr::null(),
             get: None,

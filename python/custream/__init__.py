@@ -30,6 +30,7 @@ from custream._custream import (
     live_stream_count,
     priority_range,
 )
+from custream._custream import Graph, check_foreign_captures
 
 __version__ = "0.1.0"
 
@@ -53,6 +54,8 @@ __all__ = [
     "is_available",
     "live_stream_count",
     "priority_range",
+    "Graph",
+    "check_foreign_captures",
 ]
 
 

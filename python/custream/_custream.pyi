@@ -1,7 +1,7 @@
 """Type stubs for custream's extension module (re-exported by ``custream``)."""
 
 from types import TracebackType
-from typing import Any, Final, Protocol, final
+from typing import Any, Callable, Final, Literal, Protocol, final
 
 __all__ = [
     "ABI_VERSION",
@@ -24,6 +24,9 @@ __all__ = [
     "priority_range",
     "_finalize",
     "_C_API",
+    "Graph",
+    "HostFunction",
+    "check_foreign_captures",
 ]
 
 ABI_VERSION: Final[int]
@@ -117,6 +120,15 @@ class Stream:
         """Make the stream current before the block current again; closes nothing."""
     def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
+    def launch_host_func(self, fn: Callable[..., object], /, *args: Any) -> None:
+        """Run ``fn(*args)`` on a driver thread once the work queued before it is done."""
+    def begin_capture(self, mode: Literal["thread_local", "global", "relaxed"] = "thread_local") -> None:
+        """Begin capturing the work queued on this stream into a CUDA graph."""
+    def end_capture(self) -> Graph:
+        """End the capture and return the instantiated graph."""
+    @property
+    def is_capturing(self) -> bool:
+        """True while the stream is capturing a CUDA graph, whoever began the capture."""
 
 @final
 class Event:
@@ -193,3 +205,39 @@ def live_stream_count() -> int:
 def _finalize() -> None: ...
 
 _C_API: object
+
+@final
+class Graph:
+    """An executable CUDA graph, as ``Stream.end_capture()`` returns it."""
+
+    def launch(self, stream: Stream | CudaStreamProducer) -> None:
+        """Launch the graph on ``stream``."""
+    def upload(self, stream: Stream | CudaStreamProducer) -> None:
+        """Upload the graph's work to the device on ``stream`` ahead of a launch."""
+    @property
+    def handle(self) -> int: ...
+    @property
+    def device(self) -> int: ...
+    @property
+    def node_count(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None:
+        """Destroy the executable graph; idempotent."""
+    def __enter__(self) -> Graph: ...
+    def __exit__(self, *exc: object) -> bool: ...
+
+@final
+class HostFunction:
+    """What ``sys.unraisablehook`` gets as ``object`` when a host function raises."""
+
+    @property
+    def function(self) -> Any: ...
+    @property
+    def args(self) -> tuple[Any, ...]: ...
+    @property
+    def stream(self) -> int: ...
+
+def check_foreign_captures(enabled: bool | None = None) -> bool:
+    """Whether query() and synchronize() first ask the driver about captures other libraries
+    began; with a bool, set it and return the previous setting."""

@@ -1,0 +1,44 @@
+"""Checks of host functions shared by the GPU tests (test_gpu_capture.py) and the CPU tests
+against a stand-in driver (tests/test_capture.py, which puts this folder on the path of its
+subprocesses). Each takes the stream and a function that queues work on it, and needs no
+GPU library itself. The module name is unique on purpose (see custream_gpu_helpers.py)."""
+
+import gc
+import sys
+import weakref
+
+
+def check_call_lifetime(s, queue_work):
+    """``fn`` and ``args`` of ``s.launch_host_func`` stay alive until the call ran, queued
+    behind ``queue_work(s)``, and are released right after it."""
+
+    class Arg:
+        pass
+
+    seen = []
+
+    def fn(arg):
+        seen.append(type(arg).__name__)
+
+    arg = Arg()
+    alive = weakref.ref(arg)
+    before = sys.getrefcount(fn)
+    queue_work(s)
+    s.launch_host_func(fn, arg)
+    assert sys.getrefcount(fn) == before + 1
+    del arg
+    gc.collect()
+    assert alive() is not None, "the argument died before the call ran"
+    s.synchronize()
+    assert seen == ["Arg"], seen
+    assert alive() is None, "the argument outlived the call"
+    assert sys.getrefcount(fn) == before
+
+
+def refused(call, exc):
+    """The exception of type ``exc`` that ``call()`` raises; fails if it raises none."""
+    try:
+        call()
+    except exc as e:
+        return e
+    raise AssertionError(f"{call} raised no {exc.__name__}")

@@ -1,0 +1,492 @@
+"""Host functions and graph capture without a GPU.
+
+In this process (no driver here): argument checks, refusals, and the no-driver path.
+
+In subprocesses against a stand-in libcuda (tests/_fake_libcuda.c, built here with the C
+compiler): custream's side of the contract, which needs a driver to run at all. The stand-in
+runs no GPU work; it queues host functions on a thread of its own behind "kernels" that
+sleep, keeps capture state, and invalidates a capture on the calls CUDA forbids during one,
+so these tests see whether custream ever makes such a call. tests/gpu/test_gpu_capture.py
+checks the same against the real driver.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import custream
+from custream import Stream
+
+TESTS = Path(__file__).resolve().parent
+HAS_DRIVER = custream.is_available()
+
+
+# ---- in this process ---------------------------------------------------------------------
+
+
+def test_launch_host_func_checks_its_arguments():
+    s = Stream.from_handle(0x1234)
+    with pytest.raises(TypeError, match="missing required argument 'fn'"):
+        s.launch_host_func()
+    with pytest.raises(TypeError, match="fn must be callable, got int"):
+        s.launch_host_func(3, 4)
+    s.close()
+    with pytest.raises(ValueError, match=r"launch_host_func\(\) on a closed custream.Stream"):
+        s.launch_host_func(print)
+
+
+@pytest.mark.skipif(HAS_DRIVER, reason="the no-driver path")
+def test_without_a_driver_nothing_is_queued_and_nothing_is_kept():
+    s = Stream.from_handle(0x1234)
+
+    def fn(*args):
+        pass
+
+    arg = object()
+    before = sys.getrefcount(fn), sys.getrefcount(arg)
+    for _ in range(3):
+        with pytest.raises(custream.CudaUnavailableError):
+            s.launch_host_func(fn, arg)
+    assert (sys.getrefcount(fn), sys.getrefcount(arg)) == before
+    for call in (s.begin_capture, s.end_capture, lambda: s.is_capturing):
+        with pytest.raises(custream.CudaUnavailableError):
+            call()
+
+
+def test_begin_capture_checks_the_mode():
+    s = Stream.from_handle(0x1234)
+    with pytest.raises(ValueError, match="mode must be 'thread_local', 'global' or 'relaxed', got 'local'"):
+        s.begin_capture("local")
+    with pytest.raises(TypeError, match="mode must be a str, got int"):
+        s.begin_capture(mode=1)
+    with pytest.raises(TypeError, match="begin_capture.. got an unexpected keyword argument 'how'"):
+        s.begin_capture(how="global")
+    with pytest.raises(TypeError, match="takes 1 positional argument but 2 were given"):
+        s.begin_capture("global", "relaxed")
+    s.close()
+    with pytest.raises(ValueError, match="closed"):
+        s.begin_capture()
+    with pytest.raises(ValueError, match="closed"):
+        s.end_capture()
+    with pytest.raises(ValueError, match="closed"):
+        s.is_capturing
+
+
+def test_graph_cannot_be_made_directly_or_pickled():
+    with pytest.raises(TypeError):
+        custream.Graph()
+    assert custream.Graph.__module__ == "custream"
+    assert "launch" in custream.Graph.__dict__ and "upload" in custream.Graph.__dict__
+
+
+def test_foreign_capture_checks_are_off_by_default_and_switch():
+    assert custream.check_foreign_captures() is False
+    try:
+        assert custream.check_foreign_captures(True) is False
+        assert custream.check_foreign_captures() is True
+        assert custream.check_foreign_captures(False) is True
+    finally:
+        custream.check_foreign_captures(False)
+    with pytest.raises(TypeError, match="enabled must be True or False"):
+        custream.check_foreign_captures(1)
+
+
+def test_the_capture_names_are_exported():
+    for name in ("Graph", "check_foreign_captures"):
+        assert name in custream.__all__ and hasattr(custream, name)
+    for name in ("launch_host_func", "begin_capture", "end_capture", "is_capturing"):
+        assert hasattr(Stream, name), name
+
+
+# ---- against the stand-in driver ---------------------------------------------------------
+
+
+def _entry_points():
+    """Every entry point custream resolves (src/libcuda.rs), so the stand-in exports them all
+    even when the table grows; None where the sources are not next to the tests."""
+    src = TESTS.parent / "src" / "libcuda.rs"
+    if not src.is_file():
+        return None
+    text = src.read_text()
+    names = []
+    for table in re.findall(r"entry_points!\(\w+ \{(.*?)\}\);", text, re.S):
+        names += re.findall(r"^\s*(cu\w+)\(", table, re.M)
+    return names
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory):
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if not cc:
+        pytest.skip("needs a C compiler to build the stand-in driver")
+    names = _entry_points()
+    if names is None:
+        pytest.skip("needs the crate's sources (src/libcuda.rs) next to the tests")
+    source = (TESTS / "_fake_libcuda.c").read_text()
+    defined = set(re.findall(r"^CUresult (cu\w+)\(", source, re.M))
+    stubs = "".join(f"CUresult {n}() {{ return OK; }}\n" for n in names if n not in defined)
+    d = tmp_path_factory.mktemp("fake-libcuda")
+    (d / "fake.c").write_text(source + "\n/* entry points not modelled */\n" + stubs)
+    lib = d / "libcuda.so.1"
+    subprocess.run([cc, "-O1", "-shared", "-fPIC", "-o", str(lib), str(d / "fake.c"), "-lpthread"], check=True)
+    return lib
+
+
+PRELUDE = textwrap.dedent(
+    """
+    import ctypes, gc, os, sys, threading, time, weakref
+    import custream
+    from custream import Stream
+    fake = ctypes.CDLL(os.environ["CUSTREAM_LIBCUDA"])
+    fake.fake_kernel.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    fake.fake_foreign_begin.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    from custream_capture_checks import check_call_lifetime, refused
+    def kernel(s, ms):
+        fake.fake_kernel(s.handle, ms)
+    def wait_for(cond, what, timeout=10):
+        end = time.monotonic() + timeout
+        while not cond():
+            assert time.monotonic() < end, what
+            time.sleep(0.005)
+    """
+)
+
+
+def run(fake, body, timeout=60, check_exit=True):
+    path = os.pathsep.join(filter(None, [str(TESTS / "gpu"), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, CUSTREAM_LIBCUDA=str(fake), PYTHONPATH=path)
+    script = PRELUDE + textwrap.dedent(body)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=timeout)
+    assert "panicked" not in out.stderr and "Fatal Python error" not in out.stderr, out.stderr
+    if check_exit:
+        assert out.returncode == 0, out.stdout + out.stderr
+    return out
+
+
+def test_callbacks_run_in_order_behind_queued_work(fake):
+    out = run(fake, """
+        s = Stream()
+        ran = []
+        kernel(s, 150)
+        s.launch_host_func(lambda: ran.append(("first", threading.get_ident())))
+        s.launch_host_func(ran.append, ("second", threading.get_ident()))
+        assert "keyword arguments" in str(refused(lambda: s.launch_host_func(print, "x", end=""), TypeError))
+        assert ran == [] and s.query() is False, "launch_host_func must return at once"
+        s.synchronize()
+        assert [r[0] for r in ran] == ["first", "second"], ran
+        assert ran[0][1] != threading.get_ident(), "ran on the caller's thread"
+        print("ok")
+    """)
+    assert out.stdout.strip().endswith("ok")
+
+
+def test_fn_and_args_live_until_the_call_ran_and_no_longer(fake):
+    run(fake, """
+        with Stream() as s:
+            check_call_lifetime(s, lambda s: kernel(s, 100))
+    """)
+
+
+def test_an_exception_goes_to_the_unraisable_hook_naming_the_stream(fake):
+    run(fake, """
+        s = Stream()
+        caught = []
+        sys.unraisablehook = lambda u: caught.append((u.exc_type, str(u.exc_value), repr(u.object), u.object))
+        def boom(x):
+            raise KeyError(x)
+        s.launch_host_func(boom, "k")
+        s.launch_host_func(lambda: 1 / 0)
+        s.synchronize()
+        assert [c[0] for c in caught] == [KeyError, ZeroDivisionError], caught
+        r = caught[0][2]
+        assert "custream host function <function boom" in r and f"handle={s.handle:#x}" in r, r
+        assert caught[0][3].stream == s.handle and caught[0][3].args == ("k",)
+        s.launch_host_func(caught.append, "still works")
+        s.synchronize()
+        assert caught[-1] == "still works"
+    """)
+
+
+def test_a_custream_call_inside_a_host_function_is_refused_not_deadlocked(fake):
+    run(fake, """
+        s = Stream()
+        errors = []
+        def inside():
+            for call in (s.synchronize, s.query, Stream, lambda: s.is_capturing, custream.Event):
+                e = refused(call, custream.CudaError)
+                errors.append((e.name, "inside a host function" in e.message))
+        s.launch_host_func(inside)
+        s.synchronize()
+        assert errors == [("CUDA_ERROR_NOT_PERMITTED", True)] * 5, errors
+        # Other threads are not affected while a host function runs, and this one no longer is.
+        assert s.query() is True
+    """, timeout=30)
+
+
+def test_an_object_released_by_a_host_function_is_destroyed_later_off_the_driver_thread(fake):
+    run(fake, """
+        s = Stream()
+        start = fake.fake_destroyed()
+        victim = Stream()
+        s.launch_host_func(lambda v: None, victim)
+        del victim
+        count = custream.live_stream_count()
+        s.synchronize()
+        assert custream.live_stream_count() == count - 1
+        assert fake.fake_destroyed() == start  # deferred: no CUDA call inside a host function
+        Stream().close()  # the next release makes it
+        assert fake.fake_destroyed() == start + 2
+        assert fake.fake_destroyed_in_host_fn() == 0
+    """)
+
+
+@pytest.mark.parametrize("kernel_ms", [0, 5, 30, 200])
+def test_exit_with_callbacks_queued_behind_work(fake, kernel_ms, tmp_path):
+    # The stand-in runs what is still queued when the process exits, after the interpreter
+    # finalized (a driver may): those calls must be dropped, never touching Python.
+    mark = tmp_path / "ran"
+    out = run(fake, f"""
+        s = Stream()
+        kernel(s, {kernel_ms})
+        for i in range(20):
+            s.launch_host_func(lambda i=i: open({str(mark)!r}, "a").write(f"{{i}} "))
+        print("exiting")
+    """)
+    assert out.stderr == "" and out.stdout.strip() == "exiting"
+    ran = mark.read_text().split() if mark.exists() else []
+    assert ran == [str(i) for i in range(len(ran))], "calls ran out of order"
+
+
+def test_exit_waits_for_a_callback_inside_python(fake, tmp_path):
+    mark = tmp_path / "done"
+    out = run(fake, f"""
+        s = Stream()
+        def slow():
+            time.sleep(0.3)
+            open({str(mark)!r}, "w").write("done")
+        s.launch_host_func(slow)
+        time.sleep(0.05)
+    """)
+    assert out.stderr == ""
+    assert mark.read_text() == "done"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_fork_with_callbacks_pending_and_one_running(fake):
+    out = run(fake, """
+        import warnings
+        warnings.simplefilter("ignore", DeprecationWarning)
+        s = Stream()
+        ran = []
+        started = threading.Event()
+        def slow():
+            started.set()
+            time.sleep(0.3)
+            ran.append("slow")
+        kernel(s, 50)
+        s.launch_host_func(slow)
+        s.launch_host_func(ran.append, "after")
+        assert started.wait(5)
+        pid = os.fork()
+        if pid == 0:
+            # The child: no driver thread came along. Nothing runs, nothing crashes, and its
+            # interpreter exits without waiting for the parent's callback.
+            assert refused(s.synchronize, custream.CudaError).name == "CUDA_ERROR_NOT_INITIALIZED"
+            assert ran == []
+            sys.exit(7)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 7
+        s.synchronize()
+        assert ran == ["slow", "after"], ran
+        print("ok")
+    """, timeout=30)
+    assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("mode", ["thread_local", "global", "relaxed"])
+def test_capture_refuses_what_would_invalidate_it(fake, mode):
+    run(fake, f"""
+        s = Stream()
+        assert s.is_capturing is False
+        s.begin_capture({mode!r})
+        assert s.is_capturing is True
+        for call in (s.query, s.synchronize):
+            e = refused(call, custream.CudaError)
+            assert e.name == "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", e.name
+            assert "custream capture #" in e.message and "'{mode}' mode" in e.message, e.message
+            assert "the capture is still valid" in e.message
+        # Another stream is usable meanwhile, in every mode.
+        other = Stream()
+        assert other.query() is True
+        other.synchronize()
+        kernel(s, 1)
+        g = s.end_capture()
+        assert fake.fake_invalidations() == 0
+        assert s.is_capturing is False and s.query() is True
+        assert type(g) is custream.Graph and g.node_count == 1 and g.device == 0
+        assert "custream.Graph" in repr(g) and "nodes=1" in repr(g)
+        g.launch(s)
+        g.upload(other)
+        g.close()
+        g.close()
+        assert g.closed and "closed" in repr(g)
+        assert "closed custream.Graph" in str(refused(lambda: g.launch(s), ValueError))
+    """)
+
+
+def test_calls_on_other_streams_during_a_global_capture_run_relaxed(fake):
+    run(fake, """
+        s, other = Stream(), Stream()
+        before = fake.fake_exchanges()
+        assert other.query() is True
+        assert fake.fake_exchanges() == before, "no capture open: no mode exchange"
+        s.begin_capture("global")
+        assert other.query() is True
+        other.synchronize()
+        assert fake.fake_exchanges() == before + 4  # set and restore, twice
+        s.end_capture()
+        assert fake.fake_invalidations() == 0
+    """)
+
+
+def test_a_capture_begun_by_another_library(fake):
+    run(fake, """
+        s = Stream()
+        assert fake.fake_foreign_begin(s.handle, 1) == 0
+        assert s.is_capturing is True
+        # Checked only when asked: by default query() costs what it did, and the driver
+        # invalidates the foreign capture, as it would for any library's call.
+        assert custream.check_foreign_captures(True) is False
+        e = refused(s.query, custream.CudaError)
+        assert e.name == "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED" and "begun outside custream" in e.message, e
+        assert fake.fake_invalidations() == 0
+        g = s.end_capture()  # custream may end it: the graph is the same
+        assert g.node_count == 0
+        custream.check_foreign_captures(False)
+        fake.fake_foreign_begin(s.handle, 1)
+        refused(s.query, custream.CudaError)  # the driver's own refusal
+        assert fake.fake_invalidations() == 1
+        assert refused(s.end_capture, custream.CudaError).name == "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"
+        assert s.is_capturing is False
+    """)
+
+
+def test_events_in_a_capture_fork_and_join_and_refuse_queries(fake):
+    run(fake, """
+        s, side = Stream(), Stream()
+        s.begin_capture()
+        ev = s.record()
+        for call in (ev.synchronize, ev.query):
+            e = refused(call, custream.CudaError)
+            assert e.name == "CUDA_ERROR_CAPTURED_EVENT", e.name
+            assert "custream capture #" in e.message and "still valid" in e.message
+        side.wait(ev)  # forks `side` into the capture
+        assert side.is_capturing is True
+        assert "joined through wait() into the capture" in refused(side.synchronize, custream.CudaError).message
+        ran = []
+        side.launch_host_func(ran.append, "side")
+        s.wait(side.record())  # joins it back
+        s.launch_host_func(ran.append, "main")
+        g = s.end_capture()
+        assert fake.fake_invalidations() == 0 and g.node_count == 2
+        assert side.is_capturing is False
+        ev.synchronize()  # the capture is over: custream no longer refuses (the driver answers)
+        g.launch(s)
+        s.synchronize()
+        assert ran == ["side", "main"], ran
+    """)
+
+
+def test_host_functions_in_a_capture_run_at_each_launch_and_live_with_the_graph(fake):
+    run(fake, """
+        s = Stream()
+        class Counter:
+            n = 0
+            def __call__(self, step):
+                self.n += step
+        counter = Counter()
+        alive = weakref.ref(counter)
+        s.begin_capture("relaxed")
+        s.launch_host_func(counter, 1)
+        g = s.end_capture()
+        del counter
+        gc.collect()
+        for _ in range(3):
+            g.launch(s)
+        s.synchronize()
+        assert alive() is not None and alive().n == 3
+        g.close()  # the payload goes with the graph's last executable and its launches
+        wait_for(lambda: (gc.collect(), alive() is None)[1], "the graph's host function outlived it")
+    """)
+
+
+def test_an_invalidated_capture_releases_its_host_functions(fake):
+    run(fake, """
+        s = Stream()
+        class Fn:
+            def __call__(self): pass
+        fn = Fn()
+        alive = weakref.ref(fn)
+        s.begin_capture("global")
+        s.launch_host_func(fn)
+        del fn
+        lib = ctypes.CDLL(os.environ["CUSTREAM_LIBCUDA"])
+        lib.cuStreamQuery(ctypes.c_void_p(s.handle))  # another library's forbidden call
+        assert refused(s.end_capture, custream.CudaError).name == "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"
+        wait_for(lambda: (gc.collect(), alive() is None)[1], "an invalidated capture kept its host function")
+        assert s.is_capturing is False and s.query() is True
+    """)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_graph_in_a_forked_child(fake):
+    run(fake, """
+        import warnings
+        warnings.simplefilter("ignore", DeprecationWarning)
+        s = Stream()
+        s.begin_capture()
+        g = s.end_capture()
+        pid = os.fork()
+        if pid == 0:
+            if refused(lambda: g.launch(s), custream.CudaError).name != "CUDA_ERROR_NOT_INITIALIZED":
+                os._exit(3)
+            g.close()
+            del g
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        g.launch(s)
+        g.close()
+    """)
+
+
+def test_launch_accepts_any_protocol_stream(fake):
+    run(fake, """
+        s = Stream()
+        s.begin_capture()
+        g = s.end_capture()
+        class Producer:
+            def __cuda_stream__(self):
+                return (0, s.handle)
+        g.launch(Producer())
+        assert "__cuda_stream__" in str(refused(lambda: g.launch(42), TypeError))
+        with g:
+            pass
+        assert g.closed
+    """)
+
+
+def test_the_capture_benchmark_runs_anywhere(tmp_path):
+    out = subprocess.run([sys.executable, str(TESTS.parent / "benches" / "capture.py"), "--quick", "--json",
+                          str(tmp_path / "capture.json")], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    if "needs a GPU" in out.stdout:
+        assert not (tmp_path / "capture.json").exists()
+    else:
+        assert "Graph.launch, 10 nodes" in out.stdout and (tmp_path / "capture.json").is_file()
