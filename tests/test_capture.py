@@ -2,7 +2,7 @@
 
 In this process (no driver here): argument checks, refusals, and the no-driver path.
 
-In subprocesses against a stand-in libcuda (tests/_fake_libcuda.c, built here with the C
+In subprocesses against a stand-in libcuda (tests/standin/capture.c, built here with the C
 compiler): custream's side of the contract, which needs a driver to run at all. The stand-in
 runs no GPU work; it queues host functions on a thread of its own behind "kernels" that
 sleep, keeps capture state, and invalidates a capture on the calls CUDA forbids during one,
@@ -11,8 +11,6 @@ checks the same against the real driver.
 """
 
 import os
-import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import custream
+import standin
 from custream import Stream
 
 TESTS = Path(__file__).resolve().parent
@@ -107,35 +106,9 @@ def test_the_capture_names_are_exported():
 # ---- against the stand-in driver ---------------------------------------------------------
 
 
-def _entry_points():
-    """Every entry point custream resolves (src/libcuda.rs), so the stand-in exports them all
-    even when the table grows; None where the sources are not next to the tests."""
-    src = TESTS.parent / "src" / "libcuda.rs"
-    if not src.is_file():
-        return None
-    text = src.read_text()
-    names = []
-    for table in re.findall(r"entry_points!\(\w+ \{(.*?)\}\);", text, re.S):
-        names += re.findall(r"^\s*(cu\w+)\(", table, re.M)
-    return names
-
-
 @pytest.fixture(scope="module")
 def fake(tmp_path_factory):
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    if not cc:
-        pytest.skip("needs a C compiler to build the stand-in driver")
-    names = _entry_points()
-    if names is None:
-        pytest.skip("needs the crate's sources (src/libcuda.rs) next to the tests")
-    source = (TESTS / "_fake_libcuda.c").read_text()
-    defined = set(re.findall(r"^CUresult (cu\w+)\(", source, re.M))
-    stubs = "".join(f"CUresult {n}() {{ return OK; }}\n" for n in names if n not in defined)
-    d = tmp_path_factory.mktemp("fake-libcuda")
-    (d / "fake.c").write_text(source + "\n/* entry points not modelled */\n" + stubs)
-    lib = d / "libcuda.so.1"
-    subprocess.run([cc, "-O1", "-shared", "-fPIC", "-o", str(lib), str(d / "fake.c"), "-lpthread"], check=True)
-    return lib
+    return standin.build("capture.c", tmp_path_factory.mktemp("fake-libcuda"))
 
 
 PRELUDE = textwrap.dedent(

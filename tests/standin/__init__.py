@@ -1,4 +1,10 @@
-"""Runs code against the stand-in libcuda (libcuda.c beside this file) in a subprocess.
+"""Stand-in libcuda builds for CPU tests, and running code against one in a subprocess.
+
+Two models live beside this file: libcuda.c (custream's own bookkeeping: retains, pushes,
+live streams) and capture.c (host functions and graph capture: a worker thread, capture
+state). Either is built with every other entry point custream resolves (src/libcuda.rs)
+generated as a function returning CUDA_SUCCESS, so a stand-in keeps loading as the table
+grows.
 
 custream opens libcuda once per process, and this test process has none, so each check runs
 in a fresh interpreter with ``CUSTREAM_LIBCUDA`` naming the stand-in; ``standin`` in that
@@ -7,6 +13,7 @@ interpreter is the library itself (ctypes), for its counters, and ``tests/`` is 
 
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -17,14 +24,32 @@ import pytest
 HERE = pathlib.Path(__file__).resolve().parent
 
 
-@pytest.fixture(scope="session")
-def standin_lib(tmp_path_factory):
+def entry_points():
+    """Every entry point custream resolves, read from src/libcuda.rs (skip without it)."""
+    src = HERE.parent.parent / "src" / "libcuda.rs"
+    if not src.is_file():
+        pytest.skip("needs the crate's sources (src/libcuda.rs) next to the tests")
+    tables = re.findall(r"entry_points!\(\w+ \{(.*?)\}\);", src.read_text(), re.S)
+    return [name for table in tables for name in re.findall(r"^\s*(cu\w+)\(", table, re.M)]
+
+
+def build(model, folder):
+    """`model` (a file beside this one) built as folder/libcuda.so.1, completed with stubs."""
     cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     if not cc:
         pytest.skip("needs a C compiler to build the stand-in libcuda")
-    lib = tmp_path_factory.mktemp("standin") / "libcuda-standin.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(HERE / "libcuda.c")], check=True)
+    source = (HERE / model).read_text()
+    defined = set(re.findall(r"^CUresult (cu\w+)\(", source, re.M))
+    stubs = "".join(f"CUresult {n}() {{ return 0; }}\n" for n in entry_points() if n not in defined)
+    (folder / "standin.c").write_text(source + "\n/* entry points not modelled */\n" + stubs)
+    lib = folder / "libcuda.so.1"
+    subprocess.run([cc, "-O1", "-shared", "-fPIC", "-o", str(lib), str(folder / "standin.c"), "-lpthread"], check=True)
     return lib
+
+
+@pytest.fixture(scope="session")
+def standin_lib(tmp_path_factory):
+    return build("libcuda.c", tmp_path_factory.mktemp("standin"))
 
 
 PRELUDE = f"""
