@@ -8,10 +8,8 @@ Rows (median over paired repeats, benches/timing.py; the C loops are capture_raw
 - Graph.launch of a 10-node graph (10 CuPy kernels captured through custream) against a C
   cuGraphLaunch loop on the same graph and stream (target <= 1.15x), in batches of 100 with
   an untimed synchronize between, so the launch queue never fills;
-- capture of 100 CuPy kernels through custream against CuPy's own begin/end_capture;
-- query() and synchronize() of an idle stream against C loops, with check_foreign_captures
-  off (the default) and on (one cuStreamIsCapturing more).
-Without a GPU (or CuPy) it says so and exits 0.
+- capture of 100 CuPy kernels through custream against CuPy's own begin/end_capture.
+(query() and synchronize() are rows of benches/run.py.) Without a GPU or CuPy it says so.
 """
 
 from __future__ import annotations
@@ -30,8 +28,7 @@ def load_raw():
                    check=True)
     lib = ctypes.CDLL(out)
     p, n = ctypes.c_void_p, ctypes.c_long
-    for name, argtypes in (("cr_host_func_round_trip", [p, n]), ("cr_graph_launch", [p, p, n, n]),
-                           ("cr_query", [p, n]), ("cr_synchronize", [p, n])):
+    for name, argtypes in (("cr_host_func_round_trip", [p, n]), ("cr_graph_launch", [p, p, n, n])):
         getattr(lib, name).restype, getattr(lib, name).argtypes = ctypes.c_int64, argtypes
     assert lib.cr_init() == 0, "capture_raw.c: libcuda.so.1 lacks an entry point"
     return lib
@@ -129,13 +126,6 @@ def main() -> int:
     row("capture 100 CuPy kernels (custream)", None, py_loop(ours_capture), py_loop(cupy_capture),
         "CuPy begin/end_capture")
 
-    for checks in (False, True):
-        custream.check_foreign_captures(checks)
-        tag = "foreign checks on" if checks else "default"
-        row(f"query(), idle ({tag})", 1.2, py_loop(s.query), c_loop(raw.cr_query, s.handle), "C cuStreamQuery")
-        row(f"synchronize(), idle ({tag})", 1.15, py_loop(s.synchronize), c_loop(raw.cr_synchronize, s.handle),
-            "C cuStreamSynchronize")
-    custream.check_foreign_captures(False)
     g.close()
     meta = {"device": custream.device_info(0)[0], "driver": custream.driver_version(), "cupy": cp.__version__, "quick": args.quick}
     if args.json:

@@ -16,7 +16,6 @@ typedef void (*CUhostFn)(void *);
 
 static CUresult (*cuLaunchHostFunc)(CUstream, CUhostFn, void *);
 static CUresult (*cuStreamSynchronize)(CUstream);
-static CUresult (*cuStreamQuery)(CUstream);
 static CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
 
 static int64_t now_ns(void) {
@@ -31,9 +30,8 @@ int cr_init(void) {
     if (!lib) return -1;
     cuLaunchHostFunc = (CUresult(*)(CUstream, CUhostFn, void *))dlsym(lib, "cuLaunchHostFunc");
     cuStreamSynchronize = (CUresult(*)(CUstream))dlsym(lib, "cuStreamSynchronize");
-    cuStreamQuery = (CUresult(*)(CUstream))dlsym(lib, "cuStreamQuery");
     cuGraphLaunch = (CUresult(*)(CUgraphExec, CUstream))dlsym(lib, "cuGraphLaunch");
-    return cuLaunchHostFunc && cuStreamSynchronize && cuStreamQuery && cuGraphLaunch ? 0 : -2;
+    return cuLaunchHostFunc && cuStreamSynchronize && cuGraphLaunch ? 0 : -2;
 }
 
 static void count(void *user) { __atomic_add_fetch((long *)user, 1, __ATOMIC_RELAXED); }
@@ -66,18 +64,4 @@ int64_t cr_graph_launch(CUgraphExec g, CUstream s, long batch, long n) {
         done += k;
     }
     return total;
-}
-
-int64_t cr_query(CUstream s, long n) {
-    int64_t t = now_ns();
-    for (long i = 0; i < n; i++)
-        if (cuStreamQuery(s)) return -1;
-    return now_ns() - t;
-}
-
-int64_t cr_synchronize(CUstream s, long n) {
-    int64_t t = now_ns();
-    for (long i = 0; i < n; i++)
-        if (cuStreamSynchronize(s)) return -1;
-    return now_ns() - t;
 }
