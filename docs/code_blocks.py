@@ -19,8 +19,9 @@ Sphinx highlights it as):
                        by the C++ tests that come with custream.hpp instead
 ``cmake``, ``meson``   built, with the page's ``PyInit_mymod`` C block, and called
                        (cython_tests/test_cy_readme.py)
-``bash``, ``text``     not run: shell commands (the README's two are what CI runs) and
-                       printed output
+``text``               printed output: compared with what the code prints
+                       (tests/test_readme.py)
+``bash``               not run: shell commands (the README's two are what CI runs)
 =====================  ==================================================================
 
 A block with any other info string fails tests/test_readme.py, so no block goes untested
@@ -42,8 +43,8 @@ TESTED_BY = {
     "cpp": "cython_tests/test_cy_readme.py",
     "cmake": "cython_tests/test_cy_readme.py",
     "meson": "cython_tests/test_cy_readme.py",
+    "text": "tests/test_readme.py",
     "bash": None,
-    "text": None,
 }
 
 # Pages whose blocks of a tag another test compiles: (page, tag) -> that test.

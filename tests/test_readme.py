@@ -59,6 +59,21 @@ def test_gpu_example_runs(block, capsys):
     run(block, capsys)
 
 
+def test_printed_output_shown_is_what_is_printed():
+    """The one ```text block, docs/testing.md's report, is what the kit prints for its example."""
+    from custream.testing import check_stream_protocol
+
+    (block,) = code_blocks.blocks("text")  # another one needs its own check here
+    assert block.page == "docs/testing.md"
+
+    class Legacy:
+        def __cuda_stream__(self):
+            return (False, 0x7F00DEAD0000)  # a bool is not the version 0
+
+    Legacy.__module__, Legacy.__qualname__ = "mylib", "Legacy"
+    assert str(check_stream_protocol(Legacy())) == block.code.rstrip("\n")
+
+
 @pytest.mark.parametrize("block", code_blocks.blocks(), ids=lambda b: b.id)
 def test_no_example_uses_a_deprecated_api(block):
     for old, new in DEPRECATED.items():
