@@ -8,8 +8,8 @@ one), a ```c block defining ``PyInit_mymod`` is built as that module, other ```c
 Each module is then called in a fresh interpreter.
 """
 
-import importlib.util
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -20,9 +20,8 @@ from _cy_build import compiler
 from _cy_downstream import check_in, cmake_build, meson_build, setuptools_build
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("code_blocks", ROOT / "docs" / "code_blocks.py")
-code_blocks = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(code_blocks)
+sys.path.insert(0, str(ROOT / "docs"))
+import code_blocks  # noqa: E402 (docs/code_blocks.py: the blocks and what tests them)
 
 CYTHON = code_blocks.blocks("cython")
 C = code_blocks.blocks("c")

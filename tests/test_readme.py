@@ -3,16 +3,15 @@ docs/*.md on any machine, ```python gpu blocks on a device. Every block has a ta
 handles (docs/code_blocks.py says which), none uses an API its library deprecates, and the
 README's two commands are the ones CI runs."""
 
-import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("code_blocks", ROOT / "docs" / "code_blocks.py")
-code_blocks = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(code_blocks)
+sys.path.insert(0, str(ROOT / "docs"))
+import code_blocks  # noqa: E402 (docs/code_blocks.py: the blocks and what tests them)
 
 PYTHON = code_blocks.blocks("python")
 PYTHON_GPU = code_blocks.blocks("python gpu")
