@@ -25,7 +25,7 @@ import code_blocks  # noqa: E402 (docs/code_blocks.py: the blocks and what tests
 
 CYTHON = code_blocks.blocks("cython")
 C = code_blocks.blocks("c")
-CPP = [b for b in code_blocks.blocks("cpp") if code_blocks.tested_here(b)]
+CPP = code_blocks.blocks("cpp")
 BUILDS = [b for tag in ("cmake", "meson") for b in code_blocks.blocks(tag)]
 EXT = sysconfig.get_config_var("EXT_SUFFIX")
 

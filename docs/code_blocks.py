@@ -11,12 +11,11 @@ Sphinx highlights it as):
                        (cython_tests/test_cy_readme.py)
 ``cython``             compiled as the module ``mymod`` and called
                        (cython_tests/test_cy_readme.py)
-``c``                  compiled with -Wall -Wextra -Werror; a block defining
+``c``                  compiled as C and as C++ with -Wall -Wextra -Werror; a block defining
                        ``PyInit_mymod`` is built as that module and called
                        (cython_tests/test_cy_readme.py)
 ``cpp``                compiled as C++ with -Wall -Wextra -Werror
-                       (cython_tests/test_cy_readme.py); docs/cpp.md's blocks are compiled
-                       by the C++ tests that come with custream.hpp instead
+                       (cython_tests/test_cy_readme.py)
 ``cmake``, ``meson``   built, with the page's ``PyInit_mymod`` C block, and called
                        (cython_tests/test_cy_readme.py)
 ``text``               printed output: compared with what the code prints
@@ -25,7 +24,8 @@ Sphinx highlights it as):
 =====================  ==================================================================
 
 A block with any other info string fails tests/test_readme.py, so no block goes untested
-by accident. MyST directives (```` ```{toctree} ````) are not code blocks.
+by accident. MyST directives (```` ```{toctree} ````) are not code blocks. A page in
+ELSEWHERE is tested, every block of it, by the test named there.
 """
 
 import dataclasses
@@ -47,8 +47,8 @@ TESTED_BY = {
     "bash": None,
 }
 
-# Pages whose blocks of a tag another test compiles: (page, tag) -> that test.
-ELSEWHERE = {("docs/cpp.md", "cpp"): "the C++ tests of custream.hpp (cpp_tests/)"}
+# Pages whose blocks another test runs or compiles: page -> that test.
+ELSEWHERE = {"docs/cpp.md": "the C++ tests that come with custream.hpp (cpp_tests/)"}
 
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 
@@ -70,11 +70,12 @@ def pages() -> list[Path]:
 
 
 def blocks(tag: str | None = None, page: str | None = None) -> list[Block]:
-    """The code blocks (not directives), in page order; only those of ``tag`` or ``page`` if given."""
+    """The code blocks (not directives) tested here, in page order; only those of ``tag`` or
+    ``page`` if given. The pages in ELSEWHERE are left out."""
     found = []
     for path in pages():
         rel = path.relative_to(ROOT).as_posix()
-        if page is not None and rel != page:
+        if rel in ELSEWHERE or (page is not None and rel != page):
             continue
         text = path.read_text()
         for m in _FENCE.finditer(text):
@@ -86,7 +87,3 @@ def blocks(tag: str | None = None, page: str | None = None) -> list[Block]:
                 found.append(block)
     return found
 
-
-def tested_here(block: Block) -> bool:
-    """False for a block that ELSEWHERE assigns to another test."""
-    return (block.page, block.tag) not in ELSEWHERE
