@@ -39,7 +39,9 @@ def test_json_report_has_every_part():
     out = run("--json")
     assert out.stderr == ""
     data = json.loads(out.stdout)  # nothing but the JSON on stdout
-    assert set(data) == {"custream", "python", "platform", "driver", "devices", "peers", "round_trip", "checks", "ok"}
+    assert set(data) == {"custream", "python", "platform", "driver", "devices", "peers", "round_trip", "checks", "error",
+                         "ok"}
+    assert data["error"] is None
     assert data["custream"] == {"version": importlib.metadata.version("custream"), "abi_version": custream.ABI_VERSION,
                                 "include_dir": custream.get_include()}
     assert data["python"]["version"] == platform.python_version()
@@ -84,3 +86,17 @@ def test_a_failed_check_fails_the_json_report():
     data = json.loads(out.stdout)
     assert data["ok"] is False
     assert {"check": "made to fail", "ok": False, "detail": "on purpose"} in data["checks"]
+
+
+def test_an_exception_still_gives_a_json_report():
+    code = (
+        "import sys, custream.__main__ as m\n"
+        "def boom():\n"
+        "    raise RuntimeError('made to fail')\n"
+        "m.round_trip_with_gpu = m.round_trip_without_gpu = boom\n"
+        "sys.exit(m.main(['--json']))\n"
+    )
+    out = run(code=code)
+    assert out.returncode == 1, out.stderr
+    data = json.loads(out.stdout)
+    assert data["ok"] is False and data["error"] == "RuntimeError: made to fail"

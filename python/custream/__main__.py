@@ -208,8 +208,12 @@ def report() -> bool:
 
 def json_report() -> tuple[dict[str, Any], bool]:
     """What ``report()`` finds, as one JSON-ready dict (its printing is discarded)."""
+    error = None
     with contextlib.redirect_stdout(io.StringIO()):
-        ok = report()
+        try:
+            ok = report()
+        except Exception as e:  # the report still comes out, saying where it stopped
+            ok, error = False, f"{type(e).__name__}: {e}"
     peers = []
     for label, dists, module in PEERS:
         found = _version(dists)
@@ -226,8 +230,9 @@ def json_report() -> tuple[dict[str, Any], bool]:
         "driver": _REPORT["driver"],
         "devices": _REPORT["devices"],
         "peers": peers,
-        "round_trip": _REPORT["round_trip"],
+        "round_trip": _REPORT.get("round_trip"),
         "checks": _REPORT["checks"],
+        "error": error,
         "ok": ok,
     }
     return data, ok
