@@ -75,28 +75,26 @@ def test_json_report_without_a_driver_passes_the_wrapped_round_trip():
                                                         "__cuda_stream__() gives it back"]
 
 
-def test_a_failed_check_fails_the_json_report():
+def json_with_round_trip(body):
+    """The --json report (exit status 1 expected) with the round trip replaced by ``body``."""
     code = (
         "import sys, custream.__main__ as m\n"
-        "m.round_trip_with_gpu = m.round_trip_without_gpu = lambda: m._check('made to fail', False, 'on purpose')\n"
+        "def trip():\n"
+        f"    {body}\n"
+        "m.round_trip_with_gpu = m.round_trip_without_gpu = trip\n"
         "sys.exit(m.main(['--json']))\n"
     )
     out = run(code=code)
     assert out.returncode == 1, out.stderr
-    data = json.loads(out.stdout)
-    assert data["ok"] is False
+    return json.loads(out.stdout)
+
+
+def test_a_failed_check_fails_the_json_report():
+    data = json_with_round_trip("return m._check('made to fail', False, 'on purpose')")
+    assert data["ok"] is False and data["error"] is None
     assert {"check": "made to fail", "ok": False, "detail": "on purpose"} in data["checks"]
 
 
 def test_an_exception_still_gives_a_json_report():
-    code = (
-        "import sys, custream.__main__ as m\n"
-        "def boom():\n"
-        "    raise RuntimeError('made to fail')\n"
-        "m.round_trip_with_gpu = m.round_trip_without_gpu = boom\n"
-        "sys.exit(m.main(['--json']))\n"
-    )
-    out = run(code=code)
-    assert out.returncode == 1, out.stderr
-    data = json.loads(out.stdout)
+    data = json_with_round_trip("raise RuntimeError('made to fail')")
     assert data["ok"] is False and data["error"] == "RuntimeError: made to fail"
