@@ -1,10 +1,15 @@
-"""The README's Cython and C/C++ examples compile as written, against the installed custream,
-and do what their comments say. The blocks are taken from the "## Cython" and
-"## C and C++" sections by their info string: ```cython (mymod.pyx), ```python setup.py,
-```c (mymod.c), ```cpp, ```cmake (CMakeLists.txt) and ```meson (meson.build)."""
+"""The documentation's Cython, C, C++, CMake and meson examples (README.md and docs/*.md)
+compile as written against the installed custream, and do what their comments say.
 
-import re
+docs/code_blocks.py finds the blocks and says how each tag is tested. Every example module is
+named ``mymod``: a ```cython block is built with its page's ```python setup.py (or a plain
+one), a ```c block defining ``PyInit_mymod`` is built as that module, other ```c and
+```cpp blocks are compiled, and a page's ```cmake and ```meson blocks build its mymod.c.
+Each module is then called in a fresh interpreter.
+"""
+
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -14,10 +19,27 @@ import custream
 from _cy_build import compiler
 from _cy_downstream import check_in, cmake_build, meson_build, setuptools_build
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "docs"))
+import code_blocks  # noqa: E402 (docs/code_blocks.py: the blocks and what tests them)
 
-# What every build of the examples must do; mymod.handle_of exists in both examples.
-CHECK = """
+CYTHON = code_blocks.blocks("cython")
+C = code_blocks.blocks("c")
+CPP = code_blocks.blocks("cpp")
+BUILDS = [b for tag in ("cmake", "meson") for b in code_blocks.blocks(tag)]
+EXT = sysconfig.get_config_var("EXT_SUFFIX")
+
+# A plain setup.py for a page that shows none.
+SETUP_PY = """
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+import custream
+setup(name="mymod", ext_modules=cythonize(
+    [Extension("mymod", ["mymod.pyx"], include_dirs=[custream.get_include()])], language_level=3))
+"""
+
+# What every example with a handle_of must do.
+HANDLE_OF = """
     import custream, mymod
 
     class Theirs:
@@ -36,33 +58,11 @@ CHECK = """
         raise AssertionError("no ValueError for a closed stream")
 """
 
-
-def section(title: str) -> dict[str, str]:
-    text = README.read_text()
-    m = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
-    assert m, f"README.md has no '## {title}' section"
-    found: dict[str, str] = {}
-    for info, code in re.findall(r"^```([^\n`]*)\n(.*?)^```$", m.group(1), re.S | re.M):
-        assert info not in found, f"two ```{info} blocks in '## {title}'"
-        found[info] = code
-    return found
-
-
-CYTHON = section("Cython")
-C = section("C and C++")
-
-
-def test_the_sections_have_their_examples():
-    assert set(CYTHON) == {"cython", "python setup.py"}
-    assert set(C) == {"c", "cpp", "cmake", "meson"}
-
-
-def test_cython_example_builds_with_its_setup_py(tmp_path):
-    pytest.importorskip("Cython")
-    (tmp_path / "mymod.pyx").write_text(CYTHON["cython"])
-    (tmp_path / "setup.py").write_text(CYTHON["python setup.py"])
-    setuptools_build(tmp_path)
-    check_in(tmp_path, CHECK + """
+# What the other functions of the examples must do, by name.
+CHECKS = {
+    "handle_of": HANDLE_OF,
+    "launch": """
+    import custream, mymod
     t = custream.Stream.from_handle(0x2000)
     assert mymod.launch(t) == 0x2000
     t.close()
@@ -73,10 +73,37 @@ def test_cython_example_builds_with_its_setup_py(tmp_path):
         pass
     else:
         raise AssertionError("launch(None) was accepted")
-""")
+""",
+    "handle_nogil": """
+    import custream, mymod
+    t = custream.Stream.from_handle(0x2000)
+    assert mymod.handle_nogil(t) == 0x2000
+    try:
+        mymod.handle_nogil(None)
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("handle_nogil(None) was accepted")
+""",
+}
 
 
-def _compile(source: Path, out: Path, cplus: bool, shared: bool) -> None:
+def check_functions(folder: Path, code: str) -> None:
+    """Run the check of every function the example defines; it must define one at least."""
+    names = [n for n in CHECKS if f"def {n}(" in code or f" *{n}(PyObject" in code]
+    assert names, "the example defines none of the functions the test knows how to call"
+    for name in names:
+        check_in(folder, CHECKS[name])
+
+
+def module_c(page: str) -> str:
+    """The page's C module (the ```c block defining PyInit_mymod)."""
+    found = [b.code for b in code_blocks.blocks("c", page=page) if "PyInit_mymod" in b.code]
+    assert len(found) == 1, f"{page} needs exactly one ```c block defining PyInit_mymod, has {len(found)}"
+    return found[0]
+
+
+def compile_c(source: Path, out: Path, cplus: bool, shared: bool) -> None:
     include = [sysconfig.get_paths()["include"], custream.get_include()]
     argv = [*compiler(cplus), "-fPIC", "-Wall", "-Wextra", "-Werror", *(f"-I{d}" for d in include)]
     argv += ["-shared"] if shared else ["-c"]
@@ -84,50 +111,88 @@ def _compile(source: Path, out: Path, cplus: bool, shared: bool) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def test_c_example_compiles_and_runs(tmp_path):
-    (tmp_path / "mymod.c").write_text(C["c"])
-    _compile(tmp_path / "mymod.c", tmp_path / ("mymod" + sysconfig.get_config_var("EXT_SUFFIX")), False, True)
-    check_in(tmp_path, CHECK)
+def test_the_pages_have_their_examples():
+    assert {b.page for b in CYTHON} >= {"README.md", "docs/cython.md"}
+    assert {b.page for b in C if "PyInit_mymod" in b.code} >= {"README.md", "docs/c.md"}
+    assert {b.tag for b in BUILDS} == {"cmake", "meson"}
+    for block in code_blocks.blocks("python setup.py"):
+        assert len(code_blocks.blocks("cython", page=block.page)) == 1, f"{block.id}: which ```cython block?"
 
 
-def test_cpp_example_compiles_and_its_deleter_runs_once(tmp_path):
-    # The README's C++ code, plus the destructor it leaves out (counting) and a module.
-    harness = C["cpp"] + """
+@pytest.mark.parametrize("block", CYTHON, ids=lambda b: b.id)
+def test_cython_example_builds_and_runs(block, tmp_path):
+    pytest.importorskip("Cython")
+    setups = code_blocks.blocks("python setup.py", page=block.page)
+    (tmp_path / "mymod.pyx").write_text(block.code)
+    (tmp_path / "setup.py").write_text(setups[0].code if setups else SETUP_PY)
+    setuptools_build(tmp_path)
+    check_functions(tmp_path, block.code)
+
+
+# Every C block compiles as C and as C++ (custream.h is both); C++ blocks as C++.
+COMPILES = [(b, False) for b in C] + [(b, True) for b in C] + [(b, True) for b in CPP]
+
+
+@pytest.mark.parametrize(("block", "cplus"), COMPILES, ids=lambda p: p.id if hasattr(p, "id") else ("c++" if p else "c"))
+def test_example_compiles(block, cplus, tmp_path):
+    """A fragment is compiled; a module (PyInit_mymod) is also built and called."""
+    source = tmp_path / ("mymod.cpp" if cplus else "mymod.c")
+    source.write_text(block.code)
+    if "PyInit_mymod" not in block.code:
+        compile_c(source, tmp_path / "mymod.o", cplus, shared=False)
+        return
+    compile_c(source, tmp_path / ("mymod" + EXT), cplus, shared=True)
+    check_functions(tmp_path, block.code)
+
+
+def test_the_deleter_example_calls_its_deleter_once(tmp_path):
+    """docs/c.md's hand-over example, with the owner it leaves out (counting) and a module."""
+    (block,) = [b for b in C if "Custream_FromHandleWithDeleter" in b.code]
+    harness = block.code + """
+struct OwnedStream { custream_handle_t handle; };
 static int destroyed = 0;
-OwnedStream::~OwnedStream() { ++destroyed; }
-static PyObject *make(PyObject *, PyObject *arg) {
-    void *h = PyLong_AsVoidPtr(arg);
-    if (h == NULL && PyErr_Occurred()) return NULL;
-    return to_python(new OwnedStream{static_cast<custream_handle_t>(h)}, 0);
+custream_handle_t owned_stream_handle(OwnedStream *owned) { return owned->handle; }
+void owned_stream_destroy(OwnedStream *owned) { ++destroyed; free(owned); }
+
+static PyObject *make(PyObject *self, PyObject *arg) {
+    OwnedStream *owned = (OwnedStream *)malloc(sizeof *owned);
+    (void)self;
+    owned->handle = (custream_handle_t)PyLong_AsVoidPtr(arg);
+    return owned_stream_to_python(owned, 0);
 }
-static PyObject *count(PyObject *, PyObject *) { return PyLong_FromLong(destroyed); }
+static PyObject *count(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    return PyLong_FromLong(destroyed);
+}
 static PyMethodDef methods[] = {{"make", make, METH_O, NULL}, {"destroyed", count, METH_NOARGS, NULL},
                                 {NULL, NULL, 0, NULL}};
-static PyModuleDef module = {PyModuleDef_HEAD_INIT, "owned", NULL, -1, methods, NULL, NULL, NULL, NULL};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "owned", NULL, -1, methods, NULL, NULL, NULL, NULL};
 PyMODINIT_FUNC PyInit_owned(void) { return custream_import() < 0 ? NULL : PyModule_Create(&module); }
 """
-    (tmp_path / "owned.cpp").write_text(harness)
-    _compile(tmp_path / "owned.cpp", tmp_path / ("owned" + sysconfig.get_config_var("EXT_SUFFIX")), True, True)
+    (tmp_path / "owned.c").write_text(harness)  # Python.h, through custream.h, has stdlib.h
+    compile_c(tmp_path / "owned.c", tmp_path / ("owned" + EXT), False, shared=True)
     check_in(tmp_path, """
     import owned
     s = owned.make(0x3000)
     assert s.handle == 0x3000 and s.device == 0 and owned.destroyed() == 0
     s.close()
     assert owned.destroyed() == 1
+    s.close()
     del s
+    assert owned.destroyed() == 1
     t = owned.make(0x3100)
     del t
     assert owned.destroyed() == 2
 """)
 
 
-def test_cmake_example_builds(tmp_path):
-    (tmp_path / "mymod.c").write_text(C["c"])
-    (tmp_path / "CMakeLists.txt").write_text(C["cmake"])
-    check_in(cmake_build(tmp_path), CHECK)
-
-
-def test_meson_example_builds(tmp_path):
-    (tmp_path / "mymod.c").write_text(C["c"])
-    (tmp_path / "meson.build").write_text(C["meson"])
-    check_in(meson_build(tmp_path), CHECK)
+@pytest.mark.parametrize("block", BUILDS, ids=lambda b: b.id)
+def test_build_example_builds(block, tmp_path):
+    (tmp_path / "mymod.c").write_text(module_c(block.page))
+    if block.tag == "cmake":
+        (tmp_path / "CMakeLists.txt").write_text(block.code)
+        folder = cmake_build(tmp_path)
+    else:
+        (tmp_path / "meson.build").write_text(block.code)
+        folder = meson_build(tmp_path)
+    check_functions(folder, module_c(block.page))

@@ -33,15 +33,46 @@ fn generate() -> String {
         .derive_debug(false)
         .derive_default(false)
         .generate_comments(false)
-        .generate()
-        .expect("bindgen could not parse pxd/custream.h");
-    bindings.to_string()
+        .generate();
+    match bindings {
+        Ok(bindings) => bindings.to_string(),
+        // libclang loads, but clang's own headers (stddef.h, ...) are not beside it.
+        Err(e) if e.to_string().contains("'stddef.h' file not found") => panic!("{NO_HEADERS}"),
+        Err(e) => panic!("bindgen could not parse pxd/custream.h: {e}"),
+    }
+}
+
+const NO_LIBCLANG: &str = "libclang is missing: this test regenerates src/layout.rs from \
+    pxd/custream.h with bindgen, which needs it; install it with `apt-get install libclang-dev` \
+    (Debian, Ubuntu) or `dnf install clang-devel` (RHEL, Fedora), or set LIBCLANG_PATH";
+const NO_HEADERS: &str = "clang's own headers (stddef.h) are missing beside libclang: this \
+    test runs bindgen on pxd/custream.h, which needs them; install them with \
+    `apt-get install libclang-dev` (Debian, Ubuntu) or `dnf install clang-devel` (RHEL, Fedora)";
+
+/// `generate()`, with bindgen's panic when it cannot load libclang turned into one line
+/// that says what is missing and how to get it.
+fn generate_or_explain() -> String {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {})); // bindgen's own panic message is replaced below
+    let result = std::panic::catch_unwind(generate);
+    std::panic::set_hook(hook);
+    result.unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        if message.contains("Unable to find libclang") {
+            panic!("{NO_LIBCLANG}");
+        }
+        panic!("{message}");
+    })
 }
 
 #[test]
 fn layout_rs_matches_header() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/layout.rs");
-    let fresh = generate();
+    let fresh = generate_or_explain();
     if std::env::var_os("CUSTREAM_BLESS").is_some() {
         std::fs::write(&path, &fresh).unwrap();
         return;

@@ -1,36 +1,100 @@
-"""`python -m custream`'s report records every check it makes: one that fails marks the run
-failed. CPU only: the no-GPU round trip needs no driver."""
+"""``python -m custream``: --help, and --json, the machine-readable report for bug reports.
 
-import importlib
+The human report's wording is checked where its cases are made (test_no_driver.py,
+test_old_driver.py); here, the options and the JSON's shape, on any machine.
+"""
+
+import importlib.metadata
+import json
+import platform
+import subprocess
+import sys
 
 import custream
 
-report = importlib.import_module("custream.__main__")
+
+def run(*args, code=None):
+    argv = [sys.executable, "-c", code] if code else [sys.executable, "-m", "custream", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300)
 
 
-class NoRefusalAfterClose:
-    """A custream.Stream whose synchronize() does not raise after close(): the one failure
-    of the no-GPU round trip that no real stream can show."""
-
-    def __init__(self, stream):
-        self._stream = stream
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-    def synchronize(self):
-        pass
+def test_help_names_the_options():
+    out = run("--help")
+    assert out.returncode == 0, out.stderr
+    assert "usage: python -m custream" in out.stdout
+    assert "--json" in out.stdout and "Exit status" in out.stdout
 
 
-def test_the_round_trip_passes(capsys):
-    assert report.round_trip_without_gpu() is True
-    assert "[FAIL]" not in capsys.readouterr().out
+def test_version_option():
+    out = run("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"custream {custream.__version__}"
 
 
-def test_a_closed_stream_that_does_not_refuse_use_fails_the_round_trip(monkeypatch, capsys):
-    wrap = custream.as_stream
-    monkeypatch.setattr(custream, "as_stream", lambda obj: NoRefusalAfterClose(wrap(obj)))
-    assert report.round_trip_without_gpu() is False
-    out = capsys.readouterr().out
-    assert "[FAIL] a closed stream refuses use: synchronize() after close() did not raise" in out
-    assert "[ok  ] close() lets the owner go" in out
+def test_unknown_option_is_refused():
+    out = run("--jsn")
+    assert out.returncode == 2 and "unrecognized arguments: --jsn" in out.stderr
+
+
+def test_json_report_has_every_part():
+    out = run("--json")
+    assert out.stderr == ""
+    data = json.loads(out.stdout)  # nothing but the JSON on stdout
+    assert set(data) == {"custream", "python", "platform", "driver", "devices", "peers", "round_trip", "checks", "error",
+                         "ok"}
+    assert data["error"] is None
+    assert data["custream"] == {"version": importlib.metadata.version("custream"), "abi_version": custream.ABI_VERSION,
+                                "include_dir": custream.get_include()}
+    assert data["python"]["version"] == platform.python_version()
+    assert data["python"]["executable"] == sys.executable
+    assert data["platform"]["machine"] == platform.machine()
+    assert {p["name"] for p in data["peers"]} == {"cuda.core", "CuPy", "PyTorch", "numba-cuda", "rmm"}
+    for peer in data["peers"]:
+        assert set(peer) == {"name", "module", "distribution", "version"}
+        assert (peer["distribution"] is None) == (peer["version"] is None)
+    assert data["checks"] and all(set(c) == {"check", "ok", "detail"} for c in data["checks"])
+    assert data["ok"] == all(c["ok"] for c in data["checks"])
+    assert out.returncode == (0 if data["ok"] else 1)
+    if custream.is_available():
+        assert data["driver"]["usable"] and data["driver"]["version"] == custream.driver_version()
+        assert len(data["devices"]) == custream.device_count()
+        assert data["round_trip"] == "live streams with the peers"
+    else:
+        assert data["driver"]["usable"] is False and data["driver"]["problem"]
+        assert data["devices"] == []
+        assert data["round_trip"] == "a wrapped handle, no driver call"
+
+
+def test_json_report_without_a_driver_passes_the_wrapped_round_trip():
+    if custream.is_available():
+        return  # the live round trip is the GPU suite's
+    data = json.loads(run("--json").stdout)
+    assert data["ok"] is True
+    assert data["driver"]["version"] is None
+    assert "libcuda.so.1" in data["driver"]["looked_for"]
+    assert [c["check"] for c in data["checks"]][:2] == ["as_stream(producer) keeps the handle",
+                                                        "__cuda_stream__() gives it back"]
+
+
+def json_with_round_trip(body):
+    """The --json report (exit status 1 expected) with the round trip replaced by ``body``."""
+    code = (
+        "import sys, custream.__main__ as m\n"
+        "def trip():\n"
+        f"    {body}\n"
+        "m.round_trip_with_gpu = m.round_trip_without_gpu = trip\n"
+        "sys.exit(m.main(['--json']))\n"
+    )
+    out = run(code=code)
+    assert out.returncode == 1, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_a_failed_check_fails_the_json_report():
+    data = json_with_round_trip("return m._check('made to fail', False, 'on purpose')")
+    assert data["ok"] is False and data["error"] is None
+    assert {"check": "made to fail", "ok": False, "detail": "on purpose"} in data["checks"]
+
+
+def test_an_exception_still_gives_a_json_report():
+    data = json_with_round_trip("raise RuntimeError('made to fail')")
+    assert data["ok"] is False and data["error"] == "RuntimeError: made to fail"

@@ -3,29 +3,51 @@
 Prints the CUDA driver and devices, then a live CUDA Stream Protocol round trip: on a
 machine with a GPU, with every peer library that is installed (custream -> peer and
 peer -> custream on a real stream); without one, with a wrapped handle, which needs no
-driver. Exit status 0 when every check passed.
+driver. Exit status 0 when every check passed. ``--json`` prints the same as one JSON
+object, for bug reports and scripts.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
+import io
+import json
 import platform
 import sys
 import weakref
+from typing import Any
 
 import custream
 
+# The peer libraries: (name, distributions that ship it, first one found wins; module).
+PEERS: list[tuple[str, tuple[str, ...], str]] = [
+    ("cuda.core", ("cuda-core",), "cuda.core"),
+    ("CuPy", ("cupy-cuda13x", "cupy-cuda12x", "cupy"), "cupy"),
+    ("PyTorch", ("torch",), "torch"),
+    ("numba-cuda", ("numba-cuda",), "numba.cuda"),
+    ("rmm", ("rmm-cu13", "rmm-cu12", "rmm"), "rmm"),
+]
 
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+# What the run found, for --json: the report functions fill it as they print.
+_REPORT: dict[str, Any] = {"driver": {}, "devices": [], "checks": []}
+
+
+def _version(dists: tuple[str, ...]) -> tuple[str, str] | None:
+    """(distribution, version) of the first of ``dists`` that is installed."""
+    for dist in dists:
+        try:
+            return dist, importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return None
 
 
 def _check(label: str, ok: bool, detail: str = "") -> bool:
+    _REPORT["checks"].append({"check": label, "ok": bool(ok), "detail": detail})
     mark = "ok  " if ok else "FAIL"
     print(f"  [{mark}] {label}{': ' + detail if detail else ''}")
     return ok
@@ -33,29 +55,36 @@ def _check(label: str, ok: bool, detail: str = "") -> bool:
 
 def report_driver() -> bool:
     print("CUDA driver")
+    driver = _REPORT["driver"] = {"version": None, "usable": False, "problem": None}
     try:
         version = custream.driver_version()
-    except custream.CudaUnavailableError:
+    except custream.CudaUnavailableError as e:
         names = custream.driver_library_candidates()
+        driver.update(problem=str(e), looked_for=names)
         print("  none: no CUDA driver library on this machine")
         print(f"  looked for: {', '.join(names)}")
         print("  custream still imports, wraps handles and speaks the protocol; creating,")
         print("  synchronizing or querying streams needs an NVIDIA driver and a GPU.")
         return False
     print(f"  driver version {version // 1000}.{version % 1000 // 10} ({version})")
+    driver["version"] = version
     try:
         count = custream.device_count()
     except custream.CudaUnavailableError as e:  # a driver older than custream supports
         print(f"  not usable: {e}")
         print("  custream still imports, wraps handles and speaks the protocol.")
+        driver["problem"] = f"not usable: {e}"
         return False
     except custream.CudaError as e:
         print(f"  the driver loads but cannot be initialized: {e}")
+        driver["problem"] = f"cannot be initialized: {e}"
         return False
+    driver["usable"] = True
     print(f"  {count} device{'s' if count != 1 else ''}")
     for i in range(count):
         name, memory, (major, minor) = custream.device_info(i)
         print(f"    {i}: {name}, {memory / 2**30:.0f} GiB, compute capability {major}.{minor}")
+        _REPORT["devices"].append({"index": i, "name": name, "memory_bytes": memory, "compute_capability": [major, minor]})
     return count > 0
 
 
@@ -92,7 +121,7 @@ def round_trip_without_gpu() -> bool:
 
 
 def _peers(ours: custream.Stream):
-    """(library, distribution, function doing peer->custream and custream->peer)."""
+    """(library, distributions, module, function doing peer->custream and custream->peer)."""
 
     def cuda_core():
         from cuda.core import Device
@@ -137,13 +166,8 @@ def _peers(ours: custream.Stream):
         back = Stream(ours)
         return theirs, back.__cuda_stream__()[1] == ours.handle
 
-    return [
-        ("cuda.core", "cuda-core", "cuda.core", cuda_core),
-        ("CuPy", "cupy-cuda13x", "cupy", cupy),
-        ("PyTorch", "torch", "torch", torch),
-        ("numba-cuda", "numba-cuda", "numba.cuda", numba),
-        ("rmm", "rmm-cu13", "rmm", rmm),
-    ]
+    trips = {"cuda.core": cuda_core, "CuPy": cupy, "PyTorch": torch, "numba-cuda": numba, "rmm": rmm}
+    return [(label, dists, module, trips[label]) for label, dists, module in PEERS]
 
 
 def round_trip_with_gpu() -> bool:
@@ -151,11 +175,12 @@ def round_trip_with_gpu() -> bool:
     ours = custream.Stream()
     ok = _check("custream.Stream()", True, repr(ours))
     ours.synchronize()
-    for label, dist, module, trip in _peers(ours):
+    for label, dists, module, trip in _peers(ours):
         if importlib.util.find_spec(module.split(".")[0]) is None:
             print(f"  [ -- ] {label}: not installed")
             continue
-        version = _version(dist) or "?"
+        found = _version(dists)
+        version = found[1] if found else "?"
         try:
             theirs, back_ok = trip()
             wrapped = custream.as_stream(theirs)
@@ -169,15 +194,70 @@ def round_trip_with_gpu() -> bool:
     return ok
 
 
-def main() -> int:
+def report() -> bool:
+    """The human report, on stdout; True when every check passed."""
     print(f"custream {custream.__version__} (C ABI {custream.ABI_VERSION}) at {custream.get_include()}")
     print(f"Python {platform.python_version()} on {platform.system()} {platform.machine()}")
     print()
     has_gpu = report_driver()
     print()
+    _REPORT["round_trip"] = "live streams with the peers" if has_gpu else "a wrapped handle, no driver call"
     ok = round_trip_with_gpu() if has_gpu else round_trip_without_gpu()
     print()
     print("All checks passed." if ok else "Some checks FAILED (see above).")
+    return ok
+
+
+def json_report() -> tuple[dict[str, Any], bool]:
+    """What ``report()`` finds, as one JSON-ready dict (its printing is discarded)."""
+    error = None
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            ok = report()
+        except Exception as e:  # the report still comes out, saying where it stopped
+            ok, error = False, f"{type(e).__name__}: {e}"
+    peers = []
+    for label, dists, module in PEERS:
+        found = _version(dists)
+        peers.append({"name": label, "module": module, "distribution": found[0] if found else None,
+                      "version": found[1] if found else None})
+    libc, libc_version = platform.libc_ver()
+    data = {
+        "custream": {"version": custream.__version__, "abi_version": custream.ABI_VERSION,
+                     "include_dir": custream.get_include()},
+        "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
+                   "executable": sys.executable},
+        "platform": {"system": platform.system(), "release": platform.release(), "machine": platform.machine(),
+                     "libc": f"{libc} {libc_version}".strip() or None},
+        "driver": _REPORT["driver"],
+        "devices": _REPORT["devices"],
+        "peers": peers,
+        "round_trip": _REPORT.get("round_trip"),
+        "checks": _REPORT["checks"],
+        "error": error,
+        "ok": ok,
+    }
+    return data, ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m custream",
+        description="Report what custream sees on this machine: custream and Python, the CUDA driver "
+        "and devices, the peer libraries installed, and a CUDA Stream Protocol round trip (with "
+        "every installed peer on a GPU; on a wrapped handle without one).",
+        epilog="Exit status: 0 when every check passed, 1 when one failed. Paste the --json "
+        "output into bug reports.",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON object on stdout")
+    parser.add_argument("--version", action="version", version=f"custream {custream.__version__}")
+    args = parser.parse_args(argv)
+    if args.json:
+        data, ok = json_report()
+        json.dump(data, sys.stdout, indent=2)
+        print()
+    else:
+        ok = report()
     return 0 if ok else 1
 
 

@@ -1,0 +1,56 @@
+"""Release basics: one version (Cargo.toml's), the license in the installed metadata, and an
+import that stays cheap (the version is read on first use, not at import)."""
+
+import importlib.metadata
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import custream
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cargo_version() -> str:
+    m = re.search(r'^\[package\]\n(?:[^\[]*\n)*?version = "([^"]+)"', (ROOT / "Cargo.toml").read_text(), re.M)
+    assert m, "Cargo.toml has no [package] version"
+    return m.group(1)
+
+
+def test_the_version_has_one_source():
+    assert custream.__version__ == importlib.metadata.version("custream") == cargo_version()
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject
+    assert not re.search(r"^version\s*=", pyproject, re.M), "pyproject.toml must not write the version"
+    assert "__version__ = " not in (ROOT / "python" / "custream" / "__init__.py").read_text()
+
+
+def test_the_changelog_has_this_version_or_unreleased():
+    text = (ROOT / "CHANGELOG.md").read_text()
+    assert re.search(rf"^## \[(Unreleased|{re.escape(cargo_version())})\]", text, re.M)
+
+
+def test_license_metadata_and_file_are_installed():
+    meta = importlib.metadata.metadata("custream")
+    assert meta["License-Expression"] == "Apache-2.0"
+    assert meta.get_all("License-File") == ["LICENSE"]
+    files = [f for f in importlib.metadata.files("custream") or [] if f.name == "LICENSE"]
+    assert files, "LICENSE is not in the installed distribution"
+    assert "Apache License" in files[0].read_text() and "Version 2.0" in files[0].read_text()
+    assert files[0].read_text() == (ROOT / "LICENSE").read_text()
+
+
+@pytest.mark.parametrize("module", ["importlib.metadata", "typing"])
+def test_import_leaves_slow_modules_alone(module):
+    code = f"import sys, custream; sys.exit({module!r} in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0, (
+        f"import custream imported {module}"
+    )
+
+
+def test_unknown_attributes_still_raise():
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        custream.nope  # noqa: B018
