@@ -85,6 +85,17 @@ CHECKS = {
     else:
         raise AssertionError("handle_nogil(None) was accepted")
 """,
+    "queue": """
+    import custream, mymod
+    t = custream.Stream.from_handle(0x2000)
+    t.close()
+    try:
+        mymod.queue(t)
+    except ValueError as e:
+        assert "closed" in str(e), e
+    else:
+        raise AssertionError("a closed stream was accepted")
+""",
 }
 
 
