@@ -3,7 +3,8 @@
  * header and no -lcuda: the entry points are found with dlsym. run.py builds it as a shared
  * library; worker.py calls raw_init() once through ctypes, then raw_time(op, n), so that the
  * C loop and custream's (or a peer's) statement run in turn in one process and thread, with
- * the primary context of device 0 current, on an idle non-blocking stream.
+ * the primary context of device 0 current, on an idle non-blocking stream. raw_host_func and
+ * raw_graph_launch are capture.py's floors, on a stream and graph it passes.
  */
 #include <dlfcn.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 typedef int CUresult;
 typedef void *CUcontext;
 typedef void *CUstream;
+typedef void *CUgraphExec;
 
 static CUresult (*cuInit)(unsigned);
 static CUresult (*cuDeviceGet)(int *, int);
@@ -21,6 +23,8 @@ static CUresult (*cuStreamCreate)(CUstream *, unsigned);
 static CUresult (*cuStreamDestroy)(CUstream);
 static CUresult (*cuStreamSynchronize)(CUstream);
 static CUresult (*cuStreamQuery)(CUstream);
+static CUresult (*cuLaunchHostFunc)(CUstream, void (*)(void *), void *);
+static CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
 
 static CUstream idle;
 static int failed; /* the first failing CUresult, reported by raw_time as -1 */
@@ -39,6 +43,7 @@ int raw_init(void) {
     SYM(cuInit, "cuInit"); SYM(cuDeviceGet, "cuDeviceGet"); SYM(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
     SYM(cuCtxSetCurrent, "cuCtxSetCurrent"); SYM(cuStreamCreate, "cuStreamCreate"); SYM(cuStreamDestroy, "cuStreamDestroy_v2");
     SYM(cuStreamSynchronize, "cuStreamSynchronize"); SYM(cuStreamQuery, "cuStreamQuery");
+    SYM(cuLaunchHostFunc, "cuLaunchHostFunc"); SYM(cuGraphLaunch, "cuGraphLaunch");
     if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx) ||
         cuStreamCreate(&idle, 1 /* non-blocking */))
         return 3;
@@ -64,4 +69,35 @@ double raw_time(const char *key, long n) {
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     return failed ? -1 : (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
+}
+
+static double now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static void nothing(void *user) { (void)user; }
+
+/* n host functions queued on `s`, each waited for: the round trip. */
+double raw_host_func(CUstream s, long n) {
+    double t = now_ns();
+    for (long i = 0; i < n; i++) {
+        CALL(cuLaunchHostFunc(s, nothing, NULL));
+        CALL(cuStreamSynchronize(s));
+    }
+    return failed ? -1 : now_ns() - t;
+}
+
+/* n launches of `g` on `s` in batches, with an untimed synchronize between, so the launch
+ * queue never fills: what is timed is the launch, not the GPU. */
+double raw_graph_launch(CUgraphExec g, CUstream s, long batch, long n) {
+    double total = 0;
+    for (long done = 0; done < n; done += batch) {
+        double t = now_ns();
+        for (long i = 0; i < batch && done + i < n; i++) CALL(cuGraphLaunch(g, s));
+        total += now_ns() - t;
+        CALL(cuStreamSynchronize(s));
+    }
+    return failed ? -1 : total;
 }

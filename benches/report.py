@@ -101,6 +101,11 @@ def table(results: dict) -> str:
             out += [f"    least binding ({e['floor']['stmt']}): {ratios(e['floor'])}; custream over it: "
                     f"{e['ratio_median'] / e['floor']['ratio_median']:.2f}x"] if "floor" in e else []
             out += [f"    {n} ({p['stmt']}): {ratios(p)}" for n, p in e.get("peers", {}).items()]
+    cap = results.get("capture", {})
+    out += ["", "host functions and capture (capture.py): " + cap["error"]] if "error" in cap else []
+    for name, r in ({} if "error" in cap else cap).items():
+        verdict = "" if r["target"] is None else f"  <= {r['target']}x: " + ("pass" if r["ratio"] <= r["target"] else "MISS")
+        out += [f"{name:<40} {fmt(r['ns']):>9} ns   {r['vs']:<26} {fmt(r['vs_ns']):>9} ns  {r['ratio']:.2f}x{verdict}"]
     notes = [f"  {x}" for x in results.get("round_errors", [])]
     for o in opsd.values():
         for n, r in o["results"].items():

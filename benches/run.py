@@ -105,6 +105,9 @@ def measure(args) -> dict:
                 rounds[name].append({"error": f"skipped: the {args.budget_s:.0f} s budget was spent"})
     rounds.update({n: [{"error": "peers are measured with --gpu"}] for n in report.LIBRARIES[1:] if n not in rounds})
     results = report.assemble("gpu" if gpu else "cpu", rounds, cython)
+    if gpu and "--raw" in extra:  # host functions and capture: one worker, once (capture.py)
+        cap = worker("capture", extra, max(30, min(240, left())))
+        results["capture"] = cap.get("rows") or {"error": cap.get("error", "no rows")}
     first = {n: next((w for w in ws if "version" in w), {}) for n, ws in rounds.items()}
     with open("/proc/cpuinfo" if os.path.exists("/proc/cpuinfo") else os.devnull) as f:
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.machine())

@@ -153,6 +153,10 @@ def main() -> int:
             import cython_read
 
             result.update(version=version(["Cython"]), ops={"cython_handle_read": cython_read.run(args.gpu, cfg)})
+        elif args.lib == "capture":
+            import capture
+
+            result.update(rows=capture.run(args.raw, cfg))
         else:
             result.update(measure(args, ops.LIBS[args.lib], cfg))
     except Exception as e:

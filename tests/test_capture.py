@@ -453,13 +453,3 @@ def test_launch_accepts_any_protocol_stream(fake):
             pass
         assert g.closed
     """)
-
-
-def test_the_capture_benchmark_runs_anywhere(tmp_path):
-    out = subprocess.run([sys.executable, str(TESTS.parent / "benches" / "capture.py"), "--quick", "--json",
-                          str(tmp_path / "capture.json")], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout + out.stderr
-    if "needs a GPU" in out.stdout:
-        assert not (tmp_path / "capture.json").exists()
-    else:
-        assert "Graph.launch, 10 nodes" in out.stdout and (tmp_path / "capture.json").is_file()
