@@ -1,13 +1,7 @@
-"""Host functions and graph capture, custream beside CuPy and the raw driver (raw_driver.c's
-raw_host_func and raw_graph_launch), timed in turn by timing.paired; worker.py runs it once in
-a GPU run (`worker.py capture`) and report.py prints its rows under the table.
-
-- launch_host_func round trip (queue on an idle stream, then synchronize): custream and CuPy;
-- Graph.launch of a 10-node graph (10 CuPy kernels captured through custream) against a C
-  cuGraphLaunch loop on the same graph and stream (target <= 1.15x), in batches of 100 with an
-  untimed synchronize between, so the launch queue never fills;
-- capture of 100 CuPy kernels through custream against CuPy's own begin/end_capture.
-"""
+"""Host functions and graph capture beside CuPy and raw_driver.c's C loops, timed in turn
+(timing.paired), once per GPU run (`worker.py capture`): the launch_host_func round trip
+(custream, CuPy), Graph.launch of 10 captured CuPy kernels (<= 1.15x cuGraphLaunch, in
+batches of 100 with an untimed synchronize between), capturing 100 CuPy kernels."""
 
 import ctypes
 import time
@@ -16,20 +10,17 @@ import custream
 import timing
 
 
-def batches(body, sync=None, batch=100):
-    """run(n): n calls of body, timed; with `sync`, called untimed after every `batch`."""
+def batches(body, sync, batch=100):
+    """run(n): n calls of body, timed, with `sync` called untimed after every `batch`."""
 
     def run(n):
-        total = done = 0
-        while done < n:
-            k = min(batch, n - done) if sync else n - done
+        total = 0
+        for done in range(0, n, batch):
             t = time.perf_counter_ns()
-            for _ in range(k):
+            for _ in range(min(batch, n - done)):
                 body()
             total += time.perf_counter_ns() - t
-            done += k
-            if sync:
-                sync()
+            sync()
         return total
 
     return run
@@ -55,33 +46,18 @@ def run(raw_path: str, cfg: dict) -> dict:
         r = timing.paired(mine, theirs, **cfg)
         rows[name] = {"ns": r["ns"], "vs_ns": r["raw_ns"], "ratio": r["ratio"], "vs": against, "target": target}
 
-    def noop(*_):
-        pass
-
-    def c_loop(fn, *args):
-        return lambda k: fn(*args, k)
-
-    host = c_loop(raw.raw_host_func, s.handle)
-    row("launch_host_func round trip", None, batches(lambda: (s.launch_host_func(noop), s.synchronize())), host, "C cuLaunchHostFunc + sync")
-    row("  CuPy launch_host_func round trip", None, batches(lambda: (cs.launch_host_func(noop, None), cs.synchronize())), host, "C cuLaunchHostFunc + sync")
+    ns = {"s": s, "cs": cs, "ext": ext, "x": x, "cp": cp, "noop": lambda *_: None}
+    host = lambda k: raw.raw_host_func(s.handle, k)  # noqa: E731
+    row("launch_host_func round trip", None, timing.timer("s.launch_host_func(noop); s.synchronize()", ns), host, "C cuLaunchHostFunc + sync")
+    row("  CuPy launch_host_func round trip", None, timing.timer("cs.launch_host_func(noop, None); cs.synchronize()", ns), host, "C cuLaunchHostFunc + sync")
     s.begin_capture("relaxed")
     with ext:
         for _ in range(10):
             cp.add(x, 1, out=x)
     g = s.end_capture()
-    row("Graph.launch, 10 nodes", 1.15, batches(lambda: g.launch(s), s.synchronize), c_loop(raw.raw_graph_launch, g.handle, s.handle, 100), "C cuGraphLaunch")
-
-    def capture(begin, end, stream):
-        def once():
-            begin()
-            with stream:
-                for _ in range(100):
-                    cp.add(x, 1, out=x)
-            end()
-
-        return batches(once)
-
-    row("capture 100 CuPy kernels (custream)", None, capture(lambda: s.begin_capture("relaxed"), lambda: s.end_capture().close(), ext),
-        capture(lambda: cs.begin_capture(mode=cp.cuda.runtime.streamCaptureModeRelaxed), cs.end_capture, cs), "CuPy begin/end_capture")
+    row("Graph.launch, 10 nodes", 1.15, batches(lambda: g.launch(s), s.synchronize), lambda k: raw.raw_graph_launch(g.handle, s.handle, 100, k), "C cuGraphLaunch")
+    kernels = "\n    for _ in range(100):\n        cp.add(x, 1, out=x)\n"
+    row("capture 100 CuPy kernels (custream)", None, timing.timer(f"s.begin_capture('relaxed')\nwith ext:{kernels}s.end_capture().close()", ns),
+        timing.timer(f"cs.begin_capture(mode=cp.cuda.runtime.streamCaptureModeRelaxed)\nwith cs:{kernels}cs.end_capture()", ns), "CuPy begin/end_capture")
     g.close()
     return rows

@@ -93,7 +93,7 @@ def with_(cm):
     with cm:
         pass
 """
-NO_CURRENT = NA("no current-stream notion")
+NO_CURRENT, NO_POOL = NA("no current-stream notion"), NA("no stream pool")
 
 CUSTREAM = Lib(
     "custream", "import custream", ("custream",),
@@ -127,14 +127,13 @@ PEERS = [
         {"cuda_stream": ["s.__cuda_stream__()"], "handle_int": ["int(s.handle)"], "wrap_protocol": ["dev.create_stream(p)"],
          "wrap_int": ["CoreStream.from_handle(H)"], "create_destroy": ["dev.create_stream().close()"],
          "synchronize": ["s.sync()"], "query": NA("cuda.core's Stream has no query()"),
-         "current_stream": NO_CURRENT, "with_stream": NO_CURRENT, "pool_get": NA("cuda.core has no stream pool")}),
+         "current_stream": NO_CURRENT, "with_stream": NO_CURRENT, "pool_get": NO_POOL}),
     Lib("CuPy", "import cupy", ("cupy-cuda13x", "cupy-cuda12x", "cupy"),
         "s = cupy.cuda.Stream(non_blocking=True)\nH = s.ptr\n",
         {"cuda_stream": ["s.__cuda_stream__()"], "handle_int": ["s.ptr"],
          "wrap_protocol": ["cupy.cuda.Stream.from_external(p)"], "wrap_int": ["cupy.cuda.ExternalStream(H)"],
          "create_destroy": ["cupy.cuda.Stream(non_blocking=True)"], "synchronize": ["s.synchronize()"], "query": ["s.done"],
-         "current_stream": ["cupy.cuda.get_current_stream()"], "with_stream": ["with_(s)"],
-         "pool_get": NA("CuPy has no stream pool")},
+         "current_stream": ["cupy.cuda.get_current_stream()"], "with_stream": ["with_(s)"], "pool_get": NO_POOL},
         notes={"create_destroy": DESTROYED_ON_DEALLOC}),
     Lib("torch", "import torch", ("torch",),
         "torch.cuda.init()\ns = torch.cuda.Stream()\nH = s.cuda_stream\n",
@@ -154,7 +153,7 @@ PEERS = [
          "wrap_protocol": NA("numba.cuda.external_stream takes an int, not a protocol object"),
          "wrap_int": ["numba.cuda.external_stream(H)"], "create_destroy": ["numba.cuda.stream()"],
          "synchronize": ["s.synchronize()"], "query": NA("numba's Stream has no query()"),
-         "current_stream": NO_CURRENT, "with_stream": NO_CURRENT, "pool_get": NA("numba has no stream pool")},
+         "current_stream": NO_CURRENT, "with_stream": NO_CURRENT, "pool_get": NO_POOL},
         notes={"create_destroy": "numba queues the destroy and runs queued destroys in batches; the figure is amortized"}),
     Lib("rmm", "import rmm", ("rmm-cu13", "rmm-cu12", "rmm"),
         "from rmm.pylibrmm.stream import Stream as RmmStream\ns = RmmStream()\nH = s.__cuda_stream__()[1]\n"

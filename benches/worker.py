@@ -103,12 +103,8 @@ def nanobind_ext():
 
 
 def version(dists) -> str:
-    for dist in dists:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
-    return "unknown"
+    found = [d for d in dists if any(True for _ in metadata.distributions(name=d))]
+    return metadata.version(found[0]) if found else "unknown"
 
 
 def measure(args, lib: ops.Lib, cfg: dict) -> dict:

@@ -53,6 +53,7 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PER_THREAD_DEFAULT_STREAM", stream::default_stream(py, 2)?)?;
     m.add("current_stream", current::current_stream_function(py)?)?;
     m.add("ABI_VERSION", layout::CUSTREAM_ABI_VERSION)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("as_stream", functions::as_stream(m)?)?;
     m.add_function(wrap_pyfunction!(functions::is_available, m)?)?;
     m.add_function(wrap_pyfunction!(functions::driver_version, m)?)?;

@@ -32,21 +32,10 @@ from custream._custream import (
 )
 from custream._custream import Graph, check_foreign_captures
 
-TYPE_CHECKING = False  # not typing's: importing typing alone takes about 10 ms
-if TYPE_CHECKING:
-    __version__: str
-else:
-
-    def __getattr__(name: str) -> str:
-        # The version has one source, Cargo.toml (maturin writes it into the package's
-        # metadata). It is read on first use, not at import: importlib.metadata alone
-        # takes longer to import (about 50 ms) than custream's whole import budget (15 ms).
-        if name == "__version__":
-            from importlib.metadata import version
-
-            globals()["__version__"] = found = version("custream")
-            return found
-        raise AttributeError(f"module 'custream' has no attribute {name!r}")
+# The version has one source, Cargo.toml: the extension is built with it. No module
+# __getattr__ here: a module that defines one loses CPython's fast path for every
+# `custream.name` lookup (LOAD_ATTR_MODULE), which doubled `custream.current_stream()`.
+from custream._custream import __version__
 
 __all__ = [
     "ABI_VERSION",

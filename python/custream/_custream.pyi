@@ -23,6 +23,7 @@ __all__ = [
     "live_stream_count",
     "priority_range",
     "_finalize",
+    "__version__",
     "_C_API",
     "Graph",
     "HostFunction",
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 ABI_VERSION: Final[int]
+__version__: Final[str]
 DEFAULT_STREAM: Final[Stream]
 """The null stream (handle 0) of the calling thread's current context; never closed."""
 LEGACY_DEFAULT_STREAM: Final[Stream]

@@ -5,6 +5,7 @@ GPU library itself. The module name is unique on purpose (see custream_gpu_helpe
 
 import gc
 import sys
+import threading
 import weakref
 
 
@@ -23,12 +24,18 @@ def check_call_lifetime(s, queue_work):
     arg = Arg()
     alive = weakref.ref(arg)
     before = sys.getrefcount(fn)
+    gate = threading.Event()
     queue_work(s)
+    # A host function that holds the stream until the gate opens (it lets the GIL go while
+    # it waits): `fn` cannot have run before the checks below, however fast the work was.
+    s.launch_host_func(gate.wait, 60)
     s.launch_host_func(fn, arg)
     assert sys.getrefcount(fn) == before + 1
     del arg
     gc.collect()
     assert alive() is not None, "the argument died before the call ran"
+    assert seen == []
+    gate.set()
     s.synchronize()
     assert seen == ["Arg"], seen
     assert alive() is None, "the argument outlived the call"
