@@ -1,0 +1,209 @@
+//! The driver calls of host functions and graph capture (src/callback.rs, src/graph.rs),
+//! over the same typed handles as the rest of the driver layer.
+
+use super::*;
+
+/// Driver status codes of capture, by name.
+pub mod capture_code {
+    use super::{cu::CUresult as R, Status};
+    pub const NOT_PERMITTED: Status = R::CUDA_ERROR_NOT_PERMITTED as Status;
+    pub const UNSUPPORTED: Status = R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED as Status;
+    pub const IMPLICIT: Status = R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT as Status;
+    pub const CAPTURED_EVENT: Status = R::CUDA_ERROR_CAPTURED_EVENT as Status;
+}
+
+/// An error of the driver's kind, with custream's message: for a call custream refuses
+/// rather than let the driver fail it (and invalidate a capture as it does).
+pub fn refusal(status: Status, message: String) -> DriverError {
+    let name = match failed(status) {
+        DriverError::Cuda { name, .. } => name,
+        _ => format!("CUDA_ERROR_{status}"),
+    };
+    refused(status, &name, message)
+}
+
+handle!(
+    /// A CUDA graph (the result of a capture).
+    GraphHandle(CUgraph)
+);
+handle!(
+    /// An instantiated, executable CUDA graph.
+    GraphExecHandle(CUgraphExec)
+);
+handle!(
+    /// A CUDA user object: a pointer and its destructor, owned by graphs.
+    UserObject(CUuserObject)
+);
+
+impl GraphExecHandle {
+    pub fn as_u64(self) -> u64 {
+        self.0 as usize as u64
+    }
+}
+
+/// A stream's capture mode (`CUstreamCaptureMode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureMode {
+    Global,
+    ThreadLocal,
+    Relaxed,
+}
+
+impl CaptureMode {
+    fn raw(self) -> cu::CUstreamCaptureMode {
+        use cu::CUstreamCaptureMode as M;
+        match self {
+            CaptureMode::Global => M::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            CaptureMode::ThreadLocal => M::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            CaptureMode::Relaxed => M::CU_STREAM_CAPTURE_MODE_RELAXED,
+        }
+    }
+}
+
+/// What `cuStreamIsCapturing` answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureStatus {
+    None,
+    Active,
+    /// Still capturing, but an illegal call invalidated it: only ending it is left.
+    Invalidated,
+}
+
+/// Queue `f(user)` on the stream: the driver runs it on one of its threads once the work
+/// queued before it is done (or adds a host node, when the stream is capturing).
+///
+/// # Safety
+/// `f` must be safe to call once with `user` from a thread of the driver's, whenever that
+/// happens (never, if the process exits first), and must make no CUDA call.
+pub unsafe fn launch_host_func(h: StreamHandle, f: unsafe extern "C" fn(*mut c_void), user: *mut c_void) -> Result<()> {
+    let api = init()?;
+    // SAFETY: the driver validates the handle; the caller vouches for `f` and `user`.
+    check(unsafe { (api.cuLaunchHostFunc)(h.0, Some(f), user) })
+}
+
+pub fn stream_begin_capture(h: StreamHandle, mode: CaptureMode) -> Result<()> {
+    let api = init()?;
+    // SAFETY: the driver validates the handle.
+    check(unsafe { (api.cuStreamBeginCapture_v2)(h.0, mode.raw()) })
+}
+
+/// End the capture on `h`: the graph it captured, which the caller destroys.
+pub fn stream_end_capture(h: StreamHandle) -> Result<GraphHandle> {
+    let api = init()?;
+    let mut g: CUgraph = null_mut();
+    // SAFETY: a valid out-pointer; the driver validates the handle.
+    check(unsafe { (api.cuStreamEndCapture)(h.0, &mut g) })?;
+    Ok(GraphHandle(g))
+}
+
+/// Whether the stream is capturing. The legacy default stream answers
+/// CUDA_ERROR_STREAM_CAPTURE_IMPLICIT while a blocking stream of its context captures.
+pub fn stream_capture_status(h: StreamHandle) -> Result<CaptureStatus> {
+    let api = init()?;
+    let mut status: c_uint = 0;
+    // SAFETY: a valid out-pointer; the driver validates the handle.
+    check(unsafe { (api.cuStreamIsCapturing)(h.0, &mut status) })?;
+    Ok(match status {
+        0 => CaptureStatus::None,
+        1 => CaptureStatus::Active,
+        _ => CaptureStatus::Invalidated,
+    })
+}
+
+/// The calling thread's capture interaction mode set to `mode` until this is dropped, which
+/// puts back the one it had.
+pub struct CaptureModeScope {
+    api: &'static Api,
+    previous: c_uint,
+}
+
+impl CaptureModeScope {
+    pub fn enter(mode: CaptureMode) -> Result<CaptureModeScope> {
+        let api = init()?;
+        let mut previous = mode.raw() as c_uint;
+        // SAFETY: a valid in/out pointer.
+        check(unsafe { (api.cuThreadExchangeStreamCaptureMode)(&mut previous) })?;
+        Ok(CaptureModeScope { api, previous })
+    }
+}
+
+impl Drop for CaptureModeScope {
+    fn drop(&mut self) {
+        // SAFETY: as in `enter`; puts back what was there.
+        unsafe { (self.api.cuThreadExchangeStreamCaptureMode)(&mut self.previous) };
+    }
+}
+
+/// Instantiate `g` in `ctx`; `g` stays the caller's.
+pub fn graph_instantiate(ctx: Context, g: GraphHandle) -> Result<GraphExecHandle> {
+    let api = init()?;
+    in_context(ctx, || {
+        let mut exec: CUgraphExec = null_mut();
+        // SAFETY: a valid out-pointer; the driver validates the graph.
+        check(unsafe { (api.cuGraphInstantiateWithFlags)(&mut exec, g.0, 0) })?;
+        Ok(GraphExecHandle(exec))
+    })
+}
+
+pub fn graph_node_count(g: GraphHandle) -> Result<usize> {
+    let api = init()?;
+    let mut n = 0usize;
+    // SAFETY: a null node array asks for the count only; a valid out-pointer.
+    check(unsafe { (api.cuGraphGetNodes)(g.0, null_mut(), &mut n) })?;
+    Ok(n)
+}
+
+pub fn graph_destroy(g: GraphHandle) -> Result<()> {
+    let api = init()?;
+    // SAFETY: the caller gives up its graph.
+    check(unsafe { (api.cuGraphDestroy)(g.0) })
+}
+
+/// An executable graph in flight is freed by the driver once its launches complete.
+pub fn graph_exec_destroy(ctx: Context, exec: GraphExecHandle) -> Result<()> {
+    let api = init()?;
+    // SAFETY: the caller gives up its executable graph.
+    in_context(ctx, || check(unsafe { (api.cuGraphExecDestroy)(exec.0) }))
+}
+
+pub fn graph_launch(exec: GraphExecHandle, h: StreamHandle) -> Result<()> {
+    let api = init()?;
+    // SAFETY: the driver validates both handles.
+    check(unsafe { (api.cuGraphLaunch)(exec.0, h.0) })
+}
+
+pub fn graph_upload(exec: GraphExecHandle, h: StreamHandle) -> Result<()> {
+    let api = init()?;
+    // SAFETY: the driver validates both handles.
+    check(unsafe { (api.cuGraphUpload)(exec.0, h.0) })
+}
+
+/// A user object holding `ptr`: `destroy(ptr)` runs once the last reference (ours, then
+/// each graph's and executable graph's, and their launches in flight) is gone.
+///
+/// # Safety
+/// `destroy` must be safe to call once with `ptr` from any thread, and make no CUDA call.
+pub unsafe fn user_object_create(ptr: *mut c_void, destroy: unsafe extern "C" fn(*mut c_void)) -> Result<UserObject> {
+    let api = init()?;
+    let mut obj: CUuserObject = null_mut();
+    let destroy: CUhostFn = Some(destroy);
+    let no_sync = cu::CUuserObject_flags::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC as c_uint;
+    // SAFETY: a valid out-pointer; the caller vouches for `destroy` and `ptr`.
+    check(unsafe { (api.cuUserObjectCreate)(&mut obj, ptr, destroy, 1, no_sync) })?;
+    Ok(UserObject(obj))
+}
+
+/// Give up our reference to `obj`.
+pub fn user_object_release(obj: UserObject) -> Result<()> {
+    let api = init()?;
+    // SAFETY: releases the one reference the caller holds.
+    check(unsafe { (api.cuUserObjectRelease)(obj.0, 1) })
+}
+
+/// Hand our reference to `obj` over to `g` (and so to what is instantiated from it).
+pub fn graph_take_user_object(g: GraphHandle, obj: UserObject) -> Result<()> {
+    let api = init()?;
+    let moved = cu::CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE as c_uint;
+    // SAFETY: moves the one reference the caller holds; the driver validates both.
+    check(unsafe { (api.cuGraphRetainUserObject)(g.0, obj.0, 1, moved) })
+}
