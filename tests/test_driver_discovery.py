@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from standin import compile_library
 
 STUB = r"""
 typedef int CUresult;
@@ -35,22 +36,13 @@ CUresult cuGetErrorString(CUresult e, const char **s) { (void)e; *s = "unknown";
 
 @pytest.fixture(scope="module")
 def build(tmp_path_factory):
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    if not cc:
-        pytest.skip("needs a C compiler to build the stand-in libraries")
     root = tmp_path_factory.mktemp("libcuda")
 
     def make(folder, name, source, version=0):
-        d = root / folder
-        d.mkdir(exist_ok=True)
-        src = d / (name + ".c")
-        src.write_text(source)
-        lib = d / name
-        subprocess.run([cc, "-shared", "-fPIC", f"-DVERSION={version}", "-o", str(lib), str(src)], check=True)
-        return lib
+        (root / folder).mkdir(exist_ok=True)
+        return compile_library(source, root / folder / name, f"-DVERSION={version}")
 
     return make
-
 
 def run(code, path=(), **env):
     full = {k: v for k, v in os.environ.items() if k != "CUSTREAM_LIBCUDA"}

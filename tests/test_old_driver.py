@@ -8,12 +8,12 @@ turns into an "internal error" instead of a message naming the driver.
 """
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from standin import compile_library
 
 OLD_LIBCUDA = r"""
 typedef int CUresult;
@@ -45,14 +45,9 @@ CHECKS = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def old_driver_dir(tmp_path_factory):
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    if not cc:
-        pytest.skip("needs a C compiler to build the stand-in driver")
     d = tmp_path_factory.mktemp("old-libcuda")
-    (d / "old.c").write_text(OLD_LIBCUDA)
-    lib = d / "libcuda.so.1"
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(d / "old.c")], check=True)
-    # custream looks for libcuda.so before libcuda.so.1: both names must find this one.
+    lib = compile_library(OLD_LIBCUDA, d / "libcuda.so.1")
+    # Both names custream looks for (libcuda.so.1, then libcuda.so) find this one.
     os.symlink(lib, d / "libcuda.so")
     return str(d)
 

@@ -33,18 +33,23 @@ def entry_points():
     return [name for table in tables for name in re.findall(r"^\s*(cu\w+)\(", table, re.M)]
 
 
-def build(model, folder):
-    """`model` (a file beside this one) built as folder/libcuda.so.1, completed with stubs."""
+def compile_library(source: str, lib, *flags: str):
+    """C `source` compiled as the shared library `lib` (a path); skip without a C compiler."""
     cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     if not cc:
-        pytest.skip("needs a C compiler to build the stand-in libcuda")
+        pytest.skip("needs a C compiler to build a stand-in libcuda")
+    src = lib.with_name(lib.name + ".c")
+    src.write_text(source)
+    subprocess.run([cc, "-O1", "-shared", "-fPIC", *flags, "-o", str(lib), str(src), "-lpthread"], check=True)
+    return lib
+
+
+def build(model, folder):
+    """`model` (a file beside this one) built as folder/libcuda.so.1, completed with stubs."""
     source = (HERE / model).read_text()
     defined = set(re.findall(r"^CUresult (cu\w+)\(", source, re.M))
     stubs = "".join(f"CUresult {n}() {{ return 0; }}\n" for n in entry_points() if n not in defined)
-    (folder / "standin.c").write_text(source + "\n/* entry points not modelled */\n" + stubs)
-    lib = folder / "libcuda.so.1"
-    subprocess.run([cc, "-O1", "-shared", "-fPIC", "-o", str(lib), str(folder / "standin.c"), "-lpthread"], check=True)
-    return lib
+    return compile_library(source + "\n/* entry points not modelled */\n" + stubs, folder / "libcuda.so.1")
 
 
 @pytest.fixture(scope="session")
