@@ -43,7 +43,9 @@ use pyo3::prelude::*;
 fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     libcuda::install_fork_handler();
-    m.add("Stream", stream_type::create(py)?)?;
+    let stream_type = stream_type::create(py)?;
+    protocol::init(py, &stream_type)?;
+    m.add("Stream", stream_type)?;
     m.add_class::<event::Event>()?;
     m.add_class::<pool::StreamPool>()?;
     m.add("CudaError", py.get_type::<errors::CudaError>())?;

@@ -3,9 +3,9 @@
 
 use pyo3::exceptions::{PyDeprecationWarning, PyTypeError, PyValueError};
 use pyo3::ffi;
-use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyInt, PyString, PyTuple};
 
 use crate::args::{int_repr, is_int_not_bool, short_repr};
 use crate::stream::{self, Parts};
@@ -102,7 +102,7 @@ fn parse_result(result: &Bound<'_, PyAny>, producer: &Bound<'_, PyAny>) -> PyRes
 /// non-callable attribute (deprecated, as in cuda.core), its value.
 fn non_method_result<'py>(obj: &Bound<'py, PyAny>, raised: PyErr) -> PyResult<Bound<'py, PyAny>> {
     let py = obj.py();
-    let attr = match obj.getattr(intern!(py, "__cuda_stream__")) {
+    let attr = match obj.getattr(cuda_stream_name(py)) {
         Ok(attr) => attr,
         Err(e) if e.is_instance_of::<pyo3::exceptions::PyAttributeError>(py) => {
             let hint = if obj.is_instance_of::<PyInt>() {
@@ -133,6 +133,26 @@ fn non_method_result<'py>(obj: &Bound<'py, PyAny>, raised: PyErr) -> PyResult<Bo
     Ok(attr)
 }
 
+static CUDA_STREAM: PyOnceLock<Py<PyString>> = PyOnceLock::new();
+
+fn cuda_stream_name(py: Python<'_>) -> &Bound<'_, PyString> {
+    CUDA_STREAM
+        .get_or_init(py, || PyString::intern(py, "__cuda_stream__").unbind())
+        .bind(py)
+}
+
+/// Fill every lazily made Python value that a custream call may need, at import. Filling one
+/// later lets the GIL go while it waits, and a daemon thread that lets it go while the
+/// interpreter finalizes is ended by CPython (3.10 to 3.13) with `pthread_exit`, unwinding
+/// through Rust frames: that crashed at exit.
+pub fn init(py: Python<'_>, stream_type: &Bound<'_, pyo3::types::PyType>) -> PyResult<()> {
+    cuda_stream_name(py);
+    // The `intern!` names pyo3 itself keeps for the type names errors and reprs quote.
+    stream_type.fully_qualified_name()?;
+    stream_type.name()?;
+    Ok(())
+}
+
 /// `custream.as_stream(obj)`: a Stream as is, else a borrowed Stream over the handle that
 /// `obj.__cuda_stream__()` gives, keeping `obj` alive as its owner.
 pub fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
@@ -144,7 +164,7 @@ pub fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     // The common case first: call the method without making a bound-method object
     // (CPython's method-call path). Only on failure is the attribute looked at, to tell a
     // missing or non-callable attribute from a producer that raised.
-    let result = match obj.call_method0(intern!(py, "__cuda_stream__")) {
+    let result = match obj.call_method0(cuda_stream_name(py)) {
         Ok(result) => result,
         Err(raised) => non_method_result(obj, raised)?,
     };
