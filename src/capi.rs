@@ -20,7 +20,6 @@ use crate::layout::{
     custream_deleter_t, custream_handle_t, custream_host_fn_t, CustreamCAPI, CustreamStream, CUSTREAM_ABI_VERSION,
     CUSTREAM_CAPSULE_NAME,
 };
-use crate::lifecycle::{self, Managed};
 use crate::pool::StreamPool;
 use crate::protocol;
 use crate::stream::{self, Parts, StreamRef};
@@ -120,7 +119,7 @@ unsafe extern "C" fn handle_checked(obj: *mut ffi::PyObject, out: *mut custream_
         // SAFETY: see the module's note.
         let s = unsafe { stream_arg(py, obj, "Custream_HandleChecked") }?;
         if s.is_closed() {
-            return Err(lifecycle::closed_error(StreamRef::KIND, "handle"));
+            return Err(stream::closed_error("handle"));
         }
         if !out.is_null() {
             // SAFETY: the caller passes NULL or a place for one handle.

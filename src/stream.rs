@@ -586,7 +586,8 @@ impl Managed for StreamRef {
     }
 }
 
-fn closed_error(what: &str) -> PyErr {
+/// The error of a use of a closed Stream, naming the use.
+pub fn closed_error(what: &str) -> PyErr {
     lifecycle::closed_error(StreamRef::KIND, what)
 }
 

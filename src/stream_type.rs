@@ -19,9 +19,8 @@ use crate::current;
 use crate::event::Event;
 use crate::graph_type;
 use crate::layout::CustreamStream;
-use crate::lifecycle::{self, Managed};
 use crate::protocol::{self, handle_from_int};
-use crate::stream::{self, Parts, StreamRef, STREAM_TYPE};
+use crate::stream::{self, closed_error, Parts, StreamRef, STREAM_TYPE};
 
 const DOC: &CStr = c"Stream(*, device=None, non_blocking=True, priority=0)
 --
@@ -385,10 +384,6 @@ unsafe extern "C" fn get_closed(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut
     // SAFETY: see "slots".
     let (s, py) = unsafe { attached(obj) };
     bool_ptr(py, s.is_closed())
-}
-
-fn closed_error(what: &str) -> PyErr {
-    lifecycle::closed_error(StreamRef::KIND, what)
 }
 
 // ---- the type ---------------------------------------------------------------------------
