@@ -4,22 +4,20 @@
 batches of 100 with an untimed synchronize between), capturing 100 CuPy kernels."""
 
 import ctypes
-import time
 
 import custream
 import timing
 
 
-def batches(body, sync, batch=100):
-    """run(n): n calls of body, timed, with `sync` called untimed after every `batch`."""
+def batches(stmt, ns, sync, batch=100):
+    """run(n): n executions of `stmt` (compiled into the loop, as timing.timer does), timed,
+    with `sync` called untimed after every `batch`."""
+    timed = timing.timer(stmt, ns)
 
     def run(n):
         total = 0
         for done in range(0, n, batch):
-            t = time.perf_counter_ns()
-            for _ in range(min(batch, n - done)):
-                body()
-            total += time.perf_counter_ns() - t
+            total += timed(min(batch, n - done))
             sync()
         return total
 
@@ -55,7 +53,7 @@ def run(raw_path: str, cfg: dict) -> dict:
         for _ in range(10):
             cp.add(x, 1, out=x)
     g = s.end_capture()
-    row("Graph.launch, 10 nodes", 1.15, batches(lambda: g.launch(s), s.synchronize), lambda k: raw.raw_graph_launch(g.handle, s.handle, 100, k), "C cuGraphLaunch")
+    row("Graph.launch, 10 nodes", 1.15, batches("g.launch(s)", {"g": g, "s": s}, s.synchronize), lambda k: raw.raw_graph_launch(g.handle, s.handle, 100, k), "C cuGraphLaunch")
     kernels = "\n    for _ in range(100):\n        cp.add(x, 1, out=x)\n"
     row("capture 100 CuPy kernels (custream)", None, timing.timer(f"s.begin_capture('relaxed')\nwith ext:{kernels}s.end_capture().close()", ns),
         timing.timer(f"cs.begin_capture(mode=cp.cuda.runtime.streamCaptureModeRelaxed)\nwith cs:{kernels}cs.end_capture()", ns), "CuPy begin/end_capture")

@@ -242,6 +242,33 @@ fn forget_capture(which: impl Fn(&Capture) -> bool) {
     }
 }
 
+/// An owned stream is about to be destroyed. A custream capture begun on it can never be
+/// ended after that, and would keep every later query and synchronize on the slow path (and
+/// refuse them on a stream that gets the same handle): end it here, discard its graph and
+/// release its host functions. A stream joined into a capture just leaves the list.
+pub fn stream_destroyed(h: StreamHandle) {
+    if GUARD.load(Ordering::Acquire) & !FOREIGN == 0 {
+        return;
+    }
+    let handle = h.as_u64();
+    let began_here = {
+        let mut open = open();
+        for c in open.iter_mut().filter(|c| c.streams[0] != handle) {
+            c.streams.retain(|&s| s != handle);
+        }
+        open.iter().any(|c| c.streams[0] == handle)
+    };
+    if began_here {
+        // From another thread than the one that began it (a thread_local or global capture
+        // closed by the garbage collector), the driver refuses: the capture then ends with
+        // the stream, and no graph of it is ever made to run the host functions.
+        if let Ok(graph) = driver::stream_end_capture(h) {
+            let _ = driver::graph_destroy(graph);
+        }
+        forget_capture(|c| c.streams[0] == handle);
+    }
+}
+
 /// The capture `handle` takes part in was ended: hand the payloads of its host functions
 /// to `graph` (or release them, if it formed none).
 fn capture_ended(handle: u64, graph: Option<GraphHandle>) {
@@ -404,9 +431,10 @@ impl Graph {
         f: impl FnOnce(GraphExecHandle, StreamHandle) -> driver::Result<()> + Send,
     ) -> PyResult<()> {
         let (_in_use, exec) = self.exec.enter(py, what)?;
-        // Without the GIL: a full launch queue waits for the host functions queued before,
-        // which need it.
-        stream.use_handle(py, what, |h| py.detach(move || f(exec, h)))
+        // Without the GIL, as CuPy's and torch's launches are: a full launch queue waits for
+        // the host functions queued before, and those of Python (ours, CuPy's, numba's) take
+        // the GIL to run.
+        stream.use_handle_in(py, what, self.exec.home(), |h| py.detach(move || f(exec, h)))
     }
 
     pub fn launch(&self, py: Python<'_>, stream: StreamRef) -> PyResult<()> {

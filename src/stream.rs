@@ -335,6 +335,25 @@ impl StreamRef {
         Ok(self.call_on_handle(f)?)
     }
 
+    /// `use_handle` for a caller that has just checked that `home`'s context is the one it
+    /// was (a Graph launched on the stream): a stream known to live in it needs no second
+    /// check, which would cost another driver call per launch.
+    pub fn use_handle_in<R>(
+        self,
+        py: Python<'_>,
+        what: &str,
+        home: &Home,
+        f: impl FnOnce(StreamHandle) -> driver::Result<R>,
+    ) -> PyResult<R> {
+        let _in_use = lifecycle::enter(&self, py, what)?;
+        // SAFETY: a live object; `context` and `context_id` change only under the GIL.
+        let known = unsafe { (Context::from_raw((*self.raw()).context), (*self.raw()).context_id) };
+        if !self.is_default() && known == (Some(home.context), home.context_id) {
+            return Ok(f(self.handle())?);
+        }
+        Ok(self.call_on_handle(f)?)
+    }
+
     /// `use_handle` for a call that holds the GIL from start to end (no `detach` in `f`):
     /// no close can begin meanwhile, since close() marks the stream closed under the GIL
     /// before it releases anything, so a load of the state word does what the two
@@ -571,7 +590,10 @@ impl Managed for StreamRef {
                     retains_primary: true,
                 };
                 let h = self.handle();
-                result = home.release(py, move |_| driver::destroy_stream(h));
+                result = home.release(py, move |_| {
+                    graph::stream_destroyed(h);
+                    driver::destroy_stream(h)
+                });
             }
         }
         if let Some(deleter) = deleter.filter(|_| may_call()) {

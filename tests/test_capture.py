@@ -250,6 +250,30 @@ def test_exit_waits_for_a_callback_inside_python(fake, tmp_path):
     assert mark.read_text() == "done"
 
 
+@pytest.mark.parametrize("mode", ["thread_local", "relaxed"])
+def test_closing_a_stream_mid_capture_ends_the_capture_and_releases_it(fake, mode):
+    run(fake, f"""
+        s, side, other = Stream(), Stream(), Stream()
+        class Fn:
+            def __call__(self): pass
+        fn = Fn()
+        alive = weakref.ref(fn)
+        s.begin_capture({mode!r})
+        side.wait(s.record())  # joined into it
+        side.close()  # a joined stream leaves the capture: s's stays as it was
+        assert "custream capture #" in refused(s.query, custream.CudaError).message
+        s.launch_host_func(fn)
+        del fn
+        s.close()
+        assert fake.fake_invalidations() == 0
+        wait_for(lambda: (gc.collect(), alive() is None)[1], "a closed stream's capture kept its host function")
+        before = fake.fake_exchanges()
+        assert other.query() is True
+        other.synchronize()
+        assert fake.fake_exchanges() == before, "no custream capture is open any more: no mode exchange"
+    """)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_fork_with_callbacks_pending_and_one_running(fake):
     out = run(fake, """
