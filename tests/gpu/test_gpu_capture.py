@@ -269,6 +269,48 @@ def test_fork_with_callbacks_pending():
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
 
 
+@pytest.mark.parametrize("mode", ["thread_local", "global", "relaxed"])
+@pytest.mark.parametrize("closer", ["this thread", "another thread"])
+def test_closing_a_stream_mid_capture_ends_the_capture(mode, closer):
+    out = run_child(f"""
+        import gc, threading, weakref
+        s = custream.Stream()
+        class Fn:
+            def __call__(self): pass
+        fn = Fn()
+        alive = weakref.ref(fn)
+        s.begin_capture({mode!r})
+        long_kernel(s, 1000)
+        s.launch_host_func(fn)
+        del fn
+        if {closer == "another thread"!r}:
+            t = threading.Thread(target=s.close)
+            t.start()
+            t.join()
+        else:
+            s.close()
+        end = time.monotonic() + 10
+        while alive() is not None:
+            assert time.monotonic() < end, "the closed stream's capture kept its host function"
+            gc.collect()
+            time.sleep(0.01)
+        # Nothing of it is left: a new stream runs work, synchronizes, and captures.
+        other = custream.Stream()
+        long_kernel(other, 1000)
+        other.synchronize()
+        assert other.query() is True
+        other.begin_capture({mode!r})
+        ran = []
+        other.launch_host_func(ran.append, 1)
+        g = other.end_capture()
+        g.launch(other)
+        other.synchronize()
+        assert ran == [1], ran
+        print("ok")
+    """)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
+
+
 # ---- capture ------------------------------------------------------------------------------
 
 N = 1 << 16
