@@ -24,7 +24,7 @@ def batches(stmt, ns, sync, batch=100):
     return run
 
 
-def run(raw_path: str, cfg: dict) -> dict:
+def run(raw_path: str, cfg: dict, floor=None) -> dict:
     import cupy as cp
 
     raw = ctypes.CDLL(raw_path)
@@ -53,7 +53,11 @@ def run(raw_path: str, cfg: dict) -> dict:
         for _ in range(10):
             cp.add(x, 1, out=x)
     g = s.end_capture()
-    row("Graph.launch, 10 nodes", 1.15, batches("g.launch(s)", {"g": g, "s": s}, s.synchronize), lambda k: raw.raw_graph_launch(g.handle, s.handle, 100, k), "C cuGraphLaunch")
+    launch = lambda k: raw.raw_graph_launch(g.handle, s.handle, 100, k)  # noqa: E731
+    row("Graph.launch, 10 nodes", 1.15, batches("g.launch(s)", {"g": g, "s": s}, s.synchronize), launch, "C cuGraphLaunch")
+    if floor:  # the least binding (floor_ext.c): what any binding that lets the GIL go adds
+        env = {"flaunch": floor.flaunch, "G": g.handle, "S": s.handle}
+        row("  least binding flaunch(G, S)", None, batches("flaunch(G, S)", env, s.synchronize), launch, "C cuGraphLaunch")
     kernels = "\n    for _ in range(100):\n        cp.add(x, 1, out=x)\n"
     row("capture 100 CuPy kernels (custream)", None, timing.timer(f"s.begin_capture('relaxed')\nwith ext:{kernels}s.end_capture().close()", ns),
         timing.timer(f"cs.begin_capture(mode=cp.cuda.runtime.streamCaptureModeRelaxed)\nwith cs:{kernels}cs.end_capture()", ns), "CuPy begin/end_capture")

@@ -1,9 +1,7 @@
 """The Cython handle read: a `nogil` loop reading `s.handle` (`from custream cimport Stream`),
-built against the installed custream by cython_tests/_cy_build.py. Each iteration runs a
-compiler barrier (an empty `asm volatile` with a "memory" clobber), so the handle is reloaded
-every time; the floor is the same loop reading nothing. The generated C must read
-`__pyx_v_s->handle`: a field load, no call. (rmm's `.pxd` needs librmm's C++ headers and the
-CUDA toolkit's: tests/gpu/test_gpu_rmm.py builds it, the bench does not.)
+built by cython_tests/_cy_build.py, a compiler barrier in each iteration so the handle is
+reloaded; the floor is the same loop reading nothing. The generated C must read
+`__pyx_v_s->handle`: a field load, no call. (rmm's `.pxd` needs the CUDA toolkit: not built.)
 """
 
 import os

@@ -52,14 +52,8 @@ OPERATIONS = [
 
 # create_alone: in a process where nothing else holds the primary context, after the first
 # Stream() was closed (custream's own worker holds it, as raw_driver.c does).
-ALONE = """
-import custream, time
-custream.Stream().close()
-n, t = 2000, time.perf_counter()
-for _ in range(2000):
-    custream.Stream().close()
-print((time.perf_counter() - t) / n * 1e9)
-"""
+ALONE = ("import custream, time\ncustream.Stream().close()\nt = time.perf_counter()\n"
+         "for _ in range(2000):\n    custream.Stream().close()\nprint((time.perf_counter() - t) / 2000 * 1e9)\n")
 OPS = {op.key: op for op in OPERATIONS}
 RATIO_KEYS = [op.key for op in OPERATIONS if op.raw is not None]  # timed in turn with raw_driver.c's loops
 

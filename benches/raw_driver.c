@@ -1,10 +1,8 @@
 /*
- * raw_driver.c: the driver-bound operations timed in C, the floor under custream's. No CUDA
- * header and no -lcuda: the entry points are found with dlsym. run.py builds it as a shared
- * library; worker.py calls raw_init() once through ctypes, then raw_time(op, n), so that the
- * C loop and custream's (or a peer's) statement run in turn in one process and thread, with
- * the primary context of device 0 current, on an idle non-blocking stream. raw_host_func and
- * raw_graph_launch are capture.py's floors, on a stream and graph it passes.
+ * raw_driver.c: the driver calls timed in C, the floor under custream's (dlsym, no CUDA header).
+ * worker.py calls raw_init() once through ctypes, then raw_time(op, n) in turn with a Python
+ * statement, in one thread, device 0's primary context current, on an idle non-blocking
+ * stream. raw_host_func and raw_graph_launch: capture.py's, on its stream and graph.
  */
 #include <dlfcn.h>
 #include <string.h>

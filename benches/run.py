@@ -1,11 +1,6 @@
 #!/usr/bin/env python3
 """custream beside the raw driver and the peers, per operation of the target table in
-docs/design.md; benches/README.md says what is measured and how.
-
-    python3 benches/run.py                                   # the CPU part: no driver needed
-    python3 benches/run.py --gpu --json bench.json --plot bench.png
-    python3 benches/run.py --from-json benches/results/h200.json   # re-print (and --plot) a run
-"""
+docs/design.md; docs/benchmarks.md says what is measured and how (usage: benches/README.md)."""
 
 import argparse
 import json

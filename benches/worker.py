@@ -1,10 +1,7 @@
 """One round of one library (a name from ops.LIBS, or `cython`) in a fresh interpreter, so that
 no library's state touches another's; prints one JSON object. With --raw, the ratio-to-raw
 operations are timed in turn with raw_driver.c's loop for the same driver calls, in this one
-process and thread (timing.paired); every other operation alone.
-
-    worker.py LIB [--gpu [--raw libraw_driver.so] [--floor-ext floor_ext.so]] [--quick]
-"""
+process and thread (timing.paired); every other operation alone."""
 
 import argparse
 import ctypes
@@ -107,6 +104,15 @@ def version(dists) -> str:
     return metadata.version(found[0]) if found else "unknown"
 
 
+def floor_ext(path: str | None):
+    """floor_ext.c built as an extension of this interpreter (run.py builds it), or None."""
+    if not path:
+        return None
+    spec = importlib.util.spec_from_file_location("floor_ext", path)
+    spec.loader.exec_module(mod := importlib.util.module_from_spec(spec))
+    return mod
+
+
 def measure(args, lib: ops.Lib, cfg: dict) -> dict:
     ns: dict = {"__name__": "__bench__"}
     exec(ops.PRODUCER, ns)
@@ -117,8 +123,7 @@ def measure(args, lib: ops.Lib, cfg: dict) -> dict:
     imported = import_ms(lib.import_stmt) if lib.import_stmt else {"na": "not applicable"}
     raw_loop = raw_driver(args.raw) if args.raw else None  # before the setup, as in a peer's program
     if lib is ops.LEAST:
-        spec = importlib.util.spec_from_file_location("floor_ext", args.floor_ext)
-        spec.loader.exec_module(mod := importlib.util.module_from_spec(spec))
+        mod = floor_ext(args.floor_ext)
         ns.update(fcreate=mod.fcreate, fdestroy=mod.fdestroy, fquery=mod.fquery, fsync=mod.fsync)
     exec((lib.setup if args.gpu or lib is not ops.CUSTREAM else ops.CUSTREAM_CPU_SETUP) + "p = Producer(H)\n", ns)
     if "cpp_stream_ref" in lib.ops:
@@ -152,7 +157,7 @@ def main() -> int:
         elif args.lib == "capture":
             import capture
 
-            result.update(rows=capture.run(args.raw, cfg))
+            result.update(rows=capture.run(args.raw, cfg, floor_ext(args.floor_ext)))
         else:
             result.update(measure(args, ops.LIBS[args.lib], cfg))
     except Exception as e:
