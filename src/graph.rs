@@ -260,8 +260,9 @@ pub fn stream_destroyed(h: StreamHandle) {
     };
     if began_here {
         // From another thread than the one that began it (a thread_local or global capture
-        // closed by the garbage collector), the driver refuses: the capture then ends with
-        // the stream, and no graph of it is ever made to run the host functions.
+        // closed by the garbage collector) the driver may refuse; the destroy then ends it
+        // (tests/gpu closes from both threads in every mode). Either way no graph of it is
+        // ever made to run the host functions.
         if let Ok(graph) = driver::stream_end_capture(h) {
             let _ = driver::graph_destroy(graph);
         }
@@ -431,9 +432,9 @@ impl Graph {
         f: impl FnOnce(GraphExecHandle, StreamHandle) -> driver::Result<()> + Send,
     ) -> PyResult<()> {
         let (_in_use, exec) = self.exec.enter(py, what)?;
-        // Without the GIL, as CuPy's and torch's launches are: a full launch queue waits for
-        // the host functions queued before, and those of Python (ours, CuPy's, numba's) take
-        // the GIL to run.
+        // Without the GIL, as CuPy's kernel launches are: a full launch queue waits for the
+        // host functions queued before, and those of Python (ours, CuPy's, numba's) take the
+        // GIL to run (docs/benchmarks.md has what holding it would save).
         stream.use_handle_in(py, what, self.exec.home(), |h| py.detach(move || f(exec, h)))
     }
 
