@@ -1,7 +1,7 @@
 //! custream's exceptions, and the one conversion of a driver failure into one of them, so
 //! `?` turns a `DriverError` into the right Python exception anywhere.
 
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 
 use crate::driver::{self, capture_code, code, DriverError};
@@ -23,6 +23,14 @@ pyo3::create_exception!(
     "A CUDA driver call failed. Attributes: ``code`` (the ``CUresult`` value), ``name`` \
      (e.g. ``CUDA_ERROR_INVALID_HANDLE``) and ``message`` (the driver's own description)."
 );
+
+/// `__reduce__` of an object that holds a driver handle: pickling it is refused, with `why`.
+pub fn refuse_pickle(obj: &Bound<'_, PyAny>, why: &str) -> PyErr {
+    match obj.get_type().name() {
+        Ok(name) => PyTypeError::new_err(format!("cannot pickle {name}: {why}")),
+        Err(err) => err,
+    }
+}
 
 fn unavailable_message(err: &LoadError) -> String {
     match err {

@@ -1,10 +1,10 @@
 //! The Python face of custream.Event: arguments parsed, work delegated to src/event.rs.
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyType};
 
 use crate::args::{bool_arg, device_arg};
+use crate::errors::refuse_pickle;
 use crate::event::Event;
 use crate::protocol;
 use crate::stream::StreamRef;
@@ -94,9 +94,6 @@ impl Event {
     }
 
     fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<Py<PyType>> {
-        Err(PyTypeError::new_err(format!(
-            "cannot pickle {}: a CUDA event belongs to one process",
-            slf.get_type().name()?
-        )))
+        Err(refuse_pickle(slf.as_any(), "a CUDA event belongs to one process"))
     }
 }

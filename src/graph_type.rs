@@ -14,6 +14,7 @@ use pyo3::types::{PyBool, PyTuple, PyType};
 use crate::args::{bool_arg, Signature};
 use crate::boundary::boundary;
 use crate::callback;
+use crate::errors::refuse_pickle;
 use crate::graph::{self, Graph};
 use crate::protocol;
 use crate::stream::StreamRef;
@@ -176,9 +177,6 @@ impl Graph {
     }
 
     fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<Py<PyType>> {
-        Err(PyTypeError::new_err(format!(
-            "cannot pickle {}: a CUDA graph belongs to one process",
-            slf.get_type().name()?
-        )))
+        Err(refuse_pickle(slf.as_any(), "a CUDA graph belongs to one process"))
     }
 }

@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 
 use crate::args::{bool_arg, device_arg, i32_arg, is_int_not_bool};
+use crate::errors::refuse_pickle;
 use crate::pool::StreamPool;
 
 /// The most streams one pool makes: far above any use (rmm's default is 16), low enough
@@ -87,9 +88,6 @@ impl StreamPool {
     }
 
     fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<Py<PyType>> {
-        Err(PyTypeError::new_err(format!(
-            "cannot pickle {}: CUDA streams belong to one process",
-            slf.get_type().name()?
-        )))
+        Err(refuse_pickle(slf.as_any(), "CUDA streams belong to one process"))
     }
 }

@@ -250,6 +250,28 @@ def test_exit_waits_for_a_callback_inside_python(fake, tmp_path):
     assert mark.read_text() == "done"
 
 
+def test_events_pools_and_graphs_refuse_pickling_by_name(fake):
+    run(fake, """
+        import copy, pickle
+        s = Stream()
+        s.begin_capture()
+        g = s.end_capture()
+        objects = {
+            "Event": (custream.Event(), "a CUDA event belongs to one process"),
+            "StreamPool": (custream.StreamPool(2), "CUDA streams belong to one process"),
+            "Graph": (g, "a CUDA graph belongs to one process"),
+        }
+        for name, (obj, why) in objects.items():
+            for dump in (pickle.dumps, copy.copy):
+                try:
+                    dump(obj)
+                except TypeError as e:
+                    assert str(e) == f"cannot pickle {name}: {why}", str(e)
+                else:
+                    raise AssertionError(f"{dump.__name__} of {name} did not raise")
+    """)
+
+
 @pytest.mark.parametrize("mode", ["thread_local", "relaxed"])
 def test_closing_a_stream_mid_capture_ends_the_capture_and_releases_it(fake, mode):
     run(fake, f"""
