@@ -137,15 +137,26 @@ unsafe extern "C" fn tp_repr(obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
     })
 }
 
+/// CPython's modulus for hashing numbers (`sys.hash_info.modulus`): 2**61 - 1 where
+/// `Py_hash_t` has 64 bits, 2**31 - 1 where it has 32.
+const HASH_MODULUS: u64 = if std::mem::size_of::<ffi::Py_hash_t>() == 8 {
+    (1 << 61) - 1
+} else {
+    (1 << 31) - 1
+};
+
+/// `hash(v)` for the int `v`, computed as CPython does with no call into it: a non-negative
+/// int hashes to itself modulo HASH_MODULUS, which is below 2**(bits - 1) - 1, so the result
+/// is never -1 (the value CPython reserves for an error).
+#[inline]
+fn int_hash(v: u64) -> ffi::Py_hash_t {
+    (v % HASH_MODULUS) as ffi::Py_hash_t
+}
+
 unsafe extern "C" fn tp_hash(obj: *mut ffi::PyObject) -> ffi::Py_hash_t {
-    // The handle, as int's own hash of it, so equal streams hash alike; -1 is reserved.
+    // The handle's int hash, so that hash(s) == hash(s.handle) and equal streams hash alike.
     // SAFETY: see "slots".
-    let h = unsafe { slf(obj) }.handle_value() as ffi::Py_hash_t;
-    if h == -1 {
-        -2
-    } else {
-        h
-    }
+    int_hash(unsafe { slf(obj) }.handle_value())
 }
 
 unsafe extern "C" fn tp_richcompare(a: *mut ffi::PyObject, b: *mut ffi::PyObject, op: c_int) -> *mut ffi::PyObject {

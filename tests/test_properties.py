@@ -131,3 +131,24 @@ def test_from_handle_round_trips_through_the_protocol(handle):
     again = as_stream(Producer(s.__cuda_stream__()))
     assert again == s and hash(again) == hash(s) and again.handle == handle
     assert as_stream(s) is s
+
+
+# Every handle from_handle accepts, with the values next to each multiple of CPython's hash
+# modulus (sys.hash_info.modulus, 2**61 - 1 on 64-bit), where a hash wraps around.
+MODULUS = sys.hash_info.modulus
+handles = st.one_of(
+    st.integers(min_value=0, max_value=2**64 - 1),
+    st.builds(lambda k, d: min(max(k * MODULUS + d, 0), 2**64 - 1), st.integers(0, (2**64 - 1) // MODULUS + 1),
+              st.integers(-2, 2)),
+    st.sampled_from([0, 1, 2, 2**61 - 1, 2**62, 2**63 - 1, 2**63, 2**64 - 1]),
+)
+
+
+@SETTINGS
+@given(handles)
+def test_a_stream_hashes_as_its_handle(handle):
+    s = Stream.from_handle(handle)
+    assert hash(s) == hash(s.handle) == hash(handle)
+    assert hash(Stream.from_handle(handle)) == hash(s)
+    s.close()
+    assert hash(s) == hash(handle)  # a closed stream still hashes
