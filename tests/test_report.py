@@ -1,21 +1,25 @@
 """``python -m custream``: --help, and --json, the machine-readable report for bug reports.
 
 The human report's wording is checked where its cases are made (test_no_driver.py,
-test_old_driver.py); here, the options and the JSON's shape, on any machine.
+test_old_driver.py); here, the options, the JSON's shape, and what both reports say to do
+about a missing driver, on any machine.
 """
 
 import importlib.metadata
 import json
+import os
 import platform
 import subprocess
 import sys
 
+import pytest
+
 import custream
 
 
-def run(*args, code=None):
+def run(*args, code=None, env=None):
     argv = [sys.executable, "-c", code] if code else [sys.executable, "-m", "custream", *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
 
 
 def test_help_names_the_options():
@@ -66,7 +70,7 @@ def test_json_report_has_every_part():
 
 def test_json_report_without_a_driver_passes_the_wrapped_round_trip():
     if custream.is_available():
-        return  # the live round trip is the GPU suite's
+        pytest.skip("a CUDA driver is present: the live round trip is the GPU suite's")
     data = json.loads(run("--json").stdout)
     assert data["ok"] is True
     assert data["driver"]["version"] is None
@@ -98,3 +102,17 @@ def test_a_failed_check_fails_the_json_report():
 def test_an_exception_still_gives_a_json_report():
     data = json_with_round_trip("raise RuntimeError('made to fail')")
     assert data["ok"] is False and data["error"] == "RuntimeError: made to fail"
+
+
+def test_both_reports_say_how_to_fix_a_missing_driver(tmp_path):
+    # CUSTREAM_LIBCUDA naming a file that is not there: no driver, on any machine.
+    missing = tmp_path / "no-such-libcuda.so.1"
+    env = {**os.environ, "CUSTREAM_LIBCUDA": str(missing)}
+    fix = "install the NVIDIA driver, put the directory holding it on the library path, or name it in CUSTREAM_LIBCUDA"
+    text = run(env=env)
+    assert text.returncode == 0 and text.stderr == "", text.stdout + text.stderr
+    lines = text.stdout.splitlines()
+    driver = lines[lines.index("CUDA driver") + 1:][:3]
+    assert driver == ["  none: no CUDA driver library on this machine", f"  looked for: {missing}", f"  to fix: {fix}"]
+    data = json.loads(run("--json", env=env).stdout)
+    assert data["driver"]["problem"].endswith("; " + fix), data["driver"]

@@ -53,6 +53,13 @@ def _check(label: str, ok: bool, detail: str = "") -> bool:
     return ok
 
 
+def _fix(e: Exception) -> str:
+    """What the exception says to do: the clause after its first "; " (custream's messages
+    read "what went wrong (looked for ...); what to do"), else the whole message."""
+    text = str(e)
+    return text.split("; ", 1)[1] if "; " in text else text
+
+
 def report_driver() -> bool:
     print("CUDA driver")
     driver = _REPORT["driver"] = {"version": None, "usable": False, "problem": None}
@@ -63,6 +70,7 @@ def report_driver() -> bool:
         driver.update(problem=str(e), looked_for=names)
         print("  none: no CUDA driver library on this machine")
         print(f"  looked for: {', '.join(names)}")
+        print(f"  to fix: {_fix(e)}")
         print("  custream still imports, wraps handles and speaks the protocol; creating,")
         print("  synchronizing or querying streams needs an NVIDIA driver and a GPU.")
         return False
