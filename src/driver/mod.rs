@@ -655,23 +655,36 @@ pub use capture::*;
 mod tests {
     use super::*;
 
+    /// Set in the copy of the test binary that the test below runs.
+    const CHILD: &str = "CUSTREAM_TEST_NO_LIBRARY_CHILD";
+
+    /// The driver library is opened once per process, so "no library" is made in a child: this
+    /// test binary again, running only this test, with CUSTREAM_LIBCUDA naming a file that is
+    /// not there. It runs the same on every machine, a driver or not.
     #[test]
     fn without_a_library_every_call_reports_unavailable() {
-        if libcuda::boot().is_ok() {
-            return; // a machine with a driver: covered by the gpu tests
-        }
-        for r in [init().map(|_| 0), device_count(), driver_version()] {
-            match r {
-                Err(DriverError::Unavailable(LoadError::NotFound { looked_for, .. })) => {
-                    assert!(
-                        looked_for
-                            .iter()
-                            .any(|n| n.starts_with("libcuda.so") || n == "nvcuda.dll"),
-                        "{looked_for:?}"
-                    );
+        let missing = "/nonexistent/custream-test/libcuda.so.1";
+        if std::env::var_os(CHILD).is_some() {
+            for r in [init().map(|_| 0), device_count(), driver_version()] {
+                match r {
+                    Err(DriverError::Unavailable(LoadError::NotFound { looked_for, stub: None })) => {
+                        assert_eq!(looked_for, [missing]);
+                    }
+                    other => panic!("expected Unavailable, got {other:?}"),
                 }
-                other => panic!("expected Unavailable, got {other:?}"),
             }
+            return;
         }
+        let name = "driver::tests::without_a_library_every_call_reports_unavailable";
+        let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+            .args([name, "--exact", "--test-threads=1"])
+            .env(CHILD, "1")
+            .env(libcuda::LIBCUDA_ENV, missing)
+            .output()
+            .expect("the test binary runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{text}");
+        // The filter matched this test: a child that ran nothing would pass too.
+        assert!(text.contains("test result: ok. 1 passed"), "{text}");
     }
 }
