@@ -53,25 +53,36 @@ def _numpy_shims():
         np.row_stack = np.vstack
 
 
-def peer(name):
-    """Import a peer library, or skip the calling module with the reason.
+def _not_installed(name, e):
+    """Whether ``e`` says that ``name`` itself (or a package above it) is not installed, as
+    opposed to an installed ``name`` failing to import, or missing one of its dependencies."""
+    return e.name is not None and (name == e.name or name.startswith(e.name + "."))
 
-    ``pytest.importorskip`` catches only ImportError; a peer whose import fails otherwise
-    (a CUDA version mismatch, a missing shared library) must skip too, not abort the run.
+
+def peer(name):
+    """Import a peer library, or skip the calling module when it is not installed.
+
+    An installed peer that fails to import (a CUDA version mismatch, a missing shared library
+    or dependency) is an error, not a skip: the run would otherwise pass without testing it.
     """
     if name.startswith("numba"):
         _numpy_shims()
     try:
         return importlib.import_module(name)
-    except Exception as e:  # noqa: BLE001 - any import failure means "peer unavailable"
-        pytest.skip(f"{name} unavailable: {type(e).__name__}: {e}", allow_module_level=True)
+    except ModuleNotFoundError as e:
+        if not _not_installed(name, e):
+            raise
+        pytest.skip(f"{name} is not installed", allow_module_level=True)
 
 
 def try_import(name):
-    """The module, or None when it cannot be imported for any reason."""
+    """The module, or None when it is not installed; an installed one that fails to import
+    raises, as in ``peer``."""
     try:
         return importlib.import_module(name)
-    except Exception:  # noqa: BLE001
+    except ModuleNotFoundError as e:
+        if not _not_installed(name, e):
+            raise
         return None
 
 

@@ -25,6 +25,7 @@ from custream import Event, Stream, as_stream
 
 from _capi_ctypes import STATE_CLOSED, STATE_RELEASED, STATE_USERS, state_word
 from _threads import run_threads
+from custream_gpu_helpers import try_import
 
 pytestmark = pytest.mark.gpu
 
@@ -88,15 +89,21 @@ def spin_on(stream, seconds=0.5):
     """Queue a kernel that keeps `stream` busy for about `seconds` (at ~2 GHz; longer on a
     slower clock, which only makes it safer)."""
     cycles = int(2e9 * seconds)
-    try:
-        import cupy
+    cupy = try_import("cupy")
+    if cupy is not None:
+        from cupy.cuda.compiler import CompileException
 
-        kernel = cupy.RawKernel(SPIN, "spin")
-        with cupy.cuda.ExternalStream(stream.handle):
-            kernel((1,), (1,), (cupy.int64(cycles),))
-        return
-    except Exception:  # noqa: BLE001 - no CuPy, or it cannot compile here: try PyTorch
-        pass
+        try:
+            kernel = cupy.RawModule(code=SPIN).get_function("spin")  # compiles and loads it
+        except (CompileException, RuntimeError):
+            # CuPy cannot build it here: NVRTC is missing ("CuPy failed to load libnvrtc", a
+            # RuntimeError, as are NVRTCError and the driver's refusal of the module) or it
+            # cannot compile for this GPU (CompileException). Try PyTorch.
+            kernel = None
+        if kernel is not None:
+            with cupy.cuda.ExternalStream(stream.handle):
+                kernel((1,), (1,), (cupy.int64(cycles),))
+            return
     torch = pytest.importorskip("torch", reason="needs CuPy or PyTorch to queue a kernel")
     with torch.cuda.stream(torch.cuda.ExternalStream(stream.handle)):
         torch.cuda._sleep(cycles)
