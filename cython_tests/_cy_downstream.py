@@ -50,9 +50,10 @@ def check_in(folder: Path, code: str) -> None:
     run([sys.executable, "-c", program], cwd=folder)
 
 
-def setuptools_build(project: Path) -> None:
+def setuptools_build(project: Path, args: tuple[str, ...] = ("-q", "build_ext", "--inplace")) -> None:
+    """Run ``python setup.py *args`` in `project`, with this Python."""
     pytest.importorskip("setuptools")
-    run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=project)
+    run([sys.executable, "setup.py", *args], cwd=project)
 
 
 def cmake_build(project: Path) -> Path:

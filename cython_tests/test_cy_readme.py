@@ -8,6 +8,7 @@ one), a ```c block defining ``PyInit_mymod`` is built as that module, other ```c
 Each module is then called in a fresh interpreter.
 """
 
+import shlex
 import subprocess
 import sys
 import sysconfig
@@ -130,13 +131,37 @@ def test_the_pages_have_their_examples():
         assert len(code_blocks.blocks("cython", page=block.page)) == 1, f"{block.id}: which ```cython block?"
 
 
+def page_commands(page: str) -> list[tuple[list[str], str]]:
+    """The ``python ...`` lines of the page's ```bash blocks: (argv for this Python, the text
+    after ``  # ``, which for ``python -c`` is what it prints)."""
+    found = []
+    for block in code_blocks.blocks("bash", page=page):
+        for line in block.code.splitlines():
+            command, _, comment = line.partition("  # ")
+            argv = shlex.split(command)
+            if argv[:1] == ["python"]:
+                found.append(([sys.executable, *argv[1:]], comment.strip()))
+    return found
+
+
 @pytest.mark.parametrize("block", CYTHON, ids=lambda b: b.id)
 def test_cython_example_builds_and_runs(block, tmp_path):
+    """A page with a setup.py is built, then called, by the ``python`` lines of its ```bash."""
     pytest.importorskip("Cython")
     setups = code_blocks.blocks("python setup.py", page=block.page)
     (tmp_path / "mymod.pyx").write_text(block.code)
     (tmp_path / "setup.py").write_text(setups[0].code if setups else SETUP_PY)
-    setuptools_build(tmp_path)
+    if not setups:
+        setuptools_build(tmp_path)
+    else:
+        commands = page_commands(block.page)
+        builds = [argv for argv, _ in commands if argv[1:2] == ["setup.py"]]
+        assert len(builds) == 1, f"{block.page}: needs one `python setup.py ...` line in a ```bash block"
+        setuptools_build(tmp_path, tuple(builds[0][2:]))
+        for argv, prints in commands:
+            if argv[1:2] == ["-c"]:
+                out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
+                assert out.returncode == 0 and out.stdout.strip() == prints, out.stdout + out.stderr
     check_functions(tmp_path, block.code)
 
 

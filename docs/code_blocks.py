@@ -20,7 +20,9 @@ Sphinx highlights it as):
                        (cython_tests/test_cy_readme.py)
 ``text``               printed output: compared with what the code prints
                        (tests/test_readme.py)
-``bash``               not run: shell commands (the README's two are what CI runs)
+``bash``               not run: shell commands (the README's two are what CI runs); on a
+                       page with a ``python setup.py`` block, its ``python`` lines build
+                       and call the module (cython_tests/test_cy_readme.py)
 =====================  ==================================================================
 
 A block with any other info string fails tests/test_readme.py, so no block goes untested
