@@ -1,7 +1,9 @@
 """docs/cpp.md's examples compile as written and do what they say. Blocks are taken by their
 info string: ```cpp borrow, ```cpp move and ```cpp share compile (syntax-only, C++17 and
 C++20, warning-free); ```cpp nanobind and ```cpp pybind11 are built into modules that run the
-```python block; the ```cython block is built, in C++ mode, against a small mylib.hpp."""
+```python block, once by this test's own builder and once by the page's ```cmake nanobind and
+```cmake pybind11 recipes; the ```cython block is built, in C++ mode, against a small
+mylib.hpp."""
 
 import contextlib
 import importlib
@@ -16,6 +18,7 @@ import custream
 from _producers import Producer, check_cuda_stream_made
 from _cpp_tools import CCCL_WHEELS, STANDARDS, assert_all_clean, cccl, module, nanobind, need, pybind11
 from _cy_build import BUILD_ROOT, build
+from _cy_downstream import cmake_build, run
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "cpp.md"
 
@@ -55,7 +58,8 @@ def last():
 
 
 def test_every_block_is_tested():
-    assert set(BLOCKS) == {"cpp borrow", "cpp move", "cpp share", "cpp nanobind", "cpp pybind11", "python", "cython"}
+    assert set(BLOCKS) == {"cpp borrow", "cpp move", "cpp share", "cpp nanobind", "cpp pybind11", "cmake nanobind",
+                           "cmake pybind11", "python", "cython"}
 
 
 def test_the_ownership_examples_compile():
@@ -91,6 +95,14 @@ def examples():
     return {m.name: importlib.import_module(m.name) for m in mods}
 
 
+def check_printed(code: str, printed: str) -> None:
+    """Each ``print(...)  # text`` of the example printed that text."""
+    for line in code.splitlines():
+        m = re.match(r"\s*print\(.*\)\s+# (.+)$", line)
+        if m:
+            assert m.group(1) in printed, f"{m.group(1)!r} not in {printed!r}"
+
+
 @pytest.mark.parametrize("name", ["streams_nb", "streams_pb"])
 def test_the_binding_examples_run(examples, name):
     ext = examples[name]
@@ -98,12 +110,26 @@ def test_the_binding_examples_run(examples, name):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(code, "docs/cpp.md", "exec"), {"__name__": "__doc_example__"})
-    for line in code.splitlines():
-        m = re.match(r"\s*print\(.*\)\s+# (.+)$", line)
-        if m:
-            assert m.group(1) in out.getvalue()
+    check_printed(code, out.getvalue())
     assert ext.enqueue(Producer(0x3000)) == 0x3000
     check_cuda_stream_made(ext.new_stream)
+
+
+@pytest.mark.parametrize(("binding", "name"), [("nanobind", "streams_nb"), ("pybind11", "streams_pb")])
+def test_the_cmake_recipes_build_the_binding_examples(binding, name, tmp_path):
+    """The page's CMakeLists.txt builds its module as a user would (cmake from the environment,
+    nothing from this test's builder), and the module imports in a fresh interpreter, libcudart
+    found, and runs the ```python block on wrapped handles: no GPU needed."""
+    need(cccl(), CCCL_WHEELS)
+    need({"nanobind": nanobind, "pybind11": pybind11}[binding](), binding)
+    (tmp_path / f"{name}.cpp").write_text(BLOCKS[f"cpp {binding}"])
+    (tmp_path / "CMakeLists.txt").write_text(BLOCKS[f"cmake {binding}"])
+    folder = cmake_build(tmp_path)
+    code = BLOCKS["python"].replace("streams_nb", name)
+    program = f"import sys; sys.path.insert(0, {str(folder)!r})\n{code}\nprint({name}.__file__)\n"
+    printed = run([sys.executable, "-c", program], cwd=tmp_path)
+    check_printed(code, printed)
+    assert printed.rstrip().splitlines()[-1].startswith(str(folder)), printed  # the module CMake built
 
 
 def test_the_cython_example_runs(examples):
