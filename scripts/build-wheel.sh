@@ -36,6 +36,20 @@ sdist=$(ls "$out"/custream-*.tar.gz)
 # -m: the sdist stamps every file 2006; with those times cargo would call a stale build fresh.
 tar -xzmf "$sdist" -C "$work"
 src=$(ls -d "$work"/custream-*/)
+# zig links an unwinder of its own into the extension in place of libgcc_s, the one glibc's
+# pthread_exit unwinds with: a forced unwind through custream's frames then ran our
+# personality routine against the other unwinder's frames and crashed (issue 22). Linking the
+# system's libgcc_s by path makes the extension import the _Unwind_* functions from it, as a
+# native build does (manylinux_2_28 allows libgcc_s.so.1; tests/test_release.py checks it).
+libgcc_s=$(${CC:-gcc} -print-file-name=libgcc_s.so.1 2>/dev/null || true)
+if [ ! -f "$libgcc_s" ]; then
+    libgcc_s=$(ldconfig -p | sed -n 's/^\s*libgcc_s\.so\.1 (libc6,x86-64) => //p' | head -1)
+fi
+if [ ! -f "$libgcc_s" ]; then
+    echo "build-wheel.sh: libgcc_s.so.1 not found (gcc -print-file-name, ldconfig -p)" >&2
+    exit 1
+fi
+export RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C link-arg=$libgcc_s"
 (cd "$src" && maturin build --release --zig --compatibility "$tag" --out "$out")
 wheel=$(ls "$out"/custream-*.whl)
 case "$wheel" in

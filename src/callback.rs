@@ -21,7 +21,6 @@
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -29,6 +28,7 @@ use pyo3::types::PyTuple;
 
 use crate::boundary::no_unwind;
 use crate::driver::{self, CaptureStatus, StreamHandle};
+use crate::gil;
 use crate::graph;
 use crate::libcuda::{self, HostFunctionScope};
 use crate::lifecycle;
@@ -184,7 +184,7 @@ pub fn launch(py: Python<'_>, stream: StreamRef, function: Bound<'_, PyAny>, arg
                 // Without the GIL: a full queue makes the driver wait for earlier host
                 // functions, which need it.
                 // SAFETY: run_once takes the box once, on the driver's thread.
-                let launched = py.detach(move || unsafe { driver::launch_host_func(h, run_once, user.get()) });
+                let launched = gil::detach(py, move || unsafe { driver::launch_host_func(h, run_once, user.get()) });
                 if launched.is_err() {
                     // SAFETY: the driver did not take it; the box is still ours.
                     drop(unsafe { Box::from_raw(raw.cast::<Payload>()) });
@@ -208,7 +208,9 @@ fn launch_in_capture(py: Python<'_>, h: StreamHandle, payload: Box<Payload>) -> 
     };
     let user = SendPtr(raw);
     // SAFETY: the payload lives until the user object's destructor, after every launch.
-    let launched = py.detach(move || unsafe { driver::launch_host_func(h, run_in_graph, user.get()) });
+    let launched = gil::detach(py, move || unsafe {
+        driver::launch_host_func(h, run_in_graph, user.get())
+    });
     match launched {
         Ok(()) => {
             graph::keep_until_captured(h, owner);
@@ -232,7 +234,7 @@ pub fn launch_c(
     let user = SendPtr(user);
     stream.use_handle(py, "launch_host_func()", |h| {
         // SAFETY: the C caller's contract (custream.h): `f(user)` is safe on any thread.
-        py.detach(move || unsafe { driver::launch_host_func(h, f, user.get()) })
+        gil::detach(py, move || unsafe { driver::launch_host_func(h, f, user.get()) })
     })
 }
 
@@ -244,9 +246,5 @@ pub fn wait_for_running(py: Python<'_>) {
     if ENTERING.load(Ordering::SeqCst) == 0 || !libcuda::initialized_here() {
         return;
     }
-    py.detach(|| {
-        while ENTERING.load(Ordering::SeqCst) != 0 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    });
+    gil::wait_in_finalize(py, || ENTERING.load(Ordering::SeqCst) == 0);
 }

@@ -8,6 +8,7 @@ use std::sync::{Mutex, PoisonError};
 use pyo3::prelude::*;
 
 use crate::driver::{self, Context, EventHandle};
+use crate::gil;
 use crate::graph::{self, CaptureMark};
 use crate::lifecycle::{DriverObject, Home, Made};
 use crate::stream::StreamRef;
@@ -104,7 +105,7 @@ impl Event {
     pub fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         self.refuse_if_captured(py, "synchronize()")?;
         self.use_event(py, "synchronize()", |ev| {
-            Ok(py.detach(move || driver::event_synchronize(ev))?)
+            Ok(gil::detach(py, move || driver::event_synchronize(ev))?)
         })
     }
 

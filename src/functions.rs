@@ -7,6 +7,7 @@ use crate::args::device_arg;
 use crate::boundary::boundary;
 use crate::callback;
 use crate::driver;
+use crate::gil;
 use crate::libcuda;
 use crate::lifecycle;
 use crate::protocol;
@@ -106,8 +107,9 @@ pub fn live_stream_count() -> isize {
 /// and no host function enters Python; those already inside it are waited for.
 #[pyfunction]
 pub fn _finalize(py: Python<'_>) {
-    py.detach(lifecycle::run_deferred);
+    gil::detach(py, lifecycle::run_deferred);
     driver::release_kept_primary_contexts();
     libcuda::set_finalizing();
     callback::wait_for_running(py);
+    gil::drain(py);
 }

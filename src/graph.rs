@@ -29,6 +29,7 @@ use crate::driver::{
     self, capture_code, CaptureMode, CaptureModeScope, CaptureStatus, Context, DriverError, GraphExecHandle,
     GraphHandle, StreamHandle, UserObject,
 };
+use crate::gil;
 use crate::lifecycle::{DriverObject, Home, Made};
 use crate::stream::StreamRef;
 
@@ -435,7 +436,7 @@ impl Graph {
         // Without the GIL, as CuPy's kernel launches are: a full launch queue waits for the
         // host functions queued before, and those of Python (ours, CuPy's, numba's) take the
         // GIL to run (docs/benchmarks.md has what holding it would save).
-        stream.use_handle_in(py, what, self.exec.home(), |h| py.detach(move || f(exec, h)))
+        stream.use_handle_in(py, what, self.exec.home(), |h| gil::detach(py, move || f(exec, h)))
     }
 
     pub fn launch(&self, py: Python<'_>, stream: StreamRef) -> PyResult<()> {

@@ -4,7 +4,7 @@
 //! - face: `stream_type` (the Stream type's slots), `event_type`, `pool_type`, `graph_type`,
 //!   `functions`, `capi`
 //! - core: `stream`, `event`, `pool`, `current`, `graph`, `callback`, `protocol`, `owner`
-//! - base: `lifecycle`, `errors`, `args`, `boundary`
+//! - base: `lifecycle`, `errors`, `args`, `boundary`, `gil`
 //! - ground: `driver` (typed handles, every driver call), `libcuda` (the library), `layout`
 //!
 //! The Python-facing names are all registered here, in `_custream`; `custream/__init__.py`
@@ -23,6 +23,7 @@ mod errors;
 mod event;
 mod event_type;
 mod functions;
+mod gil;
 mod graph;
 mod graph_type;
 // bindgen's output, compared byte for byte with a fresh run by tests/layout.rs.
@@ -43,6 +44,7 @@ use pyo3::prelude::*;
 fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     libcuda::install_fork_handler();
+    gil::install_fork_handler();
     let stream_type = stream_type::create(py)?;
     protocol::init(py, &stream_type)?;
     m.add("Stream", stream_type)?;

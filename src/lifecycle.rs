@@ -16,6 +16,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::driver::{self, Context, DriverError};
+use crate::gil;
 use crate::layout::{
     CUSTREAM_STATE_CLOSED as CLOSED, CUSTREAM_STATE_RELEASED as RELEASED, CUSTREAM_STATE_USERS as USERS,
 };
@@ -299,7 +300,7 @@ impl Home {
         context: Option<Context>,
         make: impl FnOnce(Context) -> driver::Result<H> + Send,
     ) -> PyResult<(Home, H)> {
-        let made = py.detach(move || {
+        let made = gil::detach(py, move || {
             run_deferred();
             let primary = driver::retain_primary_context(device)?;
             // A device custream has used keeps its primary context until exit, so closing
@@ -349,7 +350,7 @@ impl Home {
             }));
             return Ok(());
         }
-        py.detach(move || {
+        gil::detach(py, move || {
             run_deferred();
             self.release_now(destroy)
         })

@@ -18,6 +18,7 @@ use pyo3::types::{PyInt, PyTuple};
 use crate::boundary::no_unwind;
 use crate::driver::{self, Context, StreamHandle};
 use crate::event::Event;
+use crate::gil;
 use crate::graph;
 use crate::layout::{
     custream_deleter_t, CustreamStream, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_NON_BLOCKING,
@@ -620,7 +621,7 @@ fn wait_on(py: Python<'_>, h: StreamHandle) -> driver::Result<()> {
     if driver::stream_query(h)? {
         return Ok(());
     }
-    py.detach(move || driver::stream_synchronize(h))
+    gil::detach(py, move || driver::stream_synchronize(h))
 }
 
 /// tp_dealloc: release what the stream holds, then free it.

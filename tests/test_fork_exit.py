@@ -17,6 +17,7 @@ import pytest
 import custream
 from custream import Stream, as_stream
 
+import standin
 from _capi_ctypes import DeleterCounter
 
 HAS_DRIVER = custream.is_available()
@@ -256,3 +257,72 @@ def test_interpreter_exit_with_an_exception_pending():
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == "KeyError: 'on purpose'"
     assert "custream" not in proc.stderr.replace("custream.Stream", "")
+
+
+# A daemon thread inside a driver call (the stand-in's cuStreamSynchronize, 200 ms) while the
+# interpreter exits. CPython 3.10-3.13 end a thread that re-attaches once finalization began
+# with pthread_exit, a forced unwind through custream's frames: the release wheel crashed
+# there (its unwinder was not libgcc's), and with libgcc's the unwind ran custream's drops in
+# a dying interpreter and hung in one. custream parks such a thread instead, from its atexit
+# hook on, as CPython 3.14 does.
+IN_DRIVER_AT_EXIT = """
+import atexit, ctypes, gc, os, sys, threading, time
+sys.path.insert(0, {tests!r})
+RETURNS = [0]
+
+def after_custream_hook():
+    before = RETURNS[0]
+    time.sleep(0.5)
+    print("returned from the driver after custream's hook:", RETURNS[0] - before)
+
+{hook}
+import custream
+from custream import Stream
+ctypes.CDLL(os.environ["CUSTREAM_LIBCUDA"]).standin_slow_synchronize(200)
+inside = threading.Event()
+
+def busy():
+    s = Stream(device=0)
+    while True:
+        inside.set()
+        try:
+            s.synchronize()
+        except custream.CudaError as e:
+            assert e.name == "CUDA_ERROR_DEINITIALIZED", e.name
+        RETURNS[0] += 1
+
+class SlowToGo:  # a cycle, collected by the last collection, after finalization began
+    def __init__(self):
+        self.sleep, self.me = time.sleep, self
+    def __del__(self):
+        self.sleep(0.5)  # lets the GIL go: CPython ends a thread waiting for it then
+
+threading.Thread(target=busy, daemon=True).start()
+inside.wait()
+time.sleep(0.05)  # the thread is inside cuStreamSynchronize, the GIL let go
+gc.disable()
+SlowToGo()
+{extra}
+"""
+
+
+def exit_with_a_thread_in_the_driver(tmp_path, extra, hook=""):
+    lib = standin.build("libcuda.c", tmp_path)
+    code = IN_DRIVER_AT_EXIT.format(tests=TESTS, extra=extra, hook=hook)
+    env = dict(os.environ, CUSTREAM_LIBCUDA=str(lib))
+    proc = subprocess.run([sys.executable, "-X", "dev", "-c", code], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.parametrize("extra", ["", "sys.exit(0)", "raise SystemExit(0)"])
+def test_exit_while_a_thread_is_inside_the_driver(extra, tmp_path):
+    assert exit_with_a_thread_in_the_driver(tmp_path, extra) == ""
+
+
+def test_a_thread_back_from_the_driver_after_the_atexit_hook_is_parked(tmp_path):
+    # Registered before custream's import, this hook runs after custream's: from then on the
+    # thread comes back from the driver into Python no more.
+    out = exit_with_a_thread_in_the_driver(tmp_path, "", hook="atexit.register(after_custream_hook)")
+    assert out == "returned from the driver after custream's hook: 0\n"

@@ -3,6 +3,7 @@ installed metadata, and an import that stays cheap (no importlib.metadata, no ty
 
 import importlib.metadata
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,20 @@ def test_the_module_has_no_getattr_hook():
 def test_unknown_attributes_still_raise():
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         custream.nope  # noqa: B018
+
+
+def test_the_extension_unwinds_with_the_process_unwinder():
+    # glibc's pthread_exit (CPython 3.10-3.13 end threads with it at exit) unwinds with
+    # libgcc_s; an extension that links an unwinder of its own (zig's, in the release build
+    # before issue 22) runs its personality routine against the other's frames and crashes.
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        pytest.skip("needs readelf (binutils) to read the extension's dynamic symbols")
+    ext = Path(custream._custream.__file__)
+    out = subprocess.run([readelf, "--dyn-syms", "--dynamic", "-W", str(ext)], capture_output=True, text=True,
+                         check=True).stdout
+    assert "libgcc_s.so.1" in out, f"{ext.name} does not load libgcc_s"
+    unwind = [line.split() for line in out.splitlines() if " _Unwind_RaiseException" in line]
+    assert unwind, f"{ext.name} does not use _Unwind_RaiseException"
+    for fields in unwind:
+        assert fields[6] == "UND" and fields[7].startswith("_Unwind_RaiseException@GCC_"), fields

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -47,8 +48,19 @@ CUresult cuStreamCreateWithPriority(CUstream *s, unsigned f, int p) { (void)f; (
 CUresult cuStreamDestroy_v2(CUstream s) { free(s); live_streams--; return OK; }
 /* The default-stream tokens need a current context, as with a real driver. */
 static CUresult on(CUstream s) { return (uintptr_t)s <= 2 && !depth ? INVALID_CONTEXT : OK; }
-CUresult cuStreamSynchronize(CUstream s) { return on(s); }
-CUresult cuStreamQuery(CUstream s) { return on(s); }
+/* standin_slow_synchronize(ms): streams are busy (cuStreamQuery answers NOT_READY) and every
+ * cuStreamSynchronize takes that long, so a test can have a thread inside the driver while
+ * the interpreter exits. */
+static unsigned slow_sync_ms;
+void standin_slow_synchronize(unsigned ms) { slow_sync_ms = ms; }
+CUresult cuStreamSynchronize(CUstream s) {
+    if (slow_sync_ms) {
+        struct timespec t = {slow_sync_ms / 1000, (long)(slow_sync_ms % 1000) * 1000000L};
+        nanosleep(&t, NULL);
+    }
+    return on(s);
+}
+CUresult cuStreamQuery(CUstream s) { return slow_sync_ms && on(s) == OK ? NOT_READY : on(s); }
 CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned f) { (void)e; (void)f; return on(s); }
 CUresult cuStreamGetCtx(CUstream s, CUcontext *c) { *c = (uintptr_t)s <= 2 ? (depth ? stack[depth - 1] : NULL) : &primary; return *c ? OK : INVALID_CONTEXT; }
 CUresult cuStreamGetFlags(CUstream s, unsigned *f) { (void)s; *f = 1; return OK; }

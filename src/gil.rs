@@ -1,0 +1,90 @@
+//! Letting the GIL go around a driver call, and never coming back into a finalizing
+//! interpreter.
+//!
+//! CPython 3.10 to 3.13 end a thread that takes the GIL once finalization began with
+//! `pthread_exit`: a forced unwind through every frame below `PyEval_RestoreThread`, ours
+//! included. That unwind runs Rust drops (Python references released without the GIL) in a
+//! process that is tearing the interpreter down, and in a library whose unwinder is not the
+//! one glibc's `pthread_exit` uses it crashes outright (issue 22: the release wheel's
+//! bundled unwinder read libgcc's frames). CPython 3.14 parks such threads instead; we do
+//! the same on every version: a thread coming back from a driver call after `_finalize`
+//! began never re-attaches, and `_finalize` waits until no thread is between "returned from
+//! the driver" and "attached again" (those attach while it lets the GIL go, before the
+//! interpreter finalizes).
+//!
+//! Every custream call that lets the GIL go goes through [`detach`] (clippy's
+//! `disallowed-methods` keeps pyo3's `Python::detach` out of the rest of the crate).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use pyo3::Python;
+
+use crate::libcuda;
+
+/// Threads that came back from `f` before finalization began and are re-attaching now.
+static REATTACHING: AtomicUsize = AtomicUsize::new(0);
+
+/// Run `f` with the GIL released, for a call that can block in the driver. Once `_finalize`
+/// has begun, `f` runs with the GIL held (every driver call is refused by then, so nothing
+/// blocks), and a thread whose `f` returns after it began is parked for good.
+pub fn detach<T: Send, F: Send + FnOnce() -> T>(py: Python<'_>, f: F) -> T {
+    if libcuda::is_finalizing() {
+        return f();
+    }
+    #[allow(clippy::disallowed_methods)] // the one place that lets the GIL go
+    let out = py.detach(move || {
+        let out = f();
+        // Sequentially consistent with `set_finalizing` and `drain`: either this thread
+        // sees the flag and parks, or `drain` sees it counted and lets it attach first.
+        REATTACHING.fetch_add(1, Ordering::SeqCst);
+        if libcuda::is_finalizing() {
+            REATTACHING.fetch_sub(1, Ordering::SeqCst);
+            park_forever();
+        }
+        out
+    });
+    REATTACHING.fetch_sub(1, Ordering::SeqCst);
+    out
+}
+
+/// Called by `_finalize` after `libcuda::set_finalizing`: let the threads already on their
+/// way back in attach (they do so before the interpreter finalizes), with the GIL released.
+pub fn drain(py: Python<'_>) {
+    wait_in_finalize(py, || REATTACHING.load(Ordering::SeqCst) == 0);
+}
+
+/// For `_finalize` only: wait with the GIL released until `done()`. The finalizing thread
+/// is never parked, so it may let the GIL go after the flag is set.
+pub fn wait_in_finalize(py: Python<'_>, done: impl Send + Fn() -> bool) {
+    if done() {
+        return;
+    }
+    #[allow(clippy::disallowed_methods)]
+    py.detach(move || {
+        while !done() {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    });
+}
+
+/// Install the fork handler once, when the extension module is initialized: in a forked
+/// child only the forking thread exists, and it holds the GIL.
+pub fn install_fork_handler() {
+    extern "C" fn after_fork_in_child() {
+        REATTACHING.store(0, Ordering::SeqCst);
+    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a handler that only stores to an atomic, safe in a forked child.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    });
+}
+
+/// What CPython 3.14 does to a thread that would attach to a finalizing interpreter: it
+/// never returns, and the process exits around it.
+fn park_forever() -> ! {
+    loop {
+        std::thread::park();
+    }
+}
