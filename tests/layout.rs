@@ -1,25 +1,74 @@
 //! The Rust view of the Stream object (src/layout.rs) is bindgen's output for
 //! pxd/custream.h. This test regenerates it and fails on any drift, so the header stays the
 //! one source of the layout. `CUSTREAM_BLESS=1 cargo test --test layout` rewrites the file.
+//!
+//! bindgen needs libclang and clang's own headers (stddef.h, ...). `pip install '.[test]'`
+//! brings both from PyPI: the `libclang` package (the library, in `clang/native/`) and
+//! `ziglang` (clang's headers, in `ziglang/lib/include`). The test asks the Python that pip
+//! installed into ($PYTHON, else `python3`) where they are, so no system package is needed;
+//! LIBCLANG_PATH, when set, still names the library to use.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn python_include() -> String {
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = Command::new(&python)
-        .args(["-c", "import sysconfig; print(sysconfig.get_paths()['include'])"])
-        .output()
-        .unwrap_or_else(|e| panic!("running {python} to find Python.h: {e}"));
-    assert!(out.status.success(), "{python} could not report its include dir");
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+/// What the test needs from the Python: its headers (custream.h includes Python.h), and the
+/// PyPI libclang library and clang headers where that Python has them.
+struct Python {
+    name: String,
+    include: String,
+    libclang: Option<PathBuf>,
+    clang_resource_dir: Option<PathBuf>,
 }
 
-fn generate() -> String {
+// One line each: Python.h's directory, the `libclang` package's directory of libclang.so,
+// and ziglang's directory whose include/ holds clang's headers (what clang calls a resource
+// dir); "" for what is not there. find_spec imports neither package.
+const WHERE: &str = r#"
+import importlib.util, os, sysconfig
+def where(package, directory, file):
+    spec = importlib.util.find_spec(package)
+    for root in (spec and spec.submodule_search_locations) or ():
+        if os.path.isfile(os.path.join(root, directory, file)):
+            return os.path.join(root, directory)
+    return ""
+print(sysconfig.get_paths()["include"])
+print(where("clang", "native", "libclang.so"))
+print(where("ziglang", "lib", "include/stddef.h"))
+"#;
+
+fn python() -> Python {
+    let name = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = Command::new(&name)
+        .args(["-c", WHERE])
+        .output()
+        .unwrap_or_else(|e| fail(format!("running {name} to find Python.h and libclang: {e}")));
+    if !out.status.success() {
+        fail(format!("{name} could not report its include dir and packages"));
+    }
+    let out = String::from_utf8(out.stdout).unwrap();
+    let mut lines = out.lines().map(str::trim);
+    let mut next = || lines.next().filter(|l| !l.is_empty()).map(PathBuf::from);
+    let include = next().unwrap_or_default().to_string_lossy().into_owned();
+    let libclang = next().map(|dir| dir.join("libclang.so"));
+    let clang_resource_dir = next();
+    Python {
+        name,
+        include,
+        libclang,
+        clang_resource_dir,
+    }
+}
+
+fn generate(python: &Python, resource_dir: Option<&Path>) -> Result<String, bindgen::BindgenError> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let bindings = bindgen::Builder::default()
+    let mut builder = bindgen::Builder::default()
         .header(root.join("pxd/custream.h").to_str().unwrap())
-        .clang_arg(format!("-I{}", python_include()))
+        .clang_arg(format!("-I{}", python.include));
+    if let Some(dir) = resource_dir {
+        // clang looks for its own headers in <resource dir>/include.
+        builder = builder.clang_arg(format!("-resource-dir={}", dir.display()));
+    }
+    builder
         .allowlist_type("CustreamStream|CustreamCAPI|custream_.*|CUstream_st")
         .allowlist_var("CUSTREAM_.*")
         // Stop at our own types: the object header and PyTypeObject come from pyo3's
@@ -33,40 +82,90 @@ fn generate() -> String {
         .derive_debug(false)
         .derive_default(false)
         .generate_comments(false)
-        .generate();
-    match bindings {
-        Ok(bindings) => bindings.to_string(),
-        // libclang loads, but clang's own headers (stddef.h, ...) are not beside it.
-        Err(e) if e.to_string().contains("'stddef.h' file not found") => panic!("{NO_HEADERS}"),
-        Err(e) => panic!("bindgen could not parse pxd/custream.h: {e}"),
-    }
+        .generate()
+        .map(|bindings| bindings.to_string())
 }
 
-const NO_LIBCLANG: &str = "libclang is missing: this test regenerates src/layout.rs from \
-    pxd/custream.h with bindgen, which needs it; install it with `apt-get install libclang-dev` \
-    (Debian, Ubuntu) or `dnf install clang-devel` (RHEL, Fedora), or set LIBCLANG_PATH";
-const NO_HEADERS: &str = "clang's own headers (stddef.h) are missing beside libclang: this \
-    test runs bindgen on pxd/custream.h, which needs them; install them with \
-    `apt-get install libclang-dev` (Debian, Ubuntu) or `dnf install clang-devel` (RHEL, Fedora)";
+fn no_libclang(python: &str) -> String {
+    format!(
+        "libclang is missing: this test regenerates src/layout.rs from pxd/custream.h with \
+         bindgen, which needs it; `pip install '.[test]'` brings it (the PyPI libclang package, \
+         looked for in {python}'s packages; PYTHON names another Python), or install the \
+         system's (`apt-get install libclang-dev`, `dnf install clang-devel`), or set \
+         LIBCLANG_PATH"
+    )
+}
 
-/// `generate()`, with bindgen's panic when it cannot load libclang turned into one line
-/// that says what is missing and how to get it.
+fn no_headers(python: &str, pypi: bool) -> String {
+    let from = if pypi {
+        format!(
+            "the PyPI libclang has none beside it and {python} has no ziglang package \
+             (PYTHON names another Python); `pip install '.[test]'` brings it"
+        )
+    } else {
+        "`pip install '.[test]'` brings the PyPI libclang and clang's headers (ziglang), \
+         used where LIBCLANG_PATH is unset, or install the system's headers with libclang \
+         (`apt-get install libclang-dev`, `dnf install clang-devel`)"
+            .into()
+    };
+    format!(
+        "clang's own headers (stddef.h) are missing: this test runs bindgen on \
+         pxd/custream.h, which needs them; {from}"
+    )
+}
+
+/// Fails the test with one line: no panic location, no backtrace (resume_unwind skips the
+/// panic hook; libtest shows the line as the test's output).
+fn fail(line: String) -> ! {
+    eprintln!("{line}");
+    std::panic::resume_unwind(Box::new(line))
+}
+
+/// `generate()` with the libclang LIBCLANG_PATH names, else the PyPI one (with clang's
+/// headers from ziglang), else the system's that clang-sys finds; what is still missing is
+/// said in one line.
 fn generate_or_explain() -> String {
+    let python = python();
+    let in_pypi_package =
+        |p: &Path| p.ends_with("clang/native") || p.parent().is_some_and(|d| d.ends_with("clang/native"));
+    let pypi = match std::env::var_os("LIBCLANG_PATH") {
+        Some(path) => in_pypi_package(Path::new(&path)),
+        None => match &python.libclang {
+            Some(libclang) => {
+                // clang-sys (bindgen's default `runtime` feature) reads LIBCLANG_PATH when
+                // bindgen first loads libclang, below; this is the process's only test.
+                std::env::set_var("LIBCLANG_PATH", libclang);
+                true
+            }
+            None => false,
+        },
+    };
+    // libclang looks for its headers beside itself (../lib/clang/<version>/include): a
+    // system libclang has them there, the PyPI one has none, so they come from ziglang.
+    let resource_dir = python.clang_resource_dir.as_deref().filter(|_| pypi);
     let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {})); // bindgen's own panic message is replaced below
-    let result = std::panic::catch_unwind(generate);
+    std::panic::set_hook(Box::new(|_| {})); // bindgen's panic when it finds no libclang
+    let result = std::panic::catch_unwind(|| generate(&python, resource_dir));
     std::panic::set_hook(hook);
-    result.unwrap_or_else(|payload| {
-        let message = payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
-        if message.contains("Unable to find libclang") {
-            panic!("{NO_LIBCLANG}");
+    match result {
+        Ok(Ok(bindings)) => bindings,
+        Ok(Err(e)) if e.to_string().contains("'stddef.h' file not found") => fail(no_headers(&python.name, pypi)),
+        Ok(Err(e)) => fail(format!("bindgen could not parse pxd/custream.h: {e}")),
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            if message.contains("Unable to find libclang") {
+                match std::env::var("LIBCLANG_PATH") {
+                    Ok(path) if !pypi => fail(format!("LIBCLANG_PATH={path} names no libclang")),
+                    _ => fail(no_libclang(&python.name)),
+                }
+            }
+            fail(message)
         }
-        panic!("{message}");
-    })
+    }
 }
 
 #[test]
