@@ -3,9 +3,10 @@
 #
 #   bash scripts/gpu-check.sh [tests] [bench] [sanitizer]      (default: tests)
 #
-# 1. installs the wheels carried in dist/ (custream) and .whl/ (rmm, librmm, rapids-logger;
-#    optional: scripts/gpu-wheels.sh fetches them) into /tmp/site, offline, and puts it
-#    first on PYTHONPATH;
+# 1. installs the release wheel carried in dist/ (scripts/build-wheel.sh dist: what users
+#    get; GPU_CHECK_WHEEL=PATH for another build) and the wheels in .whl/ (rmm, librmm,
+#    rapids-logger; optional: scripts/gpu-wheels.sh fetches them) into /tmp/site, offline,
+#    and puts it first on PYTHONPATH;
 # 2. prints the versions of Python, the driver and every peer library;
 # 3. runs `python3 -m custream` (the report; a failure there does not stop the run);
 # 4. stage "tests": `pytest -m gpu tests cython_tests`, then a pass/fail table per peer
@@ -46,13 +47,29 @@ banner() { printf '\n==== %s ====\n' "$*"; }
 
 # ---- install ---------------------------------------------------------------------------
 banner "install into $SITE"
+# The artifact users get: the wheel scripts/build-wheel.sh makes (tagged manylinux_2_28).
+# GPU_CHECK_WHEEL=PATH installs another custream wheel instead (a developer's native
+# build, scripts/dev-install.sh's dist-dev/), and the run says so.
+release_tag=manylinux_2_28_x86_64
 shopt -s nullglob
-wheels=(dist/custream-*.whl .whl/*.whl)
-shopt -u nullglob
-if [ ${#wheels[@]} -eq 0 ] || [ ! -f "${wheels[0]}" ] || [[ "${wheels[0]}" != dist/custream-* ]]; then
-    echo "no dist/custream-*.whl: build it first (scripts/dev-install.sh) and carry dist/" >&2
-    exit 2
+if [ -n "${GPU_CHECK_WHEEL:-}" ]; then
+    custream_wheel=$GPU_CHECK_WHEEL
+    [ -f "$custream_wheel" ] || { echo "GPU_CHECK_WHEEL=$custream_wheel: no such file" >&2; exit 2; }
+else
+    release=(dist/custream-*-"$release_tag".whl)
+    if [ ${#release[@]} -ne 1 ]; then
+        echo "need exactly one release wheel dist/custream-*-$release_tag.whl (found ${#release[@]}):" \
+            "build it with scripts/build-wheel.sh dist and carry dist/; GPU_CHECK_WHEEL=PATH tests another" >&2
+        exit 2
+    fi
+    custream_wheel=${release[0]}
 fi
+wheels=("$custream_wheel" .whl/*.whl)
+shopt -u nullglob
+case "$custream_wheel" in
+    *"$release_tag".whl) echo "custream: the release wheel, $(basename "$custream_wheel")" ;;
+    *) echo "custream: NOT the release wheel: $(basename "$custream_wheel") (GPU_CHECK_WHEEL)" ;;
+esac
 rm -rf "$SITE"
 mkdir -p "$SITE"
 printf '  %s\n' "${wheels[@]}"
