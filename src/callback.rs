@@ -1,37 +1,37 @@
-//! Host callbacks: `Stream.launch_host_func(fn, *args)` runs `fn(*args)` on a thread of the
-//! driver's once the work queued before it on the stream is done (`cuLaunchHostFunc`), and
-//! the C face queues a C function with no Python involved.
+//! Host callbacks: `Stream.launch_host_func(fn, *args)` runs `fn(*args)` once the work
+//! queued before it on the stream is done, and the C face queues a C function with no Python
+//! involved (`cuLaunchHostFunc`, run directly on the driver's thread).
 //!
-//! A Python call is a boxed `Payload` handed to the driver as the `void *` of a trampoline.
-//! The rules the trampolines keep:
+//! A Python call never runs on the driver's thread, which must not wait for the GIL
+//! (src/relay.rs says why). The stream gets three operations: the driver's host function (a
+//! trampoline that posts the call to custream's thread and returns), a wait until the call's
+//! flag is raised (src/flags.rs), and the flag's lowering. The rules the calls keep:
 //! - The function and its arguments stay alive until the call ran, and are released after
-//!   it, on that thread, with the GIL; an exception goes to `sys.unraisablehook` with the
-//!   stream named, never further.
+//!   it, on custream's thread, with the GIL; then the flag is raised. An exception goes to
+//!   `sys.unraisablehook` with the stream named, never further.
 //! - A call that can no longer run in Python (the interpreter finalizes, or this is a forked
-//!   child) is dropped, and its objects are leaked, never touched: once finalization began a
-//!   thread that takes the GIL is ended or hung by CPython, and the driver's would be.
-//! - At exit, `_finalize` (atexit) waits, with the GIL released, for the calls already inside
-//!   Python; every later one sees the finalizing flag and is dropped (a sequentially
-//!   consistent flag and count: one side always sees the other).
+//!   child) is skipped and its objects leaked, never touched; its flag is raised all the same,
+//!   so the stream goes on.
 //! - While one runs, the thread is marked as inside a host function: every custream call
-//!   there refuses (`driver::init`), and a release it would make is deferred.
-//! - In a capture the call becomes a host node that runs at every launch of the graph: its
-//!   payload is then owned by a CUDA user object, destroyed with the graph's last executable
-//!   and its last launch (src/graph.rs hands it to the graph).
+//!   there refuses (`driver::init`; the stream it would wait on waits for the call), and a
+//!   release it would make is deferred.
+//! - In a capture the three become nodes that run at every launch of the graph: the call and
+//!   its flag are then owned by a CUDA user object, destroyed with the graph's last
+//!   executable and its last launch (src/graph.rs hands it to the graph).
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::boundary::no_unwind;
 use crate::driver::{self, CaptureStatus, StreamHandle};
+use crate::flags::{self, Flag};
 use crate::gil;
 use crate::graph;
 use crate::libcuda::{self, HostFunctionScope};
 use crate::lifecycle;
+use crate::relay;
 use crate::stream::StreamRef;
 
 /// A Python call queued on a stream.
@@ -93,62 +93,85 @@ impl HostFunction {
     }
 }
 
-/// Host functions inside Python now (or about to enter it).
-static ENTERING: AtomicU32 = AtomicU32::new(0);
-
-/// Run `f(py, value)` attached to the interpreter and marked as inside a host function, or
-/// leak `value` when Python may no longer be touched. Never unwinds: it runs on a thread of
-/// the driver's.
-fn in_python<T>(generation: u32, value: T, f: impl FnOnce(Python<'_>, T)) {
-    let mut value = Some(value);
-    if lifecycle::may_release(generation) {
-        ENTERING.fetch_add(1, Ordering::SeqCst);
-        if !libcuda::is_finalizing() {
-            no_unwind(|| {
-                let _ = Python::try_attach(|py| {
-                    let _inside = HostFunctionScope::enter();
-                    if let Some(v) = value.take() {
-                        f(py, v);
-                    }
-                });
-            });
-        }
-        ENTERING.fetch_sub(1, Ordering::SeqCst);
-    }
-    // Not run: its Python objects cannot be released without the interpreter.
-    std::mem::forget(value);
+/// What a queued call owns: the Python call and the flag its stream waits on.
+struct Call {
+    payload: Payload,
+    flag: Flag,
 }
 
-/// The trampoline of a call queued outside a capture: runs once, and owns its payload.
+impl Call {
+    /// Run the call (or, without Python, skip it and leak its objects), then raise its flag.
+    /// On custream's thread.
+    fn run_once(self, py: Option<Python<'_>>) {
+        let Call { payload, flag } = self;
+        match py.filter(|_| lifecycle::may_release(payload.generation)) {
+            Some(py) => {
+                let _inside = HostFunctionScope::enter();
+                payload.run(py);
+                drop(payload);
+            }
+            None => std::mem::forget(payload),
+        }
+        flag.raise();
+        flags::give_back_raised(flag);
+    }
+}
+
+/// The trampoline of a call queued outside a capture: runs once, and owns its call.
 unsafe extern "C" fn run_once(user: *mut c_void) {
     // SAFETY: `launch` handed the driver this box, and the driver calls this once.
-    let payload = unsafe { Box::from_raw(user.cast::<Payload>()) };
-    let generation = payload.generation;
-    in_python(generation, payload, |py, p| {
-        p.run(py);
-        drop(p);
-    });
+    let call = unsafe { Box::from_raw(user.cast::<Call>()) };
+    if libcuda::is_finalizing() {
+        // Release the stream from here: custream's thread enters Python no more.
+        call.flag.raise();
+        std::mem::forget(call);
+        return;
+    }
+    relay::post(Box::new(move |py| call.run_once(py)));
 }
 
 /// The trampoline of a host node (a call queued during a capture): runs at each launch.
 unsafe extern "C" fn run_in_graph(user: *mut c_void) {
-    // SAFETY: the payload is owned by a user object that the graph holds, which the driver
-    // destroys only after the graph's last launch ran.
-    let payload = unsafe { &*user.cast::<Payload>() };
-    in_python(payload.generation, (), |py, ()| payload.run(py));
+    let node = SendPtr(user);
+    // SAFETY: the call is owned by a user object that the graph holds, which the driver
+    // destroys only after the graph's last launch ran, and a launch runs only once the flag
+    // this raises is up: the call outlives every use below.
+    let call = unsafe { &*node.get().cast::<Call>() };
+    if libcuda::is_finalizing() {
+        call.flag.raise();
+        return;
+    }
+    relay::post(Box::new(move |py| {
+        // SAFETY: as above; `node` is the same pointer.
+        let call = unsafe { &*node.get().cast::<Call>() };
+        if let Some(py) = py.filter(|_| lifecycle::may_release(call.payload.generation)) {
+            let _inside = HostFunctionScope::enter();
+            call.payload.run(py);
+        }
+        call.flag.raise();
+    }));
 }
 
-/// The destructor of a host node's user object.
+/// The destructor of a host node's user object: after the graph's last launch, so the flag
+/// was lowered for good.
 unsafe extern "C" fn release_graph_payload(user: *mut c_void) {
     // SAFETY: the user object owned this box; the driver calls its destructor once.
-    let payload = unsafe { Box::from_raw(user.cast::<Payload>()) };
-    let generation = payload.generation;
-    in_python(generation, payload, |_, p| drop(p));
+    let call = unsafe { Box::from_raw(user.cast::<Call>()) };
+    relay::post(Box::new(move |py| {
+        let Call { payload, flag } = *call;
+        match py.filter(|_| lifecycle::may_release(payload.generation)) {
+            Some(_) => drop(payload),
+            None => std::mem::forget(payload),
+        }
+        flags::give_back(flag);
+    }));
 }
 
 /// A pointer handed to the driver from a thread without the GIL.
+#[derive(Clone, Copy)]
 struct SendPtr(*mut c_void);
-// SAFETY: the pointee is only touched by the trampolines, which take the GIL first.
+// SAFETY: the pointee (a `Call`) is only touched by the trampolines and by custream's thread,
+// which touches its Python objects only with the GIL.
 unsafe impl Send for SendPtr {}
 
 impl SendPtr {
@@ -174,54 +197,67 @@ pub fn launch(py: Python<'_>, stream: StreamRef, function: Bound<'_, PyAny>, arg
         generation: libcuda::fork_generation(),
     });
     stream.use_handle(py, "launch_host_func()", |h| {
-        // A capture replays the call at every launch of its graph: the payload must outlive
-        // them all, so it cannot be the one the call owns.
-        match driver::stream_capture_status(h)? {
-            CaptureStatus::Active => launch_in_capture(py, h, payload),
-            CaptureStatus::None | CaptureStatus::Invalidated => {
-                let user = SendPtr(Box::into_raw(payload).cast());
-                let raw = user.0;
-                // Without the GIL: a full queue makes the driver wait for earlier host
-                // functions, which need it.
-                // SAFETY: run_once takes the box once, on the driver's thread.
-                let launched = gil::detach(py, move || unsafe { driver::launch_host_func(h, run_once, user.get()) });
-                if launched.is_err() {
-                    // SAFETY: the driver did not take it; the box is still ours.
-                    drop(unsafe { Box::from_raw(raw.cast::<Payload>()) });
-                }
-                launched
-            }
+        let context = driver::stream_context(h)?;
+        let flag = flags::take(py, context, driver::context_id(context)?)?;
+        let word = flag.device_address();
+        let call: *mut c_void = Box::into_raw(Box::new(Call {
+            payload: *payload,
+            flag,
+        }))
+        .cast();
+        // A capture replays the call at every launch of its graph: the call must outlive
+        // them all, so a user object that the graph holds owns it.
+        if driver::stream_capture_status(h)? == CaptureStatus::Active {
+            return launch_in_capture(py, h, call, word);
         }
+        let user = SendPtr(call);
+        // Without the GIL: a full queue makes the driver wait for earlier host functions.
+        // SAFETY: run_once takes the box once, on the driver's thread.
+        let launched = gil::detach(py, move || unsafe { driver::launch_host_func(h, run_once, user.get()) });
+        if let Err(e) = launched {
+            // SAFETY: the driver did not take it; the box is still ours.
+            let Call { payload, flag } = *unsafe { Box::from_raw(call.cast::<Call>()) };
+            drop(payload);
+            flags::give_back(flag);
+            return Err(e);
+        }
+        // The call runs whatever happens now; if the stream cannot be told to wait for it,
+        // the error says so (its flag, raised and never lowered, is never reused).
+        gil::detach(py, move || hold_until_raised(h, word))
     })
 }
 
-fn launch_in_capture(py: Python<'_>, h: StreamHandle, payload: Box<Payload>) -> driver::Result<()> {
-    let raw: *mut c_void = Box::into_raw(payload).cast();
+/// Queue the wait for the call's flag, then its lowering.
+fn hold_until_raised(h: StreamHandle, word: u64) -> driver::Result<()> {
+    driver::stream_wait_value32(h, word, 1)?;
+    driver::stream_write_value32(h, word, 0)
+}
+
+fn launch_in_capture(py: Python<'_>, h: StreamHandle, call: *mut c_void, word: u64) -> driver::Result<()> {
     // SAFETY: release_graph_payload takes the box once, when the last reference is gone.
-    let owner = match unsafe { driver::user_object_create(raw, release_graph_payload) } {
+    let owner = match unsafe { driver::user_object_create(call, release_graph_payload) } {
         Ok(owner) => owner,
         Err(e) => {
             // SAFETY: no user object took it; the box is still ours.
-            drop(unsafe { Box::from_raw(raw.cast::<Payload>()) });
+            let Call { payload, flag } = *unsafe { Box::from_raw(call.cast::<Call>()) };
+            drop(payload);
+            flags::give_back(flag);
             return Err(e);
         }
     };
-    let user = SendPtr(raw);
-    // SAFETY: the payload lives until the user object's destructor, after every launch.
+    let user = SendPtr(call);
+    // SAFETY: the call lives until the user object's destructor, after every launch.
     let launched = gil::detach(py, move || unsafe {
         driver::launch_host_func(h, run_in_graph, user.get())
     });
-    match launched {
-        Ok(()) => {
-            graph::keep_until_captured(h, owner);
-            Ok(())
-        }
-        Err(e) => {
-            // Our reference was the only one: the payload is released (we hold the GIL).
-            let _ = driver::user_object_release(owner);
-            Err(e)
-        }
+    if let Err(e) = launched {
+        // Our reference was the only one: the call is released on custream's thread.
+        let _ = driver::user_object_release(owner);
+        return Err(e);
     }
+    // The host node is in the graph: its call must live as long as the graph does.
+    graph::keep_until_captured(h, owner);
+    gil::detach(py, move || hold_until_raised(h, word))
 }
 
 /// The C face: queue `f(user)` on the stream, the driver call made without the GIL.
@@ -236,15 +272,4 @@ pub fn launch_c(
         // SAFETY: the C caller's contract (custream.h): `f(user)` is safe on any thread.
         gil::detach(py, move || unsafe { driver::launch_host_func(h, f, user.get()) })
     })
-}
-
-/// At exit (from `_finalize`, after the finalizing flag is set): wait, without the GIL,
-/// for the host functions already inside Python to leave it.
-pub fn wait_for_running(py: Python<'_>) {
-    // Host functions run only where cuInit succeeded: a child forked while one ran in its
-    // parent inherits the count, not the thread.
-    if ENTERING.load(Ordering::SeqCst) == 0 || !libcuda::initialized_here() {
-        return;
-    }
-    gil::wait_in_finalize(py, || ENTERING.load(Ordering::SeqCst) == 0);
 }

@@ -5,12 +5,12 @@ use pyo3::prelude::*;
 
 use crate::args::device_arg;
 use crate::boundary::boundary;
-use crate::callback;
 use crate::driver;
 use crate::gil;
 use crate::libcuda;
 use crate::lifecycle;
 use crate::protocol;
+use crate::relay;
 use crate::stream;
 
 /// `as_stream` as a METH_O builtin: a Stream argument is returned before any argument
@@ -110,6 +110,6 @@ pub fn _finalize(py: Python<'_>) {
     gil::detach(py, lifecycle::run_deferred);
     driver::release_kept_primary_contexts();
     libcuda::set_finalizing();
-    callback::wait_for_running(py);
+    relay::wait_for_running(py);
     gil::drain(py);
 }

@@ -88,3 +88,42 @@ fn park_forever() -> ! {
         std::thread::park();
     }
 }
+
+/// The Python thread state of a thread of custream's own (src/relay.rs), made on its first
+/// entry into Python and kept for the thread's life: entering again is a GIL take, not a
+/// thread state made and destroyed as `Python::attach` does on a thread Python does not know.
+pub struct Resident {
+    tstate: Option<std::ptr::NonNull<pyo3::ffi::PyThreadState>>,
+}
+
+// SAFETY: only ever used by the one thread that made it (relay's worker owns it).
+unsafe impl Send for Resident {}
+
+impl Resident {
+    pub const fn new() -> Resident {
+        Resident { tstate: None }
+    }
+
+    /// Run `f` attached to the interpreter. The caller must have made sure that finalization
+    /// cannot begin before this returns (relay's count of threads entering Python, which
+    /// `_finalize` waits on): a thread that takes the GIL then is ended by CPython.
+    ///
+    /// A panic in `f` is caught and returned after the GIL is let go again.
+    pub fn enter<R>(&mut self, f: impl FnOnce(Python<'_>) -> R) -> std::thread::Result<R> {
+        match self.tstate {
+            // SAFETY: our own thread state, detached by the SaveThread below.
+            Some(t) => unsafe { pyo3::ffi::PyEval_RestoreThread(t.as_ptr()) },
+            None => {
+                // SAFETY: the interpreter is initialized (custream is imported) and not
+                // finalizing (the caller's guarantee); never released, so the thread state
+                // stays ours.
+                let _ = unsafe { pyo3::ffi::PyGILState_Ensure() };
+            }
+        }
+        // pyo3's own bookkeeping of the attachment, nested in ours (it finds the GIL held).
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Python::attach(f)));
+        // SAFETY: this thread holds the GIL through its own thread state.
+        self.tstate = std::ptr::NonNull::new(unsafe { pyo3::ffi::PyEval_SaveThread() });
+        out
+    }
+}

@@ -218,7 +218,9 @@ pub fn begin(py: Python<'_>, s: StreamRef, mode: CaptureMode) -> PyResult<()> {
             user_objects: Vec::new(),
         });
         GUARD.fetch_add(1, Ordering::AcqRel);
-        let began = driver::stream_begin_capture(h, mode);
+        // Without the GIL, as every call here that can wait on the driver's locks: their
+        // holder may be a host function of another library's that waits for the GIL.
+        let began = gil::detach(py, move || driver::stream_begin_capture(h, mode));
         if began.is_err() {
             forget_capture(|c| c.id == id);
         }
@@ -389,20 +391,25 @@ pub fn end(py: Python<'_>, s: StreamRef) -> PyResult<Graph> {
     let context = s.context(py)?;
     let device = s.device(py)?;
     let ended = s.use_handle(py, "end_capture()", |h| {
-        let ended = driver::stream_end_capture(h);
-        match &ended {
-            Ok(g) => capture_ended(h.as_u64(), Some(*g)),
-            // Invalidated or unjoined captures end too; a wrong-thread end does not.
-            Err(_) if driver::stream_capture_status(h) == Ok(CaptureStatus::None) => capture_ended(h.as_u64(), None),
-            Err(_) => {}
-        }
-        ended
+        gil::detach(py, move || {
+            let ended = driver::stream_end_capture(h);
+            match &ended {
+                Ok(g) => capture_ended(h.as_u64(), Some(*g)),
+                // Invalidated or unjoined captures end too; a wrong-thread end does not.
+                Err(_) if driver::stream_capture_status(h) == Ok(CaptureStatus::None) => {
+                    capture_ended(h.as_u64(), None)
+                }
+                Err(_) => {}
+            }
+            ended
+        })
     })?;
     let nodes = driver::graph_node_count(ended);
     let made = Home::make(py, device, Some(context), move |ctx| {
         driver::graph_instantiate(ctx, ended)
     });
-    let _ = driver::graph_destroy(ended); // the executable graph keeps what it needs
+    // The executable graph keeps what it needs.
+    let _ = gil::detach(py, move || driver::graph_destroy(ended));
     let (home, exec) = made?;
     Ok(Graph {
         exec: Made::new(home, exec),

@@ -3,7 +3,8 @@
 //! The modules, from the Python face down to the driver (docs/design.md, "Code layout"):
 //! - face: `stream_type` (the Stream type's slots), `event_type`, `pool_type`, `graph_type`,
 //!   `functions`, `capi`
-//! - core: `stream`, `event`, `pool`, `current`, `graph`, `callback`, `protocol`, `owner`
+//! - core: `stream`, `event`, `pool`, `current`, `graph`, `callback`, `relay`, `flags`, `protocol`,
+//!   `owner`
 //! - base: `lifecycle`, `errors`, `args`, `boundary`, `gil`
 //! - ground: `driver` (typed handles, every driver call), `libcuda` (the library), `layout`
 //!
@@ -22,6 +23,7 @@ mod driver;
 mod errors;
 mod event;
 mod event_type;
+mod flags;
 mod functions;
 mod gil;
 mod graph;
@@ -35,6 +37,7 @@ mod owner;
 mod pool;
 mod pool_type;
 mod protocol;
+mod relay;
 mod stream;
 mod stream_type;
 

@@ -131,6 +131,12 @@ entry_points!(Api {
     cuUserObjectCreate(*mut CUuserObject, *mut c_void, CUhostFn, c_uint, c_uint);
     cuUserObjectRelease(CUuserObject, c_uint);
     cuGraphRetainUserObject(CUgraph, CUuserObject, c_uint, c_uint);
+    // The flags a stream waits on while custream's thread runs a Python host function
+    // (src/flags.rs); the _v2 stream memory operations are CUDA 11.7.
+    cuMemHostRegister_v2(*mut c_void, usize, c_uint);
+    cuMemHostGetDevicePointer_v2(*mut cu::CUdeviceptr, *mut c_void, c_uint);
+    cuStreamWaitValue32_v2(CUstream, cu::CUdeviceptr, u32, c_uint);
+    cuStreamWriteValue32_v2(CUstream, cu::CUdeviceptr, u32, c_uint);
 });
 
 /// An opened driver library: kept open for the process, so its entry points stay valid.

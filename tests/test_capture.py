@@ -161,6 +161,43 @@ def test_callbacks_run_in_order_behind_queued_work(fake):
     assert out.stdout.strip().endswith("ok")
 
 
+# The lock order that hung threaded programs (issue 23): the stand-in's host-function thread
+# holds a lock of the driver's while it runs a host function, and query and is_capturing take
+# that lock with the GIL held. A trampoline that waited there for the GIL deadlocked against
+# this thread; custream's now hands the call to a thread of its own and returns. A hang dumps
+# every thread's stack and fails (faulthandler), instead of hanging the run.
+def test_a_python_host_function_never_makes_the_driver_thread_wait_for_the_gil(fake):
+    out = run(fake, """
+        import faulthandler
+        faulthandler.dump_traceback_later(30, exit=True)
+        s, other = Stream(), Stream()
+        ran, replayed = [], []
+
+        def hold_the_gil_in_the_driver(seconds):
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                other.query()
+                other.is_capturing
+
+        for i in range(100):
+            kernel(s, 1)
+            s.launch_host_func(ran.append, i)
+            hold_the_gil_in_the_driver(0.005)
+        s.begin_capture()
+        s.launch_host_func(replayed.append, "node")
+        g = s.end_capture()
+        for _ in range(20):
+            g.launch(s)
+            hold_the_gil_in_the_driver(0.005)
+        s.synchronize()
+        assert ran == list(range(100)), ran[:5]
+        assert replayed == ["node"] * 20, replayed
+        g.close()
+        print("ok")
+    """)
+    assert out.stdout.strip().endswith("ok")
+
+
 def test_fn_and_args_live_until_the_call_ran_and_no_longer(fake):
     run(fake, """
         with Stream() as s:
@@ -415,7 +452,7 @@ def test_events_in_a_capture_fork_and_join_and_refuse_queries(fake):
         s.wait(side.record())  # joins it back
         s.launch_host_func(ran.append, "main")
         g = s.end_capture()
-        assert fake.fake_invalidations() == 0 and g.node_count == 2
+        assert fake.fake_invalidations() == 0 and g.node_count == 6  # a Python host function is 3 nodes
         assert side.is_capturing is False
         ev.synchronize()  # the capture is over: custream no longer refuses (the driver answers)
         g.launch(s)

@@ -207,3 +207,42 @@ pub fn graph_take_user_object(g: GraphHandle, obj: UserObject) -> Result<()> {
     // SAFETY: moves the one reference the caller holds; the driver validates both.
     check(unsafe { (api.cuGraphRetainUserObject)(g.0, obj.0, 1, moved) })
 }
+
+/// Register `bytes` of host memory at `page` (page-aligned, the caller's for the life of the
+/// process) as page-locked and mapped for the GPU, in `ctx` and every other context
+/// (portable): the address the GPU reads it at. A reset of `ctx` drops the registration,
+/// not the memory.
+///
+/// # Safety
+/// `page` must point to `bytes` of memory that stays allocated for the life of the process.
+pub unsafe fn host_register_mapped(ctx: Context, page: *mut c_void, bytes: usize) -> Result<u64> {
+    let api = init()?;
+    in_context(ctx, || {
+        let flags = cu::CU_MEMHOSTREGISTER_PORTABLE | cu::CU_MEMHOSTREGISTER_DEVICEMAP;
+        // SAFETY: the caller vouches that the memory is allocated and stays so.
+        check(unsafe { (api.cuMemHostRegister_v2)(page, bytes, flags) })?;
+        let mut device: cu::CUdeviceptr = 0;
+        // SAFETY: a valid out-pointer; `page` was registered just now.
+        check(unsafe { (api.cuMemHostGetDevicePointer_v2)(&mut device, page, 0) })?;
+        Ok(device)
+    })
+}
+
+/// Queue on `h` a wait until the 32-bit word at the GPU address `word` equals `value` (a
+/// wait-value node, in a capture).
+pub fn stream_wait_value32(h: StreamHandle, word: u64, value: u32) -> Result<()> {
+    let api = init()?;
+    let eq = cu::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as c_uint;
+    // SAFETY: the driver validates the handle; the GPU reads `word` when the wait runs, and
+    // the caller keeps it mapped (src/flags.rs never unmaps a page).
+    check(unsafe { (api.cuStreamWaitValue32_v2)(h.0, word, value, eq) })
+}
+
+/// Queue on `h` a write of `value` to the 32-bit word at the GPU address `word` (a
+/// write-value node, in a capture).
+pub fn stream_write_value32(h: StreamHandle, word: u64, value: u32) -> Result<()> {
+    let api = init()?;
+    let default = cu::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as c_uint;
+    // SAFETY: the driver validates the handle; as for the wait, `word` stays mapped.
+    check(unsafe { (api.cuStreamWriteValue32_v2)(h.0, word, value, default) })
+}

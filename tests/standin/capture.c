@@ -7,8 +7,13 @@
  *
  * The model:
  * - One worker thread, like the driver's host-function thread, runs queued items in order:
- *   host functions, and "kernels" (fake_kernel(stream, ms): the worker sleeps) standing in
- *   for GPU work. A stream is idle when none of its items is queued or running.
+ *   host functions, "kernels" (fake_kernel(stream, ms): the worker sleeps) standing in for
+ *   GPU work, and the stream memory operations (a wait until a 32-bit word equals a value,
+ *   a write of one). A stream is idle when none of its items is queued or running.
+ * - The worker holds a lock of the driver's while it runs a host function, and query,
+ *   record, capture status, launches and capture calls take that lock: as a real driver's
+ *   locks do, this deadlocks a host function that waits for the GIL against a thread that
+ *   holds the GIL in one of those calls (tests/test_capture.py runs that lock order).
  * - Capture: cuStreamBeginCapture_v2 / IsCapturing / EndCapture keep the state CUDA keeps. A
  *   query or synchronize of a capturing stream invalidates the capture (as CUDA does), and so
  *   does one of another stream while a "global" capture is open, unless the calling thread's
@@ -36,13 +41,19 @@ enum {
 };
 
 typedef struct UObj { int refs; void *ptr; hostfn destroy; } UObj;
-typedef struct Graph { int nodes; int nhost; hostfn fns[256]; void *users[256]; int kernel_ms[256];
-                       int nobj; UObj *objs[256]; } Graph;
+typedef struct Item Item;
+typedef struct Graph { int nodes; int nitems; struct Item *items; int nobj; UObj *objs[256]; } Graph;
 typedef struct Stream { int capturing, invalid, mode, pending; Graph *graph; struct Stream *origin; } Stream;
 typedef struct Event { Stream *captured_in; long ticket; } Event;
-typedef struct Item { Stream *s; hostfn fn; void *user; int ms; UObj *release; } Item;
+struct Item {
+    Stream *s; hostfn fn; void *user; int ms; UObj *release;
+    volatile uint32_t *wait, *write; uint32_t value;  /* a stream memory operation */
+};
+#define GRAPH_ITEMS 256
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;  /* held while a host function runs */
+static void take_host_lock(void) { pthread_mutex_lock(&host_lock); pthread_mutex_unlock(&host_lock); }
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static Item queue[4096];
 static int head, tail;
@@ -72,7 +83,13 @@ static void *worker(void *arg) {
         Item it = queue[head % 4096];
         pthread_mutex_unlock(&mu);
         if (it.ms) sleep_ms(it.ms);
-        if (it.fn) it.fn(it.user);
+        if (it.fn) {
+            pthread_mutex_lock(&host_lock);
+            it.fn(it.user);
+            pthread_mutex_unlock(&host_lock);
+        }
+        if (it.wait) while (__atomic_load_n(it.wait, __ATOMIC_ACQUIRE) != it.value) usleep(20);
+        if (it.write) __atomic_store_n(it.write, it.value, __ATOMIC_RELEASE);
         pthread_mutex_lock(&mu);
         if (it.release && --it.release->refs == 0) {
             pthread_mutex_unlock(&mu);
@@ -96,7 +113,7 @@ static void drain(void) {
     pthread_mutex_unlock(&mu);
 }
 
-static void push_locked(Stream *s, hostfn fn, void *user, int ms, UObj *release) {
+static void push_item_locked(Item it) {
     if (!worker_started) {
         pthread_t t;
         worker_started = 1;
@@ -104,11 +121,29 @@ static void push_locked(Stream *s, hostfn fn, void *user, int ms, UObj *release)
         pthread_detach(t);
         worker_thread = t;
     }
-    queue[tail % 4096] = (Item){s, fn, user, ms, release};
+    queue[tail % 4096] = it;
     tail++;
     issued_tickets++;
-    if (s) s->pending++;
+    if (it.s) it.s->pending++;
     pthread_cond_broadcast(&cv);
+}
+
+static void push_locked(Stream *s, hostfn fn, void *user, int ms, UObj *release) {
+    push_item_locked((Item){.s = s, .fn = fn, .user = user, .ms = ms, .release = release});
+}
+
+/* Queue `it` on the stream, or add it to the graph of the capture the stream is in. */
+static CUresult queue_or_capture(void *h, Item it) {
+    take_host_lock();
+    pthread_mutex_lock(&mu);
+    Stream *s = S(h);
+    Stream *o = s->origin ? s->origin : s;
+    CUresult r = OK;
+    if (s->capturing && o->invalid) r = CAPTURE_INVALIDATED;
+    else if (s->capturing) { Graph *g = o->graph; g->items[g->nitems++] = it; g->nodes++; }
+    else { it.s = s; push_item_locked(it); }
+    pthread_mutex_unlock(&mu);
+    return r;
 }
 
 static void release_locked(UObj *o, int n) {
@@ -162,6 +197,7 @@ CUresult cuStreamCreateWithPriority(void **s, unsigned flags, int prio) {
     return OK;
 }
 CUresult cuStreamQuery(void *h) {
+    take_host_lock();
     pthread_mutex_lock(&mu);
     Stream *s = S(h);
     int r = forbidden_locked(s) ? CAPTURE_UNSUPPORTED : (s == &legacy ? head != tail : s->pending) ? NOT_READY : OK;
@@ -183,17 +219,25 @@ CUresult cuStreamDestroy_v2(void *h) {
     return OK;
 }
 CUresult cuLaunchHostFunc(void *h, hostfn fn, void *user) {
-    pthread_mutex_lock(&mu);
-    Stream *s = S(h);
-    Stream *o = s->origin ? s->origin : s;
-    CUresult r = OK;
-    if (s->capturing && o->invalid) r = CAPTURE_INVALIDATED;
-    else if (s->capturing) { Graph *g = o->graph; g->fns[g->nhost] = fn; g->users[g->nhost++] = user; g->nodes++; }
-    else push_locked(s, fn, user, 0, NULL);
-    pthread_mutex_unlock(&mu);
-    return r;
+    return queue_or_capture(h, (Item){.fn = fn, .user = user});
+}
+CUresult cuStreamWaitValue32_v2(void *h, unsigned long long addr, uint32_t value, unsigned flags) {
+    if (flags != 1) return INVALID_VALUE;  /* custream waits for equality only */
+    return queue_or_capture(h, (Item){.wait = (volatile uint32_t *)(uintptr_t)addr, .value = value});
+}
+CUresult cuStreamWriteValue32_v2(void *h, unsigned long long addr, uint32_t value, unsigned flags) {
+    (void)flags;
+    return queue_or_capture(h, (Item){.write = (volatile uint32_t *)(uintptr_t)addr, .value = value});
+}
+/* Host memory is the GPU's as it is: the device address is the host one (as with UVA). */
+CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned flags) { (void)p; (void)bytes; (void)flags; return OK; }
+CUresult cuMemHostGetDevicePointer_v2(unsigned long long *d, void *p, unsigned flags) {
+    (void)flags;
+    *d = (unsigned long long)(uintptr_t)p;
+    return OK;
 }
 CUresult cuStreamBeginCapture_v2(void *h, int mode) {
+    take_host_lock();
     pthread_mutex_lock(&mu);
     Stream *s = S(h);
     CUresult r = OK;
@@ -201,18 +245,21 @@ CUresult cuStreamBeginCapture_v2(void *h, int mode) {
     else {
         s->capturing = 1; s->invalid = 0; s->mode = mode; s->origin = NULL;
         s->graph = calloc(1, sizeof(Graph));
+        s->graph->items = calloc(GRAPH_ITEMS, sizeof(Item));
         for (int i = 0; i < 64; i++) if (!capturing[i]) { capturing[i] = s; break; }
     }
     pthread_mutex_unlock(&mu);
     return r;
 }
 CUresult cuStreamIsCapturing(void *h, unsigned *status) {
+    take_host_lock();
     Stream *s = S(h);
     Stream *o = s->origin ? s->origin : s;
     *status = s->capturing ? (o->invalid ? 2 : 1) : 0;
     return OK;
 }
 CUresult cuStreamEndCapture(void *h, Graph **out) {
+    take_host_lock();
     pthread_mutex_lock(&mu);
     Stream *s = S(h);
     CUresult r = OK;
@@ -223,7 +270,7 @@ CUresult cuStreamEndCapture(void *h, Graph **out) {
         for (int i = 0; i < 64; i++)
             if (joined[i] && joined[i]->origin == s) { joined[i]->capturing = 0; joined[i]->origin = NULL; joined[i] = NULL; }
         s->capturing = 0;
-        if (s->invalid) { r = CAPTURE_INVALIDATED; free(s->graph); } else *out = s->graph;
+        if (s->invalid) { r = CAPTURE_INVALIDATED; free(s->graph->items); free(s->graph); } else *out = s->graph;
         s->graph = NULL;
     }
     pthread_mutex_unlock(&mu);
@@ -242,6 +289,8 @@ CUresult cuGraphInstantiateWithFlags(Graph **exec, Graph *g, unsigned long long 
     pthread_mutex_lock(&mu);
     *exec = malloc(sizeof(Graph));
     memcpy(*exec, g, sizeof(Graph));
+    (*exec)->items = malloc(GRAPH_ITEMS * sizeof(Item));
+    memcpy((*exec)->items, g->items, GRAPH_ITEMS * sizeof(Item));
     for (int i = 0; i < g->nobj; i++) g->objs[i]->refs++;
     pthread_mutex_unlock(&mu);
     return OK;
@@ -250,15 +299,17 @@ static void graph_free(Graph *g) {
     pthread_mutex_lock(&mu);
     for (int i = 0; i < g->nobj; i++) release_locked(g->objs[i], 1);
     pthread_mutex_unlock(&mu);
+    free(g->items);
     free(g);
 }
 CUresult cuGraphDestroy(Graph *g) { graph_free(g); return OK; }
 CUresult cuGraphExecDestroy(Graph *g) { graph_free(g); return OK; }
 CUresult cuGraphUpload(Graph *g, void *h) { (void)g; (void)h; return OK; }
 CUresult cuGraphLaunch(Graph *g, void *h) {
+    take_host_lock();
     pthread_mutex_lock(&mu);
     Stream *s = S(h);
-    for (int i = 0; i < g->nhost; i++) push_locked(s, g->fns[i], g->users[i], 0, NULL);
+    for (int i = 0; i < g->nitems; i++) { Item it = g->items[i]; it.s = s; push_item_locked(it); }
     pthread_mutex_unlock(&mu);
     return OK;
 }
@@ -283,6 +334,7 @@ CUresult cuGraphRetainUserObject(Graph *g, UObj *o, unsigned n, unsigned flags) 
 }
 CUresult cuEventCreate(Event **e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(Event)); return OK; }
 CUresult cuEventRecord(Event *e, void *h) {
+    take_host_lock();
     pthread_mutex_lock(&mu);
     Stream *s = S(h);
     e->captured_in = s->capturing ? (s->origin ? s->origin : s) : NULL;

@@ -1,0 +1,119 @@
+//! The flags that hold a stream while custream's own thread runs a Python host function.
+//!
+//! `launch_host_func(f)` queues three things on the stream: the driver's host function (a
+//! trampoline that hands `f` to custream's thread and returns at once), a wait until a flag
+//! reads 1, and a write of 0 to it. custream's thread raises the flag once `f` returned, so
+//! work queued after the call still waits for `f`, and the GPU lowers it again, so a
+//! captured graph replays. A flag is one 32-bit word of host memory that every context maps
+//! for its GPU.
+//!
+//! The words live in pages of our own, registered with the driver per context (a context
+//! reset by another library drops the registration, never our memory, so a late raise
+//! writes to memory that is still ours). A raised flag is reused once it reads 0 again: the
+//! GPU's write, the last operation on it, has run.
+
+use std::alloc::{alloc_zeroed, Layout};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use pyo3::Python;
+
+use crate::driver::{self, Context};
+use crate::gil;
+
+/// Bytes in a page of flags: 16,384 words, page-aligned as registration wants.
+const PAGE_BYTES: usize = 1 << 16;
+const WORD: usize = std::mem::size_of::<AtomicU32>();
+
+/// One flag: its word, as the host writes it, and the address the GPU reads it at.
+pub struct Flag {
+    word: &'static AtomicU32,
+    device: u64,
+    context_id: u64,
+}
+
+impl Flag {
+    /// The address the stream's wait and write use.
+    pub fn device_address(&self) -> u64 {
+        self.device
+    }
+
+    /// Let the stream past its wait. Release: what the host function wrote to host memory
+    /// is there before the GPU sees the flag.
+    pub fn raise(&self) {
+        self.word.store(1, Ordering::Release);
+    }
+}
+
+#[derive(Default)]
+struct Pool {
+    free: Vec<Flag>,
+    /// Raised flags, free again once the GPU has lowered them.
+    lowering: Vec<Flag>,
+}
+
+/// The pools of every context custream has queued Python host functions in, by context id.
+static POOLS: Mutex<Option<HashMap<u64, Pool>>> = Mutex::new(None);
+
+fn with_pool<R>(context_id: u64, f: impl FnOnce(&mut Pool) -> R) -> R {
+    let mut pools = POOLS.lock().unwrap_or_else(PoisonError::into_inner);
+    f(pools.get_or_insert_with(HashMap::new).entry(context_id).or_default())
+}
+
+/// A lowered flag for a stream of `ctx` (whose id is `context_id`), from the pool or from a
+/// new page registered in `ctx` (without the GIL: registering is a driver call that can wait
+/// on the driver's locks).
+pub fn take(py: Python<'_>, ctx: Context, context_id: u64) -> driver::Result<Flag> {
+    let reused = with_pool(context_id, |pool| {
+        if pool.free.is_empty() {
+            let (lowered, raised) = std::mem::take(&mut pool.lowering)
+                .into_iter()
+                .partition(|f: &Flag| f.word.load(Ordering::Acquire) == 0);
+            pool.free = lowered;
+            pool.lowering = raised;
+        }
+        pool.free.pop()
+    });
+    if let Some(flag) = reused {
+        return Ok(flag);
+    }
+    let mut page = gil::detach(py, move || new_page(ctx, context_id))?;
+    let flag = page.pop().expect("a page holds flags");
+    with_pool(context_id, |pool| pool.free.append(&mut page));
+    Ok(flag)
+}
+
+fn new_page(ctx: Context, context_id: u64) -> driver::Result<Vec<Flag>> {
+    let layout = Layout::from_size_align(PAGE_BYTES, 4096).expect("a valid layout");
+    // SAFETY: the layout has a non-zero size.
+    let page = unsafe { alloc_zeroed(layout) };
+    if page.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: the page is never freed (on failure too: a registration may half exist).
+    let device = unsafe { driver::host_register_mapped(ctx, page.cast::<c_void>(), PAGE_BYTES) }?;
+    Ok((0..PAGE_BYTES / WORD)
+        .map(|i| Flag {
+            // SAFETY: in bounds of a zeroed, suitably aligned page that is never freed, and
+            // only ever accessed as atomics by the host (the GPU's accesses are the driver's).
+            word: unsafe { &*page.add(i * WORD).cast::<AtomicU32>() },
+            device: device + (i * WORD) as u64,
+            context_id,
+        })
+        .collect())
+}
+
+/// A flag the stream was never told to wait on, or whose graph is gone: free now.
+pub fn give_back(flag: Flag) {
+    flag.word.store(0, Ordering::Relaxed);
+    with_pool(flag.context_id, |pool| pool.free.push(flag));
+}
+
+/// A flag raised for a wait that the stream will follow with the write of 0: free once that
+/// write has run. (One the stream never lowers, after a failed launch or a reset, is never
+/// reused.)
+pub fn give_back_raised(flag: Flag) {
+    with_pool(flag.context_id, |pool| pool.lowering.push(flag));
+}

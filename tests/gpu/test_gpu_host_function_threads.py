@@ -1,0 +1,204 @@
+"""Python host functions under threads, beside CuPy and PyTorch (issue 23).
+
+A Python host function once ran on the driver's thread and waited there for the GIL, while
+the driver held locks that other threads' driver calls take with the GIL held (CuPy's and
+PyTorch's launches, custream's own calls): a 16-thread program hung. Host functions now run
+on custream's thread, and the stream waits on a flag. Each check runs in a subprocess under
+a watchdog (faulthandler dumps every thread's stack and exits) and fails instead of hanging.
+"""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from custream_gpu_helpers import peer
+
+pytestmark = pytest.mark.gpu
+
+peer("cupy")
+peer("torch")
+
+WATCHDOG_S = 150
+
+
+def run(script, timeout=WATCHDOG_S + 30):
+    prelude = f"import faulthandler; faulthandler.dump_traceback_later({WATCHDOG_S}, exit=True)\n"
+    proc = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(script)], capture_output=True,
+                          text=True, timeout=timeout)
+    report = f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-20000:]}"
+    assert proc.returncode == 0, report
+    assert "Timeout" not in proc.stderr and "Fatal Python error" not in proc.stderr, report
+    return proc.stdout
+
+
+# 16 threads for SECONDS, each looping over everything a library serving threads does with
+# custream beside CuPy and torch: the loop of issue 23, which hung in 2 of 2 runs.
+STRESS = """
+import threading, time
+import cupy, torch
+import custream
+from custream import Stream, StreamPool
+
+SECONDS = {seconds}
+cupy.cuda.Device(0).use()
+torch.cuda.init()
+pool = StreamPool(4, device=0)
+lock = threading.Lock()
+totals = dict(iterations=0, launched=0, ran=0, graphs=0)
+errors = []
+
+def worker(k):
+    x = cupy.zeros(1 << 12, dtype=cupy.float32)
+    t = torch.zeros(1 << 12, device="cuda")
+    ts = torch.cuda.Stream()
+    calls = []
+    launched = graphs = iterations = 0
+    end = time.monotonic() + SECONDS
+    try:
+        while time.monotonic() < end:
+            s = Stream(device=0)
+            with s:
+                with cupy.cuda.ExternalStream(custream.current_stream().handle):
+                    x += 1
+            e = s.record()
+            pool.get().wait(e)
+            ts.wait_stream(torch.cuda.ExternalStream(s.handle))
+            with torch.cuda.stream(ts):
+                t.add_(1)
+            s.launch_host_func(calls.append, iterations)
+            launched += 1
+            if iterations % 50 == 0:
+                s.begin_capture()
+                s.launch_host_func(calls.append, -1)
+                g = s.end_capture()
+                g.launch(s)
+                g.launch(s)
+                launched += 2
+                graphs += 1
+                s.synchronize()
+                g.close()
+            s.synchronize()
+            e.close()
+            s.close()
+            iterations += 1
+        ts.synchronize()
+    except BaseException as exc:  # reported by the main thread
+        errors.append(f"thread {{k}}: {{type(exc).__name__}}: {{exc}}")
+    with lock:
+        totals["iterations"] += iterations
+        totals["launched"] += launched
+        totals["ran"] += len(calls)
+        totals["graphs"] += graphs
+
+threads = [threading.Thread(target=worker, args=(k,)) for k in range(16)]
+for th in threads:
+    th.start()
+for th in threads:
+    th.join()
+torch.cuda.synchronize()
+cupy.cuda.Device(0).synchronize()
+pool.close()
+assert not errors, errors
+assert totals["ran"] == totals["launched"] > 0, totals
+print("iterations {{iterations}} launched {{launched}} ran {{ran}} graphs {{graphs}}".format(**totals))
+print("live streams", custream.live_stream_count())
+"""
+
+
+def test_sixteen_threads_with_cupy_torch_host_functions_and_graphs_for_60_s():
+    out = run(STRESS.format(seconds=60))
+    print(out)
+    assert "live streams 0" in out, out
+
+
+# A graph with a Python host node replayed on one thread while 8 others launch CuPy and
+# torch work with the GIL held and custream creates and closes streams and events.
+REPLAY = """
+import threading, time
+import cupy, torch
+import custream
+from custream import Stream
+
+cupy.cuda.Device(0).use()
+torch.cuda.init()
+stop = threading.Event()
+busy = [0]
+
+def launcher(k):
+    x = cupy.zeros(1 << 14, dtype=cupy.float32)
+    t = torch.zeros(1 << 14, device="cuda")
+    while not stop.is_set():
+        x += 1
+        t.mul_(1.0001)
+        with Stream(device=0) as s:
+            s.record().close()
+            s.close()
+        busy[0] += 1
+    cupy.cuda.Device(0).synchronize()
+    torch.cuda.synchronize()
+
+threads = [threading.Thread(target=launcher, args=(k,)) for k in range(8)]
+for th in threads:
+    th.start()
+s = Stream(device=0)
+seen = []
+s.begin_capture()
+s.launch_host_func(seen.append, "node")
+g = s.end_capture()
+for i in range(500):
+    g.launch(s)
+    if i % 10 == 0:
+        s.synchronize()
+s.synchronize()
+stop.set()
+for th in threads:
+    th.join()
+assert seen == ["node"] * 500, len(seen)
+assert g.node_count == 3, g.node_count  # the host function, the wait on its flag, the reset
+g.close()
+s.close()
+print("replayed", len(seen), "launches beside", busy[0])
+"""
+
+
+def test_a_replayed_host_node_while_other_threads_launch():
+    out = run(REPLAY)
+    assert "replayed 500" in out, out
+
+
+# Work queued after a host function waits for it to return: an event recorded after a
+# host function that sleeps is not reached until it did; CuPy work after it sees its result.
+ORDER = """
+import time
+import cupy
+import custream
+from custream import Stream
+
+cupy.cuda.Device(0).use()
+s = Stream(device=0)
+host = cupy.cuda.alloc_pinned_memory(8)
+import ctypes
+word = ctypes.c_int64.from_address(host.ptr)
+word.value = 0
+
+def slow():
+    time.sleep(0.3)
+    word.value = 42
+
+s.launch_host_func(slow)
+out = cupy.zeros(1, dtype=cupy.int64)
+with cupy.cuda.ExternalStream(s.handle):
+    out.data.copy_from_host_async(host.ptr, 8)
+e = s.record()
+time.sleep(0.1)
+assert e.query() is False, "the stream went past a host function still running"
+e.synchronize()
+assert int(out.get(stream=cupy.cuda.ExternalStream(s.handle))[0]) == 42, "the copy ran before the function returned"
+print("ordered")
+"""
+
+
+def test_work_after_a_host_function_waits_for_it_to_return():
+    assert "ordered" in run(ORDER)
