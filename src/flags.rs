@@ -20,7 +20,7 @@ use std::sync::{Mutex, PoisonError};
 
 use pyo3::Python;
 
-use crate::driver::{self, Context};
+use crate::driver::{self, CaptureMode, CaptureModeScope, Context};
 use crate::gil;
 
 /// Bytes in a page of flags: 16,384 words, page-aligned as registration wants.
@@ -92,6 +92,10 @@ fn new_page(ctx: Context, context_id: u64) -> driver::Result<Vec<Flag>> {
     if page.is_null() {
         std::alloc::handle_alloc_error(layout);
     }
+    // Registering is one of the calls a capture in "global" or "thread_local" mode takes as
+    // unsafe, and the first page is often registered by a launch inside a capture: this
+    // thread is relaxed for it, so no capture is invalidated.
+    let _relaxed = CaptureModeScope::enter(CaptureMode::Relaxed)?;
     // SAFETY: the page is never freed (on failure too: a registration may half exist).
     let device = unsafe { driver::host_register_mapped(ctx, page.cast::<c_void>(), PAGE_BYTES) }?;
     Ok((0..PAGE_BYTES / WORD)

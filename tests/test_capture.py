@@ -198,6 +198,26 @@ def test_a_python_host_function_never_makes_the_driver_thread_wait_for_the_gil(f
     assert out.stdout.strip().endswith("ok")
 
 
+@pytest.mark.parametrize("mode", ["thread_local", "global", "relaxed"])
+def test_the_first_host_function_of_a_process_can_be_queued_in_a_capture(fake, mode):
+    # Its flag's page is registered with the driver then, a call CUDA takes as unsafe in a
+    # global or thread_local capture: custream makes it relaxed, so the capture stays valid.
+    out = run(fake, f"""
+        s = Stream()
+        seen = []
+        s.begin_capture({mode!r})
+        s.launch_host_func(seen.append, "node")
+        g = s.end_capture()
+        assert fake.fake_invalidations() == 0 and g.node_count == 3
+        g.launch(s)
+        g.launch(s)
+        s.synchronize()
+        assert seen == ["node", "node"], seen
+        print("ok")
+    """)
+    assert out.stdout.strip().endswith("ok")
+
+
 def test_fn_and_args_live_until_the_call_ran_and_no_longer(fake):
     run(fake, """
         with Stream() as s:

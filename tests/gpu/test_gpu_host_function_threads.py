@@ -139,20 +139,22 @@ def launcher(k):
     cupy.cuda.Device(0).synchronize()
     torch.cuda.synchronize()
 
-threads = [threading.Thread(target=launcher, args=(k,)) for k in range(8)]
+threads = [threading.Thread(target=launcher, args=(k,), daemon=True) for k in range(8)]
 for th in threads:
     th.start()
 s = Stream(device=0)
 seen = []
-s.begin_capture()
-s.launch_host_func(seen.append, "node")
-g = s.end_capture()
-for i in range(500):
-    g.launch(s)
-    if i % 10 == 0:
-        s.synchronize()
-s.synchronize()
-stop.set()
+try:
+    s.begin_capture()  # the process's first host function: its flag's page is made in the capture
+    s.launch_host_func(seen.append, "node")
+    g = s.end_capture()
+    for i in range(500):
+        g.launch(s)
+        if i % 10 == 0:
+            s.synchronize()
+    s.synchronize()
+finally:
+    stop.set()
 for th in threads:
     th.join()
 assert seen == ["node"] * 500, len(seen)

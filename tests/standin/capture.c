@@ -43,7 +43,7 @@ enum {
 typedef struct UObj { int refs; void *ptr; hostfn destroy; } UObj;
 typedef struct Item Item;
 typedef struct Graph { int nodes; int nitems; struct Item *items; int nobj; UObj *objs[256]; } Graph;
-typedef struct Stream { int capturing, invalid, mode, pending; Graph *graph; struct Stream *origin; } Stream;
+typedef struct Stream { int capturing, invalid, mode, pending; Graph *graph; struct Stream *origin; pthread_t thread; } Stream;
 typedef struct Event { Stream *captured_in; long ticket; } Event;
 struct Item {
     Stream *s; hostfn fn; void *user; int ms; UObj *release;
@@ -229,8 +229,22 @@ CUresult cuStreamWriteValue32_v2(void *h, unsigned long long addr, uint32_t valu
     (void)flags;
     return queue_or_capture(h, (Item){.write = (volatile uint32_t *)(uintptr_t)addr, .value = value});
 }
-/* Host memory is the GPU's as it is: the device address is the host one (as with UVA). */
-CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned flags) { (void)p; (void)bytes; (void)flags; return OK; }
+/* Host memory is the GPU's as it is: the device address is the host one (as with UVA).
+ * Registering is "potentially unsafe" during a capture: unless the calling thread is relaxed
+ * it invalidates a global capture, and a thread_local one begun on this thread. */
+CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned flags) {
+    (void)p; (void)bytes; (void)flags;
+    pthread_mutex_lock(&mu);
+    CUresult r = OK;
+    for (int i = 0; i < 64; i++) {
+        Stream *c = capturing[i];
+        if (c && thread_mode != 2 && (c->mode == 0 || (c->mode == 1 && pthread_equal(c->thread, pthread_self())))) {
+            c->invalid = 1; invalidations++; r = CAPTURE_UNSUPPORTED;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
 CUresult cuMemHostGetDevicePointer_v2(unsigned long long *d, void *p, unsigned flags) {
     (void)flags;
     *d = (unsigned long long)(uintptr_t)p;
@@ -243,7 +257,7 @@ CUresult cuStreamBeginCapture_v2(void *h, int mode) {
     CUresult r = OK;
     if (s->capturing || s == &legacy) r = ILLEGAL_STATE;
     else {
-        s->capturing = 1; s->invalid = 0; s->mode = mode; s->origin = NULL;
+        s->capturing = 1; s->invalid = 0; s->mode = mode; s->origin = NULL; s->thread = pthread_self();
         s->graph = calloc(1, sizeof(Graph));
         s->graph->items = calloc(GRAPH_ITEMS, sizeof(Item));
         for (int i = 0; i < 64; i++) if (!capturing[i]) { capturing[i] = s; break; }
