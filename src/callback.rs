@@ -212,19 +212,32 @@ pub fn launch(py: Python<'_>, stream: StreamRef, function: Bound<'_, PyAny>, arg
         }
         let user = SendPtr(call);
         // Without the GIL: a full queue makes the driver wait for earlier host functions.
-        // SAFETY: run_once takes the box once, on the driver's thread.
-        let launched = gil::detach(py, move || unsafe { driver::launch_host_func(h, run_once, user.get()) });
-        if let Err(e) = launched {
-            // SAFETY: the driver did not take it; the box is still ours.
-            let Call { payload, flag } = *unsafe { Box::from_raw(call.cast::<Call>()) };
-            drop(payload);
-            flags::give_back(flag);
-            return Err(e);
+        let launched = gil::detach(py, move || {
+            // SAFETY: run_once takes the box once, on the driver's thread.
+            unsafe { driver::launch_host_func(h, run_once, user.get()) }.map_err(Failed::NotQueued)?;
+            // The call runs whatever happens now; if the stream cannot be told to wait for
+            // it, the error says so (its flag, raised and never lowered, is never reused).
+            hold_until_raised(h, word).map_err(Failed::NotHeld)
+        });
+        match launched {
+            Ok(()) => Ok(()),
+            Err(Failed::NotHeld(e)) => Err(e),
+            Err(Failed::NotQueued(e)) => {
+                // SAFETY: the driver did not take it; the box is still ours.
+                let Call { payload, flag } = *unsafe { Box::from_raw(call.cast::<Call>()) };
+                drop(payload);
+                flags::give_back(flag);
+                Err(e)
+            }
         }
-        // The call runs whatever happens now; if the stream cannot be told to wait for it,
-        // the error says so (its flag, raised and never lowered, is never reused).
-        gil::detach(py, move || hold_until_raised(h, word))
     })
+}
+
+/// How queuing a call failed: before the driver took it (the call is still ours), or after
+/// (it will run, but the stream does not wait for it).
+enum Failed {
+    NotQueued(driver::DriverError),
+    NotHeld(driver::DriverError),
 }
 
 /// Queue the wait for the call's flag, then its lowering.

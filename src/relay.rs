@@ -14,8 +14,9 @@
 //! count and the flag are sequentially consistent: one side always sees the other.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use pyo3::Python;
 
@@ -59,7 +60,7 @@ pub fn post(job: Job) {
 
 fn work(jobs: Receiver<Job>) {
     let mut resident = Resident::new();
-    while let Ok(first) = jobs.recv() {
+    while let Some(first) = next_job(&jobs) {
         // Whatever else is queued runs in the same attachment.
         let mut burst = vec![first];
         burst.extend(jobs.try_iter());
@@ -77,6 +78,24 @@ fn work(jobs: Receiver<Job>) {
             }
         });
         ENTERING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How long the thread polls for the next job before it sleeps: a stream that queues host
+/// functions back to back (a loop of launch and synchronize) posts the next one within tens
+/// of microseconds, and a thread woken from sleep costs about as much again.
+const POLL: Duration = Duration::from_micros(100);
+
+/// The next job, polled for `POLL`, then waited for; `None` once no sender is left.
+fn next_job(jobs: &Receiver<Job>) -> Option<Job> {
+    let start = Instant::now();
+    loop {
+        match jobs.try_recv() {
+            Ok(job) => return Some(job),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) if start.elapsed() < POLL => std::hint::spin_loop(),
+            Err(TryRecvError::Empty) => return jobs.recv().ok(),
+        }
     }
 }
 
