@@ -197,6 +197,8 @@ pub fn launch(py: Python<'_>, stream: StreamRef, function: Bound<'_, PyAny>, arg
         generation: libcuda::fork_generation(),
     });
     stream.use_handle(py, "launch_host_func()", |h| {
+        // Asked before the call is made, so that no error leaves it behind.
+        let capturing = driver::stream_capture_status(h)? == CaptureStatus::Active;
         let context = driver::stream_context(h)?;
         let flag = flags::take(py, context, driver::context_id(context)?)?;
         let word = flag.device_address();
@@ -207,7 +209,7 @@ pub fn launch(py: Python<'_>, stream: StreamRef, function: Bound<'_, PyAny>, arg
         .cast();
         // A capture replays the call at every launch of its graph: the call must outlive
         // them all, so a user object that the graph holds owns it.
-        if driver::stream_capture_status(h)? == CaptureStatus::Active {
+        if capturing {
             return launch_in_capture(py, h, call, word);
         }
         let user = SendPtr(call);
