@@ -266,6 +266,7 @@ def test_an_object_released_by_a_host_function_is_destroyed_later_off_the_driver
         s = Stream()
         start = fake.fake_destroyed()
         victim = Stream()
+        kernel(s, 100)  # the call runs after `del victim`: its release is the last one
         s.launch_host_func(lambda v: None, victim)
         del victim
         count = custream.live_stream_count()
