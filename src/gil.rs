@@ -15,12 +15,18 @@
 //! Every custream call that lets the GIL go goes through [`detach`] (clippy's
 //! `disallowed-methods` keeps pyo3's `Python::detach` out of the rest of the crate).
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use pyo3::Python;
 
 use crate::libcuda;
+
+thread_local! {
+    /// Whether this thread is custream's own, with a `Resident` thread state.
+    static RESIDENT: Cell<bool> = const { Cell::new(false) };
+}
 
 /// Threads that came back from `f` before finalization began and are re-attaching now.
 static REATTACHING: AtomicUsize = AtomicUsize::new(0);
@@ -38,7 +44,10 @@ pub fn detach<T: Send, F: Send + FnOnce() -> T>(py: Python<'_>, f: F) -> T {
         // Sequentially consistent with `set_finalizing` and `drain`: either this thread
         // sees the flag and parks, or `drain` sees it counted and lets it attach first.
         REATTACHING.fetch_add(1, Ordering::SeqCst);
-        if libcuda::is_finalizing() {
+        // custream's own thread is waited for by `_finalize` while it is inside Python
+        // (src/relay.rs), with the GIL released: it re-attaches before finalization, and
+        // parking it would hang the exit.
+        if libcuda::is_finalizing() && !RESIDENT.with(Cell::get) {
             REATTACHING.fetch_sub(1, Ordering::SeqCst);
             park_forever();
         }
@@ -114,6 +123,7 @@ impl Resident {
             // SAFETY: our own thread state, detached by the SaveThread below.
             Some(t) => unsafe { pyo3::ffi::PyEval_RestoreThread(t.as_ptr()) },
             None => {
+                RESIDENT.with(|r| r.set(true));
                 // SAFETY: the interpreter is initialized (custream is imported) and not
                 // finalizing (the caller's guarantee); never released, so the thread state
                 // stays ours.
