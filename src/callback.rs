@@ -3,9 +3,13 @@
 //! involved (`cuLaunchHostFunc`, run directly on the driver's thread).
 //!
 //! A Python call never runs on the driver's thread, which must not wait for the GIL
-//! (src/relay.rs says why). The stream gets three operations: the driver's host function (a
-//! trampoline that posts the call to custream's thread and returns), a wait until the call's
-//! flag is raised (src/flags.rs), and the flag's lowering. The rules the calls keep:
+//! (src/relay.rs says why): custream's thread runs it. On a stream, three memory operations
+//! in one driver call: a write that raises the call's "ready" flag once the work before it is
+//! done (custream's thread watches for it), a wait until the call's "done" flag is raised
+//! (src/flags.rs), and that flag's lowering. In a capture, a host node (a trampoline that
+//! posts the call to custream's thread and returns) and the wait and the lowering, as nodes:
+//! a flag a graph raised at each launch could not be watched for without polling for the
+//! graph's whole life. The rules the calls keep:
 //! - The function and its arguments stay alive until the call ran, and are released after
 //!   it, on custream's thread, with the GIL; then the flag is raised. An exception goes to
 //!   `sys.unraisablehook` with the stream named, never further.
@@ -15,8 +19,8 @@
 //! - While one runs, the thread is marked as inside a host function: every custream call
 //!   there refuses (`driver::init`; the stream it would wait on waits for the call), and a
 //!   release it would make is deferred.
-//! - In a capture the three become nodes that run at every launch of the graph: the call and
-//!   its flag are then owned by a CUDA user object, destroyed with the graph's last
+//! - In a capture the host node, the wait and the lowering run at every launch of the graph:
+//!   the call and its flag are then owned by a CUDA user object, destroyed with the graph's last
 //!   executable and its last launch (src/graph.rs hands it to the graph).
 
 use std::ffi::c_void;
@@ -117,19 +121,6 @@ impl Call {
     }
 }
 
-/// The trampoline of a call queued outside a capture: runs once, and owns its call.
-unsafe extern "C" fn run_once(user: *mut c_void) {
-    // SAFETY: `launch` handed the driver this box, and the driver calls this once.
-    let call = unsafe { Box::from_raw(user.cast::<Call>()) };
-    if libcuda::is_finalizing() {
-        // Release the stream from here: custream's thread enters Python no more.
-        call.flag.raise();
-        std::mem::forget(call);
-        return;
-    }
-    relay::post(Box::new(move |py| call.run_once(py)));
-}
-
 /// The trampoline of a host node (a call queued during a capture): runs at each launch.
 unsafe extern "C" fn run_in_graph(user: *mut c_void) {
     let node = SendPtr(user);
@@ -200,46 +191,43 @@ pub fn launch(py: Python<'_>, stream: StreamRef, function: Bound<'_, PyAny>, arg
         // Asked before the call is made, so that no error leaves it behind.
         let capturing = driver::stream_capture_status(h)? == CaptureStatus::Active;
         let context = driver::stream_context(h)?;
-        let flag = flags::take(py, context, driver::context_id(context)?)?;
-        let word = flag.device_address();
-        let call: *mut c_void = Box::into_raw(Box::new(Call {
+        let context_id = driver::context_id(context)?;
+        let done = flags::take(py, context, context_id)?;
+        let call = Box::new(Call {
             payload: *payload,
-            flag,
-        }))
-        .cast();
+            flag: done,
+        });
         // A capture replays the call at every launch of its graph: the call must outlive
         // them all, so a user object that the graph holds owns it.
         if capturing {
-            return launch_in_capture(py, h, call, word);
+            return launch_in_capture(py, h, call);
         }
-        let user = SendPtr(call);
-        // Without the GIL: a full queue makes the driver wait for earlier host functions.
-        let launched = gil::detach(py, move || {
-            // SAFETY: run_once takes the box once, on the driver's thread.
-            unsafe { driver::launch_host_func(h, run_once, user.get()) }.map_err(Failed::NotQueued)?;
-            // The call runs whatever happens now; if the stream cannot be told to wait for
-            // it, the error says so (its flag, raised and never lowered, is never reused).
-            hold_until_raised(h, word).map_err(Failed::NotHeld)
-        });
-        match launched {
-            Ok(()) => Ok(()),
-            Err(Failed::NotHeld(e)) => Err(e),
-            Err(Failed::NotQueued(e)) => {
-                // SAFETY: the driver did not take it; the box is still ours.
-                let Call { payload, flag } = *unsafe { Box::from_raw(call.cast::<Call>()) };
-                drop(payload);
-                flags::give_back(flag);
-                Err(e)
+        let ready = match flags::take(py, context, context_id) {
+            Ok(ready) => ready,
+            Err(e) => {
+                flags::give_back(call.flag);
+                return Err(e);
             }
-        }
+        };
+        let (ready_word, done_word) = (ready.device_address(), call.flag.device_address());
+        // Without the GIL: the driver call can wait for room in the stream's queue. The call
+        // is handed to custream's thread here too, so that a thread parked at exit (src/gil.rs)
+        // never leaves the stream waiting for a call nobody watches.
+        let launched = gil::detach(py, move || match driver::stream_hand_off(h, ready_word, done_word) {
+            Ok(()) => {
+                relay::post_when_raised(ready, Box::new(move |py| call.run_once(py)));
+                Ok(())
+            }
+            Err(e) => Err((e, call, ready)),
+        });
+        launched.map_err(|(e, call, ready)| {
+            let Call { payload, flag } = *call;
+            drop(payload);
+            flags::give_back(flag);
+            flags::give_back(ready);
+            e
+        })
     })
-}
-
-/// How queuing a call failed: before the driver took it (the call is still ours), or after
-/// (it will run, but the stream does not wait for it).
-enum Failed {
-    NotQueued(driver::DriverError),
-    NotHeld(driver::DriverError),
 }
 
 /// Queue the wait for the call's flag, then its lowering.
@@ -248,7 +236,9 @@ fn hold_until_raised(h: StreamHandle, word: u64) -> driver::Result<()> {
     driver::stream_write_value32(h, word, 0)
 }
 
-fn launch_in_capture(py: Python<'_>, h: StreamHandle, call: *mut c_void, word: u64) -> driver::Result<()> {
+fn launch_in_capture(py: Python<'_>, h: StreamHandle, call: Box<Call>) -> driver::Result<()> {
+    let word = call.flag.device_address();
+    let call: *mut c_void = Box::into_raw(call).cast();
     // SAFETY: release_graph_payload takes the box once, when the last reference is gone.
     let owner = match unsafe { driver::user_object_create(call, release_graph_payload) } {
         Ok(owner) => owner,

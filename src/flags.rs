@@ -1,11 +1,11 @@
 //! The flags that hold a stream while custream's own thread runs a Python host function.
 //!
-//! `launch_host_func(f)` queues three things on the stream: the driver's host function (a
-//! trampoline that hands `f` to custream's thread and returns at once), a wait until a flag
-//! reads 1, and a write of 0 to it. custream's thread raises the flag once `f` returned, so
-//! work queued after the call still waits for `f`, and the GPU lowers it again, so a
-//! captured graph replays. A flag is one 32-bit word of host memory that every context maps
-//! for its GPU.
+//! `launch_host_func(f)` queues, in one driver call, a write that raises a "ready" flag once
+//! the work before it is done, a wait until a "done" flag reads 1, and a write of 0 to it.
+//! custream's thread watches the ready flag, runs `f` and raises the done flag, so work
+//! queued after the call still waits for `f`; the GPU lowers it again, so a captured graph
+//! (whose host node, not a ready flag, starts the call) replays. A flag is one 32-bit word of
+//! host memory that every context maps for its GPU.
 //!
 //! The words live in pages of our own, registered with the driver per context (a context
 //! reset by another library drops the registration, never our memory, so a late raise
@@ -44,6 +44,12 @@ impl Flag {
     /// is there before the GPU sees the flag.
     pub fn raise(&self) {
         self.word.store(1, Ordering::Release);
+    }
+
+    /// Whether the flag is up. Acquire: what the GPU wrote before it raised the flag (a
+    /// stream's write, with its memory barrier) is visible after.
+    pub fn is_raised(&self) -> bool {
+        self.word.load(Ordering::Acquire) != 0
     }
 }
 

@@ -137,6 +137,7 @@ entry_points!(Api {
     cuMemHostGetDevicePointer_v2(*mut cu::CUdeviceptr, *mut c_void, c_uint);
     cuStreamWaitValue32_v2(CUstream, cu::CUdeviceptr, u32, c_uint);
     cuStreamWriteValue32_v2(CUstream, cu::CUdeviceptr, u32, c_uint);
+    cuStreamBatchMemOp_v2(CUstream, c_uint, *mut cu::CUstreamBatchMemOpParams, c_uint);
 });
 
 /// An opened driver library: kept open for the process, so its entry points stay valid.

@@ -4,41 +4,68 @@
 //! The driver runs host functions on a thread of its own while it holds locks that other
 //! driver calls take; a trampoline that waited there for the GIL deadlocked against any
 //! thread that held the GIL inside such a call (CuPy and PyTorch launch with it held; cuda.core
-//! withdrew its host callbacks for this). The driver's threads now only post a job here and
-//! return; this thread runs the jobs in order, attached to the interpreter, and the stream
-//! waits on a flag (src/flags.rs) that the job raises when it is done.
+//! withdrew its host callbacks for this). This thread runs the calls instead, attached to the
+//! interpreter, and the stream waits on a flag (src/flags.rs) that the call raises when it
+//! is done. A call queued on a stream is watched for: the GPU raises its "ready" flag once
+//! the work before it is done, and this thread polls for that (no host function of the
+//! driver's is involved, whose thread would hold back the rest of the stream: a round trip
+//! costs a third of one). A host node of a graph posts its call here from the driver's
+//! thread, which returns at once.
+//!
+//! Polling: the thread spins for `SPIN` after its last call, then naps, from `FIRST_NAP`
+//! doubling to `LAST_NAP`, while a watched call is not ready (a new post wakes it at once),
+//! and sleeps while none is watched. A call ready while it naps waits up to `LAST_NAP`.
 //!
 //! Exit: `_finalize` sets the finalizing flag, then waits (GIL released) for the jobs already
 //! inside Python; every later job runs without Python (`None`): it raises its flag, so no
-//! stream waits forever, and leaks its Python objects, which can no longer be released. The
-//! count and the flag are sequentially consistent: one side always sees the other.
+//! stream waits forever, and leaks its Python objects, which can no longer be released; a
+//! watched call is then run so at once, ready or not. The count and the flag are
+//! sequentially consistent: one side always sees the other.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use pyo3::Python;
 
+use crate::flags::{self, Flag};
 use crate::gil::{self, Resident};
 use crate::libcuda;
 
 /// A job: given the interpreter when Python may still be entered, `None` once it may not.
 pub type Job = Box<dyn for<'py> FnOnce(Option<Python<'py>>) + Send>;
 
+enum Post {
+    /// Run as soon as the thread gets to it.
+    Now(Job),
+    /// Run once the GPU raised the flag.
+    WhenRaised(Flag, Job),
+}
+
 /// The thread's queue, made with the thread on first use.
-static QUEUE: Mutex<Option<Sender<Job>>> = Mutex::new(None);
+static QUEUE: Mutex<Option<Sender<Post>>> = Mutex::new(None);
 
 /// Jobs inside Python now, or about to enter it.
 static ENTERING: AtomicU32 = AtomicU32::new(0);
 
-/// Queue `job` for custream's thread. Called on the driver's threads: never waits for the
+/// Queue `job` for custream's thread. Called on the driver's threads too: never waits for the
 /// GIL (the lock is held only to push, or to start the thread once).
 pub fn post(job: Job) {
+    send(Post::Now(job));
+}
+
+/// Run `job` on custream's thread once `ready` is raised (by a stream's write, queued after
+/// the call returns); `ready` is then free again.
+pub fn post_when_raised(ready: Flag, job: Job) {
+    send(Post::WhenRaised(ready, job));
+}
+
+fn send(post: Post) {
     let mut queue = QUEUE.lock().unwrap_or_else(PoisonError::into_inner);
-    let job = match queue.as_ref() {
-        None => job,
-        Some(q) => match q.send(job) {
+    let post = match queue.as_ref() {
+        None => post,
+        Some(q) => match q.send(post) {
             Ok(()) => return,
             // The thread is gone (it never is, but a job must still run): start another.
             Err(failed) => failed.0,
@@ -47,56 +74,116 @@ pub fn post(job: Job) {
     let (tx, rx) = channel();
     let started = std::thread::Builder::new()
         .name("custream-host".into())
-        .spawn(move || work(rx));
+        .spawn(move || Worker::default().work(rx));
     if started.is_err() {
         // No thread to be had: the job runs here without Python, so its flag is raised.
         drop(queue);
-        job(None);
+        match post {
+            Post::Now(job) | Post::WhenRaised(_, job) => job(None),
+        }
         return;
     }
-    let _ = tx.send(job);
+    let _ = tx.send(post);
     *queue = Some(tx);
 }
 
-fn work(jobs: Receiver<Job>) {
-    let mut resident = Resident::new();
-    while let Some(first) = next_job(&jobs) {
-        // Whatever else is queued runs in the same attachment.
-        let mut burst = vec![first];
-        burst.extend(jobs.try_iter());
-        ENTERING.fetch_add(1, Ordering::SeqCst);
-        if libcuda::is_finalizing() {
-            ENTERING.fetch_sub(1, Ordering::SeqCst);
-            for job in burst {
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(None)));
+/// How long the thread spins after a call before it naps: a loop of launch and synchronize
+/// posts the next call within tens of microseconds, and a thread woken from sleep costs
+/// about as much again.
+const SPIN: Duration = Duration::from_micros(100);
+const FIRST_NAP: Duration = Duration::from_micros(10);
+const LAST_NAP: Duration = Duration::from_micros(250);
+
+#[derive(Default)]
+struct Worker {
+    /// Calls whose stream has not yet reached them, in the order they were posted.
+    watched: Vec<(Flag, Job)>,
+    /// Calls to run now, in order.
+    due: Vec<Job>,
+}
+
+impl Worker {
+    fn work(mut self, posts: Receiver<Post>) {
+        let mut resident = Resident::new();
+        let mut idle_since = Instant::now();
+        let mut nap = FIRST_NAP;
+        loop {
+            if self.watched.is_empty() {
+                // Nothing to poll for: sleep until a post.
+                match posts.recv() {
+                    Ok(post) => self.take(post),
+                    Err(_) => return,
+                }
             }
-            continue;
+            loop {
+                match posts.try_recv() {
+                    Ok(post) => self.take(post),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return,
+                }
+            }
+            self.collect_ready();
+            if self.due.is_empty() {
+                if idle_since.elapsed() < SPIN {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                match posts.recv_timeout(nap) {
+                    Ok(post) => self.take(post),
+                    Err(RecvTimeoutError::Timeout) => nap = (nap * 2).min(LAST_NAP),
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+                continue;
+            }
+            run(&mut resident, std::mem::take(&mut self.due));
+            idle_since = Instant::now();
+            nap = FIRST_NAP;
         }
-        let _ = resident.enter(|py| {
-            for job in burst {
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(Some(py))));
+    }
+
+    fn take(&mut self, post: Post) {
+        match post {
+            Post::Now(job) => self.due.push(job),
+            Post::WhenRaised(ready, job) => self.watched.push((ready, job)),
+        }
+    }
+
+    /// Move the watched calls whose flag is up (every one, once the interpreter finalizes:
+    /// they are skipped, and their streams must not wait) to `due`, in order.
+    fn collect_ready(&mut self) {
+        let all = libcuda::is_finalizing();
+        if !all && !self.watched.iter().any(|(ready, _)| ready.is_raised()) {
+            return;
+        }
+        let mut waiting = Vec::with_capacity(self.watched.len());
+        for (ready, job) in self.watched.drain(..) {
+            if all || ready.is_raised() {
+                flags::give_back(ready);
+                self.due.push(job);
+            } else {
+                waiting.push((ready, job));
             }
-        });
-        ENTERING.fetch_sub(1, Ordering::SeqCst);
+        }
+        self.watched = waiting;
     }
 }
 
-/// How long the thread polls for the next job before it sleeps: a stream that queues host
-/// functions back to back (a loop of launch and synchronize) posts the next one within tens
-/// of microseconds, and a thread woken from sleep costs about as much again.
-const POLL: Duration = Duration::from_micros(100);
-
-/// The next job, polled for `POLL`, then waited for; `None` once no sender is left.
-fn next_job(jobs: &Receiver<Job>) -> Option<Job> {
-    let start = Instant::now();
-    loop {
-        match jobs.try_recv() {
-            Ok(job) => return Some(job),
-            Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) if start.elapsed() < POLL => std::hint::spin_loop(),
-            Err(TryRecvError::Empty) => return jobs.recv().ok(),
+/// Run a burst of jobs in one attachment, or without Python once the interpreter finalizes.
+fn run(resident: &mut Resident, burst: Vec<Job>) {
+    ENTERING.fetch_add(1, Ordering::SeqCst);
+    if libcuda::is_finalizing() {
+        ENTERING.fetch_sub(1, Ordering::SeqCst);
+        for job in burst {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(None)));
         }
+        return;
     }
+    let _ = resident.enter(|py| {
+        for job in burst {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(Some(py))));
+        }
+    });
+    ENTERING.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// At exit (from `_finalize`, after the finalizing flag is set): wait, without the GIL,

@@ -246,3 +246,45 @@ pub fn stream_write_value32(h: StreamHandle, word: u64, value: u32) -> Result<()
     // SAFETY: the driver validates the handle; as for the wait, `word` stays mapped.
     check(unsafe { (api.cuStreamWriteValue32_v2)(h.0, word, value, default) })
 }
+
+/// Queue on `h`, in one call: a write of 1 to the 32-bit word at `ready` once the work before
+/// it is done (the GPU's writes before it visible first), a wait until the word at `done`
+/// reads 1, and a write of 0 to it. custream's thread watches `ready`, runs the host function
+/// and raises `done` (src/relay.rs): no host function of the driver's is involved, whose
+/// thread would hold back what follows it on the stream.
+pub fn stream_hand_off(h: StreamHandle, ready: u64, done: u64) -> Result<()> {
+    let api = init()?;
+    let mut ops = [
+        write_value_op(ready, 1),
+        wait_value_op(done, 1),
+        write_value_op(done, 0),
+    ];
+    // SAFETY: three initialized operations that outlive the call (the driver copies them);
+    // the GPU touches both words later, and the caller keeps them mapped (src/flags.rs never
+    // unmaps a page). A stale `h` is the caller's to rule out, as for every call on a stream.
+    check(unsafe { (api.cuStreamBatchMemOp_v2)(h.0, ops.len() as c_uint, ops.as_mut_ptr(), 0) })
+}
+
+fn write_value_op(address: u64, value: u32) -> cu::CUstreamBatchMemOpParams {
+    let mut op = cu::CUstreamBatchMemOpParams { pad: [0; 6] };
+    op.writeValue = cu::CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st {
+        operation: cu::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_32,
+        address,
+        __bindgen_anon_1: cu::CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindgen_ty_1 { value },
+        flags: cu::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as c_uint,
+        alias: 0,
+    };
+    op
+}
+
+fn wait_value_op(address: u64, value: u32) -> cu::CUstreamBatchMemOpParams {
+    let mut op = cu::CUstreamBatchMemOpParams { pad: [0; 6] };
+    op.waitValue = cu::CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st {
+        operation: cu::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WAIT_VALUE_32,
+        address,
+        __bindgen_anon_1: cu::CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st__bindgen_ty_1 { value },
+        flags: cu::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as c_uint,
+        alias: 0,
+    };
+    op
+}

@@ -48,7 +48,7 @@ def run(script, timeout=WATCHDOG_S + 30):
         prelude += f"import ctypes; ctypes.CDLL({native_stacks()!r}).native_stacks_arm({WATCHDOG_S - 5})\n"
     proc = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(script)], capture_output=True,
                           text=True, timeout=timeout)
-    report = f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-20000:]}"
+    report = f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert proc.returncode == 0, report
     assert "Timeout" not in proc.stderr and "Fatal Python error" not in proc.stderr, report
     return proc.stdout
@@ -226,3 +226,41 @@ print("ordered")
 
 def test_work_after_a_host_function_waits_for_it_to_return():
     assert "ordered" in run(ORDER)
+
+
+# A host function on a stream starts when the GPU's write after the work before it lands:
+# that work's results are there, behind a long kernel too (custream's thread naps while it
+# waits), and a thousand in a row run in order.
+SEES = """
+import ctypes
+import cupy
+import custream
+
+cupy.cuda.Device(0).use()
+s = custream.Stream(device=0)
+host = cupy.cuda.alloc_pinned_memory(8)
+word = ctypes.c_int64.from_address(host.ptr)
+word.value = 0
+slow_write = cupy.RawKernel(r'''
+extern "C" __global__ void slow_write(long long *out, long long cycles, long long value) {
+    long long start = clock64();
+    while (clock64() - start < cycles) {}
+    *out = value;
+}''', "slow_write")
+seen = []
+with cupy.cuda.ExternalStream(s.handle):
+    for value, cycles in ((7, 400_000_000), (8, 1000)):
+        slow_write((1,), (1,), (host.ptr, cycles, value))
+        s.launch_host_func(lambda: seen.append(word.value))
+ran = []
+for i in range(1000):
+    s.launch_host_func(ran.append, i)
+s.synchronize()
+assert seen == [7, 8], seen
+assert ran == list(range(1000)), ran[:10]
+print("seen")
+"""
+
+
+def test_a_host_function_sees_the_work_before_it_and_they_run_in_order():
+    assert "seen" in run(SEES)

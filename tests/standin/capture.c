@@ -9,7 +9,7 @@
  * - One worker thread, like the driver's host-function thread, runs queued items in order:
  *   host functions, "kernels" (fake_kernel(stream, ms): the worker sleeps) standing in for
  *   GPU work, and the stream memory operations (a wait until a 32-bit word equals a value,
- *   a write of one). A stream is idle when none of its items is queued or running.
+ *   a write of one; alone or in a batch). A stream is idle when none of its items is queued or running.
  * - The worker holds a lock of the driver's while it runs a host function, and query,
  *   record, capture status, launches and capture calls take that lock: as a real driver's
  *   locks do, this deadlocks a host function that waits for the GIL against a thread that
@@ -228,6 +228,19 @@ CUresult cuStreamWaitValue32_v2(void *h, unsigned long long addr, uint32_t value
 CUresult cuStreamWriteValue32_v2(void *h, unsigned long long addr, uint32_t value, unsigned flags) {
     (void)flags;
     return queue_or_capture(h, (Item){.write = (volatile uint32_t *)(uintptr_t)addr, .value = value});
+}
+/* The batch custream queues (src/driver/capture.rs): 32-bit waits for equality and writes. */
+typedef struct { uint32_t operation; uint64_t address; uint64_t value; uint32_t flags; uint64_t alias, pad; } MemOp;
+_Static_assert(sizeof(MemOp) == 48, "CUstreamBatchMemOpParams is 48 bytes");
+CUresult cuStreamBatchMemOp_v2(void *h, unsigned count, MemOp *ops, unsigned flags) {
+    if (flags) return INVALID_VALUE;
+    for (unsigned i = 0; i < count; i++) {
+        CUresult r = ops[i].operation == 1 ? cuStreamWaitValue32_v2(h, ops[i].address, (uint32_t)ops[i].value, ops[i].flags)
+                   : ops[i].operation == 2 ? cuStreamWriteValue32_v2(h, ops[i].address, (uint32_t)ops[i].value, ops[i].flags)
+                   : INVALID_VALUE;
+        if (r) return r;
+    }
+    return OK;
 }
 /* Host memory is the GPU's as it is: the device address is the host one (as with UVA).
  * Registering is "potentially unsafe" during a capture: unless the calling thread is relaxed
