@@ -97,17 +97,19 @@ impl HostFunction {
     }
 }
 
-/// What a queued call owns: the Python call and the flag its stream waits on.
+/// What a queued call owns: the Python call and the flag its stream waits on, counted as a
+/// call the GPU may wait for until it is dropped (after its last run).
 struct Call {
     payload: Payload,
     flag: Flag,
+    _awaited: gil::Awaited,
 }
 
 impl Call {
     /// Run the call (or, without Python, skip it and leak its objects), then raise its flag.
     /// On custream's thread.
     fn run_once(self, py: Option<Python<'_>>) {
-        let Call { payload, flag } = self;
+        let Call { payload, flag, .. } = self;
         match py.filter(|_| lifecycle::may_release(payload.generation)) {
             Some(py) => {
                 let _inside = HostFunctionScope::enter();
@@ -149,7 +151,7 @@ unsafe extern "C" fn release_graph_payload(user: *mut c_void) {
     // SAFETY: the user object owned this box; the driver calls its destructor once.
     let call = unsafe { Box::from_raw(user.cast::<Call>()) };
     relay::post(Box::new(move |py| {
-        let Call { payload, flag } = *call;
+        let Call { payload, flag, .. } = *call;
         match py.filter(|_| lifecycle::may_release(payload.generation)) {
             Some(_) => drop(payload),
             None => std::mem::forget(payload),
@@ -189,13 +191,16 @@ pub fn launch(py: Python<'_>, stream: StreamRef, function: Bound<'_, PyAny>, arg
     });
     stream.use_handle(py, "launch_host_func()", |h| {
         // Asked before the call is made, so that no error leaves it behind.
-        let capturing = driver::stream_capture_status(h)? == CaptureStatus::Active;
-        let context = driver::stream_context(h)?;
-        let context_id = driver::context_id(context)?;
+        let (capturing, context, context_id) = gil::brief(py, move || -> driver::Result<_> {
+            let capturing = driver::stream_capture_status(h)? == CaptureStatus::Active;
+            let context = driver::stream_context(h)?;
+            Ok((capturing, context, driver::context_id(context)?))
+        })?;
         let done = flags::take(py, context, context_id)?;
         let call = Box::new(Call {
             payload: *payload,
             flag: done,
+            _awaited: gil::Awaited::new(),
         });
         // A capture replays the call at every launch of its graph: the call must outlive
         // them all, so a user object that the graph holds owns it.
@@ -221,7 +226,7 @@ pub fn launch(py: Python<'_>, stream: StreamRef, function: Bound<'_, PyAny>, arg
             Err(e) => Err((e, call, ready)),
         });
         launched.map_err(|(e, call, ready)| {
-            let Call { payload, flag } = *call;
+            let Call { payload, flag, .. } = *call;
             drop(payload);
             flags::give_back(flag);
             flags::give_back(ready);
@@ -244,7 +249,7 @@ fn launch_in_capture(py: Python<'_>, h: StreamHandle, call: Box<Call>) -> driver
         Ok(owner) => owner,
         Err(e) => {
             // SAFETY: no user object took it; the box is still ours.
-            let Call { payload, flag } = *unsafe { Box::from_raw(call.cast::<Call>()) };
+            let Call { payload, flag, .. } = *unsafe { Box::from_raw(call.cast::<Call>()) };
             drop(payload);
             flags::give_back(flag);
             return Err(e);

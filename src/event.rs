@@ -65,7 +65,7 @@ impl Event {
     /// Record the event on `stream`.
     pub fn record_on(&self, py: Python<'_>, stream: StreamRef, what: &str) -> PyResult<()> {
         self.use_event(py, what, |ev| {
-            stream.use_handle(py, what, |h| driver::event_record(ev, h))
+            stream.use_handle(py, what, |h| gil::brief(py, move || driver::event_record(ev, h)))
         })?;
         let mark = graph::mark(py, stream)?;
         if mark.is_some() || self.captured.load(Ordering::Acquire) {
@@ -111,13 +111,15 @@ impl Event {
 
     pub fn query(&self, py: Python<'_>) -> PyResult<bool> {
         self.refuse_if_captured(py, "query()")?;
-        self.use_event(py, "query()", |ev| Ok(driver::event_query(ev)?))
+        self.use_event(py, "query()", |ev| Ok(gil::brief(py, move || driver::event_query(ev))?))
     }
 
     /// Milliseconds from this event to `end`.
     pub fn elapsed_time(&self, py: Python<'_>, end: &Event) -> PyResult<f32> {
         self.use_event(py, "elapsed_time()", |start| {
-            end.use_event(py, "elapsed_time()", |stop| Ok(driver::event_elapsed_ms(start, stop)?))
+            end.use_event(py, "elapsed_time()", |stop| {
+                Ok(gil::brief(py, move || driver::event_elapsed_ms(start, stop))?)
+            })
         })
     }
 

@@ -57,6 +57,46 @@ pub fn detach<T: Send, F: Send + FnOnce() -> T>(py: Python<'_>, f: F) -> T {
     out
 }
 
+/// Python calls the GPU may be waiting for: host functions queued on streams and not yet run,
+/// and graphs that hold host nodes. While there are any, [`brief`] lets the GIL go.
+static AWAITED: AtomicUsize = AtomicUsize::new(0);
+
+/// One Python call the GPU may be waiting for, counted while it lives.
+pub struct Awaited(());
+
+impl Awaited {
+    pub fn new() -> Awaited {
+        AWAITED.fetch_add(1, Ordering::Relaxed);
+        Awaited(())
+    }
+}
+
+impl Drop for Awaited {
+    fn drop(&mut self) {
+        AWAITED.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Whether a Python call the GPU may be waiting for exists (the GIL orders this with the
+/// launch that counted it).
+pub fn python_awaited() -> bool {
+    AWAITED.load(Ordering::Relaxed) != 0
+}
+
+/// Run a brief driver call (a record, a wait, a query: it takes the driver's locks but never
+/// waits for the GPU) with the GIL held, which is cheaper, unless the GPU may be waiting for
+/// a Python call. Then it lets the GIL go: the holder of the driver's lock can be waiting for
+/// the GPU (CuPy's `cuModuleLoadData` synchronizes the context), the GPU for the Python call,
+/// and the call for the GIL (issue 23: a `cuEventRecord` made with the GIL held closed that
+/// circle on an H200).
+pub fn brief<T: Send, F: Send + FnOnce() -> T>(py: Python<'_>, f: F) -> T {
+    if python_awaited() {
+        detach(py, f)
+    } else {
+        f()
+    }
+}
+
 /// Called by `_finalize` after `libcuda::set_finalizing`: let the threads already on their
 /// way back in attach (they do so before the interpreter finalizes), with the GIL released.
 pub fn drain(py: Python<'_>) {

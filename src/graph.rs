@@ -314,7 +314,9 @@ pub fn mark(py: Python<'_>, stream: StreamRef) -> PyResult<Option<CaptureMark>> 
             stream: stream.object(py).unbind(),
         }));
     }
-    let status = stream.use_handle(py, "record()", driver::stream_capture_status)?;
+    let status = stream.use_handle(py, "record()", |h| {
+        gil::brief(py, move || driver::stream_capture_status(h))
+    })?;
     Ok((status != CaptureStatus::None).then(|| CaptureMark {
         capture: None,
         stream: stream.object(py).unbind(),
@@ -340,7 +342,9 @@ impl CaptureMark {
         if s.is_closed() {
             return Ok(false);
         }
-        let status = s.use_handle(py, "is_capturing", driver::stream_capture_status)?;
+        let status = s.use_handle(py, "is_capturing", |h| {
+            gil::brief(py, move || driver::stream_capture_status(h))
+        })?;
         Ok(status != CaptureStatus::None)
     }
 
@@ -382,7 +386,9 @@ impl CaptureMark {
 /// `s.is_capturing`: true while the handle is in a capture (active or invalidated), whoever
 /// began it.
 pub fn is_capturing(py: Python<'_>, s: StreamRef) -> PyResult<bool> {
-    let status = s.use_handle(py, "is_capturing", driver::stream_capture_status)?;
+    let status = s.use_handle(py, "is_capturing", |h| {
+        gil::brief(py, move || driver::stream_capture_status(h))
+    })?;
     Ok(status != CaptureStatus::None)
 }
 

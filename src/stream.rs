@@ -416,7 +416,16 @@ impl StreamRef {
     }
 
     /// True when all work on the stream is done.
-    pub fn query(self) -> PyResult<bool> {
+    pub fn query(self, py: Python<'_>) -> PyResult<bool> {
+        if gil::python_awaited() {
+            // Held open by use_handle's marks, since a close may begin while the GIL is let
+            // go (gil::brief says why it is).
+            let query = move |h| gil::detach(py, move || driver::stream_query(h));
+            if graph::checks_needed() {
+                return graph::checked(self, py, "query()", query);
+            }
+            return self.use_handle(py, "query()", query);
+        }
         if graph::checks_needed() {
             return graph::checked_attached(self, "query()", driver::stream_query);
         }
@@ -472,7 +481,9 @@ impl StreamRef {
     /// Make later work on this stream wait for `event`.
     pub fn wait_event(self, py: Python<'_>, event: &Event) -> PyResult<()> {
         event.use_event(py, "wait()", |ev| {
-            self.use_handle(py, "wait()", |h| driver::stream_wait_event(h, ev))
+            self.use_handle(py, "wait()", |h| {
+                gil::brief(py, move || driver::stream_wait_event(h, ev))
+            })
         })?;
         event.waited_on_by(self.handle_value());
         Ok(())

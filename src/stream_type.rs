@@ -232,7 +232,7 @@ unsafe extern "C" fn synchronize(obj: *mut ffi::PyObject, _: *mut ffi::PyObject)
 unsafe extern "C" fn query(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
     // SAFETY: see "slots".
     let s = unsafe { slf(obj) };
-    boundary(|py| Ok(bool_ptr(py, s.query()?)))
+    boundary(|py| Ok(bool_ptr(py, s.query(py)?)))
 }
 
 unsafe extern "C" fn wait(obj: *mut ffi::PyObject, other: *mut ffi::PyObject) -> *mut ffi::PyObject {

@@ -198,6 +198,36 @@ def test_a_python_host_function_never_makes_the_driver_thread_wait_for_the_gil(f
     assert out.stdout.strip().endswith("ok")
 
 
+# The circle the H200 closed under issue 23's stress loop: CuPy loads a module (GIL released),
+# which holds a lock of the driver's while it waits for the context's work; that work waits
+# for a Python host function, which waits for the GIL; and a thread that records an event with
+# the GIL held waits for the driver's lock. While a Python host function is outstanding,
+# custream's record, wait and query let the GIL go.
+def test_a_record_never_holds_the_gil_while_the_gpu_waits_for_python(fake):
+    out = run(fake, """
+        import faulthandler
+        faulthandler.dump_traceback_later(30, exit=True)
+        fake.fake_module_load.argtypes = []
+        s, other = Stream(), Stream()
+        ran = []
+        for i in range(20):
+            kernel(s, 20)
+            s.launch_host_func(ran.append, i)
+            loader = threading.Thread(target=fake.fake_module_load)  # ctypes lets the GIL go
+            loader.start()
+            time.sleep(0.002)
+            e = other.record()
+            other.wait(e)
+            other.query()
+            e.close()
+            loader.join()
+        s.synchronize()
+        assert ran == list(range(20)), ran
+        print("ok")
+    """)
+    assert out.stdout.strip().endswith("ok")
+
+
 @pytest.mark.parametrize("mode", ["thread_local", "global", "relaxed"])
 def test_the_first_host_function_of_a_process_can_be_queued_in_a_capture(fake, mode):
     # Its flag's page is registered with the driver then, a call CUDA takes as unsafe in a

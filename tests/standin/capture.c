@@ -14,6 +14,10 @@
  *   record, capture status, launches and capture calls take that lock: as a real driver's
  *   locks do, this deadlocks a host function that waits for the GIL against a thread that
  *   holds the GIL in one of those calls (tests/test_capture.py runs that lock order).
+ * - A context lock, held for writing by a stand-in module load until the queue is empty (a
+ *   load that synchronizes the context, as CUDA's lazy loading may), and taken for reading by
+ *   record and wait: a record made with the GIL held while a Python host function is queued
+ *   deadlocks against it (the H200's hang of issue 23's stress loop).
  * - Capture: cuStreamBeginCapture_v2 / IsCapturing / EndCapture keep the state CUDA keeps. A
  *   query or synchronize of a capturing stream invalidates the capture (as CUDA does), and so
  *   does one of another stream while a "global" capture is open, unless the calling thread's
@@ -55,6 +59,10 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;  /* held while a host function runs */
 static void take_host_lock(void) { pthread_mutex_lock(&host_lock); pthread_mutex_unlock(&host_lock); }
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+/* A context lock, as the real driver's: taken for writing by a module load, which waits for
+ * the context's work (fake_module_load), and for reading by record and wait. */
+static pthread_rwlock_t ctx_lock = PTHREAD_RWLOCK_INITIALIZER;
+static void take_ctx_lock(void) { pthread_rwlock_rdlock(&ctx_lock); pthread_rwlock_unlock(&ctx_lock); }
 static Item queue[4096];
 static int head, tail;
 static long done_tickets, issued_tickets;
@@ -362,6 +370,7 @@ CUresult cuGraphRetainUserObject(Graph *g, UObj *o, unsigned n, unsigned flags) 
 CUresult cuEventCreate(Event **e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(Event)); return OK; }
 CUresult cuEventRecord(Event *e, void *h) {
     take_host_lock();
+    take_ctx_lock();
     pthread_mutex_lock(&mu);
     Stream *s = S(h);
     e->captured_in = s->capturing ? (s->origin ? s->origin : s) : NULL;
@@ -382,6 +391,7 @@ CUresult cuEventQuery(Event *e) { return event_wait(e, 0); }
 CUresult cuEventSynchronize(Event *e) { return event_wait(e, 1); }
 CUresult cuStreamWaitEvent(void *h, Event *e, unsigned flags) {
     (void)flags;
+    take_ctx_lock();
     pthread_mutex_lock(&mu);
     Stream *s = S(h);
     if (e->captured_in && e->captured_in->capturing && !s->capturing) {
@@ -400,6 +410,16 @@ void fake_kernel(void *h, int ms) {
     if (s->capturing) (s->origin ? s->origin : s)->graph->nodes++;
     else push_locked(s, NULL, NULL, ms, NULL);
     pthread_mutex_unlock(&mu);
+}
+/* A module load as CuPy's cuModuleLoadData makes one (GIL released): it holds the context
+ * lock for writing while it waits for every queued item, as a load that synchronizes the
+ * context does. */
+void fake_module_load(void) {
+    pthread_rwlock_wrlock(&ctx_lock);
+    pthread_mutex_lock(&mu);
+    while (head != tail) pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+    pthread_rwlock_unlock(&ctx_lock);
 }
 int fake_exchanges(void) { return __atomic_load_n(&exchanges, __ATOMIC_RELAXED); }
 int fake_invalidations(void) { return invalidations; }
