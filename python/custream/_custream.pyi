@@ -123,7 +123,7 @@ class Stream:
     def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
     def launch_host_func(self, fn: Callable[..., object], /, *args: Any) -> None:
-        """Run ``fn(*args)`` on a driver thread once the work queued before it is done."""
+        """Run ``fn(*args)`` on custream's host-function thread once the work queued before it is done."""
     def begin_capture(self, mode: Literal["thread_local", "global", "relaxed"] = "thread_local") -> None:
         """Begin capturing the work queued on this stream into a CUDA graph."""
     def end_capture(self) -> Graph:
