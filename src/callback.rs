@@ -33,8 +33,8 @@ use crate::driver::{self, CaptureStatus, StreamHandle};
 use crate::flags::{self, Flag};
 use crate::gil;
 use crate::graph;
-use crate::libcuda::{self, HostFunctionScope};
 use crate::lifecycle;
+use crate::process::{self, HostFunctionScope};
 use crate::relay;
 use crate::stream::StreamRef;
 
@@ -130,7 +130,7 @@ unsafe extern "C" fn run_in_graph(user: *mut c_void) {
     // destroys only after the graph's last launch ran, and a launch runs only once the flag
     // this raises is up: the call outlives every use below.
     let call = unsafe { &*node.get().cast::<Call>() };
-    if libcuda::is_finalizing() {
+    if process::is_finalizing() {
         call.flag.raise();
         return;
     }
@@ -187,7 +187,7 @@ pub fn launch(py: Python<'_>, stream: StreamRef, function: Bound<'_, PyAny>, arg
         args: args.unbind(),
         stream: stream.handle_value(),
         device: stream.known_device(),
-        generation: libcuda::fork_generation(),
+        generation: process::fork_generation(),
     });
     stream.use_handle(py, "launch_host_func()", |h| {
         // Asked before the call is made, so that no error leaves it behind.

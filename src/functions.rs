@@ -7,8 +7,8 @@ use crate::args::device_arg;
 use crate::boundary::boundary;
 use crate::driver;
 use crate::gil;
-use crate::libcuda;
 use crate::lifecycle;
+use crate::process;
 use crate::protocol;
 use crate::relay;
 use crate::stream;
@@ -109,7 +109,7 @@ pub fn live_stream_count() -> isize {
 pub fn _finalize(py: Python<'_>) {
     gil::detach(py, lifecycle::run_deferred);
     driver::release_kept_primary_contexts();
-    libcuda::set_finalizing();
+    process::set_finalizing();
     relay::wait_for_running(py);
     gil::drain(py);
 }

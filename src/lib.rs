@@ -36,6 +36,7 @@ mod lifecycle;
 mod owner;
 mod pool;
 mod pool_type;
+mod process;
 mod protocol;
 mod relay;
 mod stream;
@@ -46,7 +47,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    libcuda::install_fork_handler();
+    process::install_fork_handler();
     gil::install_fork_handler();
     let stream_type = stream_type::create(py)?;
     protocol::init(py, &stream_type)?;

@@ -20,7 +20,7 @@ use crate::gil;
 use crate::layout::{
     CUSTREAM_STATE_CLOSED as CLOSED, CUSTREAM_STATE_RELEASED as RELEASED, CUSTREAM_STATE_USERS as USERS,
 };
-use crate::libcuda;
+use crate::process;
 
 /// What the caller must do after `close()` or the end of a use.
 #[must_use]
@@ -114,7 +114,7 @@ pub trait Managed {
 /// `generation`: not in a forked child, not during finalization, where its handles belong
 /// to a dead parent or to the process's exit.
 pub fn may_release(generation: u32) -> bool {
-    generation == libcuda::fork_generation() && !libcuda::is_finalizing()
+    generation == process::fork_generation() && !process::is_finalizing()
 }
 
 pub fn is_closed<T: Managed>(obj: &T) -> bool {
@@ -129,7 +129,7 @@ pub fn closed_error(kind: &str, what: &str) -> PyErr {
 /// Fails with the closed-object error naming `what`, without holding the object open: for a
 /// use that keeps the GIL from start to end, during which no close can begin.
 pub fn ensure_usable<T: Managed>(obj: &T, what: &str) -> PyResult<()> {
-    if obj.fork_generation() != libcuda::fork_generation() {
+    if obj.fork_generation() != process::fork_generation() {
         return Err(DriverError::Forked.into());
     }
     if is_closed(obj) {
@@ -147,7 +147,7 @@ pub struct InUse<'a, T: Managed> {
 
 /// Begin a use of `obj`: fails after a fork or once closed. `what` names it in errors.
 pub fn enter<'a, T: Managed>(obj: &'a T, py: Python<'a>, what: &str) -> PyResult<InUse<'a, T>> {
-    if obj.fork_generation() != libcuda::fork_generation() {
+    if obj.fork_generation() != process::fork_generation() {
         return Err(DriverError::Forked.into());
     }
     if !Word(obj.state()).enter() {
@@ -212,7 +212,7 @@ impl<H: DriverObject> Made<H> {
             handle,
             home,
             state: AtomicU32::new(0),
-            fork_generation: libcuda::fork_generation(),
+            fork_generation: process::fork_generation(),
         }
     }
 
@@ -342,7 +342,7 @@ impl Home {
         py: Python<'_>,
         destroy: impl FnOnce(Context) -> driver::Result<()> + Send + 'static,
     ) -> driver::Result<()> {
-        if libcuda::in_host_function() {
+        if process::in_host_function() {
             // A host function dropped the last reference (it held the object in its
             // arguments): no CUDA call may be made on this thread, so a later call makes it.
             defer(Box::new(move || {
@@ -384,7 +384,7 @@ fn defer(release: Box<dyn FnOnce() + Send>) {
 /// waiting). Needs no GIL: call it detached, since it calls the driver.
 pub fn run_deferred() {
     if !ANY_DEFERRED.load(Ordering::Acquire)
-        || libcuda::in_host_function()
+        || process::in_host_function()
         || !ANY_DEFERRED.swap(false, Ordering::AcqRel)
     {
         return;

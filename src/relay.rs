@@ -31,7 +31,7 @@ use pyo3::Python;
 
 use crate::flags::{self, Flag};
 use crate::gil::{self, Resident};
-use crate::libcuda;
+use crate::process;
 
 /// A job: given the interpreter when Python may still be entered, `None` once it may not.
 pub type Job = Box<dyn for<'py> FnOnce(Option<Python<'py>>) + Send>;
@@ -151,7 +151,7 @@ impl Worker {
     /// Move the watched calls whose flag is up (every one, once the interpreter finalizes:
     /// they are skipped, and their streams must not wait) to `due`, in order.
     fn collect_ready(&mut self) {
-        let all = libcuda::is_finalizing();
+        let all = process::is_finalizing();
         if !all && !self.watched.iter().any(|(ready, _)| ready.is_raised()) {
             return;
         }
@@ -171,7 +171,7 @@ impl Worker {
 /// Run a burst of jobs in one attachment, or without Python once the interpreter finalizes.
 fn run(resident: &mut Resident, burst: Vec<Job>) {
     ENTERING.fetch_add(1, Ordering::SeqCst);
-    if libcuda::is_finalizing() {
+    if process::is_finalizing() {
         ENTERING.fetch_sub(1, Ordering::SeqCst);
         for job in burst {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(None)));
@@ -191,7 +191,7 @@ fn run(resident: &mut Resident, burst: Vec<Job>) {
 pub fn wait_for_running(py: Python<'_>) {
     // Jobs run only where cuInit succeeded: a child forked while one ran in its parent
     // inherits the count, not the thread.
-    if !libcuda::initialized_here() {
+    if !process::initialized_here() {
         return;
     }
     gil::wait_in_finalize(py, || ENTERING.load(Ordering::SeqCst) == 0);

@@ -24,9 +24,9 @@ use crate::layout::{
     custream_deleter_t, CustreamStream, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_NON_BLOCKING,
     CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED, CUSTREAM_FLAG_SHARED,
 };
-use crate::libcuda;
 use crate::lifecycle::{self, Home, Managed};
 use crate::owner;
+use crate::process;
 
 /// The Stream type object, made once when the module is initialized.
 pub static STREAM_TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(null_mut());
@@ -138,7 +138,7 @@ pub fn make<'py>(py: Python<'py>, parts: Parts<'py>) -> PyResult<Bound<'py, PyAn
         (*s).flags = parts.flags;
         (*s).device = parts.device;
         (*s).priority = parts.priority;
-        (*s).fork_generation = libcuda::fork_generation();
+        (*s).fork_generation = process::fork_generation();
         (*s).owner = parts.owner.map_or(null_mut(), Bound::into_ptr);
         (*s).deleter = parts.deleter;
         (*s).deleter_ctx = parts.deleter_ctx;

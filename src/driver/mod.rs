@@ -4,7 +4,7 @@
 //! boundary. Making one from a raw pointer or int is `unsafe` (the caller vouches that the
 //! driver handed it out, or that its owner keeps it alive); every function here is safe and
 //! dereferences nothing itself. Nothing here touches Python. Every call starts at `init()`,
-//! which refuses after `fork()` and during finalization (src/libcuda.rs).
+//! which refuses after `fork()` and during finalization (src/process.rs).
 
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 use std::ptr::null_mut;
@@ -15,7 +15,8 @@ use cudarc::driver::sys::{
     self as cu, CUcontext, CUdevice, CUevent, CUgraph, CUgraphExec, CUhostFn, CUstream, CUuserObject,
 };
 
-use crate::libcuda::{self, Api, Gate, LoadError, Status};
+use crate::libcuda::{self, Api, LoadError, Status};
+use crate::process::{self, Gate};
 
 /// Driver status codes custream acts on, by name.
 pub mod code {
@@ -166,7 +167,7 @@ static READY: OnceLock<&'static Api> = OnceLock::new();
 #[inline]
 fn init() -> Result<&'static Api> {
     match READY.get() {
-        Some(api) if libcuda::initialized() => Ok(api),
+        Some(api) if process::initialized() => Ok(api),
         _ => init_slow(),
     }
 }
@@ -174,16 +175,16 @@ fn init() -> Result<&'static Api> {
 #[cold]
 #[inline(never)]
 fn init_slow() -> Result<&'static Api> {
-    if libcuda::in_host_function() {
+    if process::in_host_function() {
         return Err(DriverError::InHostFunction);
     }
-    match libcuda::gate() {
+    match process::gate() {
         Gate::Open => {}
         Gate::Forked => return Err(DriverError::Forked),
         Gate::Finalizing => return Err(DriverError::Finalizing),
     }
     // Here while a host function runs on another thread: nothing to do on this one.
-    if let Some(api) = READY.get().filter(|_| libcuda::initialized_here()) {
+    if let Some(api) = READY.get().filter(|_| process::initialized_here()) {
         return Ok(api);
     }
     let boot = libcuda::boot().map_err(DriverError::Unavailable)?;
@@ -196,7 +197,7 @@ fn init_slow() -> Result<&'static Api> {
     }
     let api = libcuda::api().map_err(DriverError::Unavailable)?;
     READY.get_or_init(|| api);
-    libcuda::mark_initialized();
+    process::mark_initialized();
     Ok(api)
 }
 
@@ -207,7 +208,7 @@ pub fn library_candidates() -> Vec<String> {
 
 /// cuDriverGetVersion, which needs no cuInit: e.g. 13000 for CUDA 13.0.
 pub fn driver_version() -> Result<i32> {
-    if libcuda::is_finalizing() {
+    if process::is_finalizing() {
         return Err(DriverError::Finalizing);
     }
     let boot = libcuda::boot().map_err(DriverError::Unavailable)?;
