@@ -1,6 +1,8 @@
-//! The Rust view of the Stream object (src/layout.rs) is bindgen's output for
-//! pxd/custream.h. This test regenerates it and fails on any drift, so the header stays the
-//! one source of the layout. `CUSTREAM_BLESS=1 cargo test --test layout` rewrites the file.
+//! The Rust view of the Stream object (src/layout.rs, and the same file as the public `ffi`
+//! module of the pyo3-custream crate, pyo3-custream/src/ffi.rs) is bindgen's output for
+//! pxd/custream.h. This test regenerates it and fails on any drift of either file, so the
+//! header stays the one source of the layout. `CUSTREAM_BLESS=1 cargo test --test layout`
+//! rewrites both.
 //!
 //! bindgen needs libclang and clang's own headers (stddef.h, ...). `pip install '.[test]'`
 //! brings both from PyPI: the `libclang` package (the library, in `clang/native/`) and
@@ -168,18 +170,32 @@ fn generate_or_explain() -> String {
     }
 }
 
+/// The generated layout's copies: the extension's own and the crate's, the same text (the
+/// crate's `ffi` module has the item names of src/layout.rs, so either can use the other).
+const COPIES: [&str; 2] = ["src/layout.rs", "pyo3-custream/src/ffi.rs"];
+
 #[test]
 fn layout_rs_matches_header() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/layout.rs");
     let fresh = generate_or_explain();
-    if std::env::var_os("CUSTREAM_BLESS").is_some() {
-        std::fs::write(&path, &fresh).unwrap();
-        return;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bless = std::env::var_os("CUSTREAM_BLESS").is_some();
+    let mut drifted = Vec::new();
+    for copy in COPIES {
+        let path = root.join(copy);
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        if committed == fresh {
+            continue;
+        }
+        if bless {
+            std::fs::write(&path, &fresh).unwrap();
+        } else {
+            drifted.push(copy);
+        }
     }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
-        committed == fresh,
-        "src/layout.rs has drifted from pxd/custream.h; \
-         run `CUSTREAM_BLESS=1 cargo test --test layout` and commit the result"
+        drifted.is_empty(),
+        "{} drifted from pxd/custream.h; \
+         run `CUSTREAM_BLESS=1 cargo test --test layout` and commit the result",
+        drifted.join(" and ")
     );
 }

@@ -1,0 +1,203 @@
+//! `Stream`: one owned reference to a Python `custream.Stream`, and `current_stream`.
+
+use std::convert::Infallible;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+use pyo3::Borrowed;
+
+use crate::capi::{api, Fields};
+use crate::ffi::CUSTREAM_DEVICE_UNKNOWN;
+use crate::stream_ref::{as_stream, type_name, StreamRef};
+
+/// One reference to a Python `custream.Stream`, owned by Rust: what custream.hpp's
+/// `custream::stream` is in C++.
+///
+/// As a `#[pyfunction]` argument it is `custream.as_stream(obj)`: a Stream as it is, or for
+/// any object with `__cuda_stream__` a Stream that borrows its handle and keeps the object
+/// alive. Returned to Python it is that Stream itself. Holding one keeps the stream alive:
+/// keep it in a struct, move it to another thread, drop it anywhere. Dropping it on a thread
+/// that is not attached to Python (no GIL) is sound: pyo3 defers the reference's release to
+/// the next time a thread attaches, and leaks it if the interpreter is gone.
+///
+/// ```no_run
+/// use pyo3::prelude::*;
+/// use pyo3_custream::Stream;
+///
+/// struct Worker {
+///     stream: Stream, // keeps the Python stream open and alive
+/// }
+///
+/// #[pyfunction]
+/// fn start(stream: Stream) -> PyResult<()> {
+///     let worker = Worker { stream };
+///     std::thread::spawn(move || {
+///         let handle = worker.stream.handle(); // one load, no GIL
+///         let _ = handle; // ... queue work on it ...
+///         drop(worker); // no GIL here: sound
+///     });
+///     Ok(())
+/// }
+/// ```
+pub struct Stream(Py<PyAny>);
+
+impl Stream {
+    /// Take over `obj` if it is a custream.Stream; a TypeError otherwise (use
+    /// `obj.extract::<Stream>()` to wrap a protocol object as well).
+    pub fn from_bound(obj: Bound<'_, PyAny>) -> PyResult<Self> {
+        if api(obj.py())?.is_stream(&obj) {
+            Ok(Stream(obj.unbind()))
+        } else {
+            Err(PyTypeError::new_err(format!(
+                "expected a custream.Stream, got {}",
+                type_name(&obj)
+            )))
+        }
+    }
+
+    /// A new custream.Stream that borrows `handle`, as Python's
+    /// `custream.Stream.from_handle(handle, owner=owner, device=device)`: `owner`, if given, is
+    /// kept alive until the Stream is closed or deallocated; the handle is never destroyed by
+    /// custream. The caller keeps the handle valid for as long (through `owner`, say).
+    /// `device` is the stream's device ordinal, if known; a default-stream token takes none.
+    pub fn from_handle(
+        py: Python<'_>,
+        handle: StreamRef,
+        device: Option<i32>,
+        owner: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        let device = device_arg(device)?;
+        let owner = owner.map(|o| o.into_bound(py));
+        let obj = api(py)?.wrap_handle(py, handle.as_handle(), device, owner.as_ref())?;
+        Ok(Stream(obj.unbind()))
+    }
+
+    fn fields(&self) -> Fields {
+        // SAFETY: self.0 is a custream.Stream (every constructor checks or is given one by
+        // custream), alive while self holds its reference, and the Fields do not outlive
+        // the borrow of self they are made under.
+        unsafe { Fields::of(self.0.as_ptr()) }
+    }
+
+    /// The handle: one load, no check, no GIL needed. After `close()` it may name a destroyed
+    /// stream: [`is_closed`](Self::is_closed) says so, and [`StreamRef`]'s extraction refuses a
+    /// closed Stream.
+    pub fn handle(&self) -> StreamRef {
+        self.fields().handle().into()
+    }
+
+    /// The device ordinal, once custream knows it (given when wrapping, or learnt at first
+    /// use); `None` before, and always for the default-stream tokens. One atomic load, no GIL.
+    pub fn device(&self) -> Option<i32> {
+        self.fields().device()
+    }
+
+    /// Whether `close()` was called: one atomic load, no GIL.
+    pub fn is_closed(&self) -> bool {
+        self.fields().is_closed()
+    }
+
+    /// Wait for the stream's work; custream lets the GIL go while it waits. A closed stream is
+    /// a ValueError; custream's `CudaError` or `CudaUnavailableError` otherwise.
+    pub fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        api(py)?.synchronize(self.0.bind(py))
+    }
+
+    /// `Stream.close()`: idempotent and thread-safe; the first close releases what the Stream
+    /// holds (its owner, or a release given to [`to_python`](crate::to_python)).
+    pub fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.0.bind(py).call_method0(PyString::intern(py, "close"))?;
+        Ok(())
+    }
+
+    /// Another reference to the same Python Stream.
+    pub fn clone_ref(&self, py: Python<'_>) -> Self {
+        Stream(self.0.clone_ref(py))
+    }
+
+    /// The Python object.
+    pub fn as_py(&self) -> &Py<PyAny> {
+        &self.0
+    }
+
+    /// The Python object, bound to `py`.
+    pub fn bind<'py>(&self, py: Python<'py>) -> &Bound<'py, PyAny> {
+        self.0.bind(py)
+    }
+
+    /// The reference, given to the caller.
+    pub fn into_py_any(self) -> Py<PyAny> {
+        self.0
+    }
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream")
+            .field("handle", &self.handle())
+            .field("device", &self.device())
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+/// A device argument as the C API takes it.
+pub(crate) fn device_arg(device: Option<i32>) -> PyResult<i32> {
+    match device {
+        None => Ok(CUSTREAM_DEVICE_UNKNOWN),
+        Some(d) if d >= 0 => Ok(d),
+        Some(d) => Err(PyValueError::new_err(format!(
+            "device must be a device ordinal (0 or more) or None, got {d}"
+        ))),
+    }
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Stream {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(Stream(as_stream(&obj)?.unbind()))
+    }
+}
+
+impl<'py> IntoPyObject<'py> for Stream {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = Infallible;
+
+    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
+        Ok(self.0.into_bound(py))
+    }
+}
+
+impl<'a, 'py> IntoPyObject<'py> for &'a Stream {
+    type Target = PyAny;
+    type Output = Borrowed<'a, 'py, PyAny>;
+    type Error = Infallible;
+
+    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
+        Ok(self.0.bind_borrowed(py))
+    }
+}
+
+/// The stream `stream=None` means: the innermost `with s:` block's stream in this thread or
+/// asyncio task, else the default stream (`custream.current_stream()`).
+///
+/// ```no_run
+/// use pyo3::prelude::*;
+/// use pyo3_custream::{current_stream, StreamRef};
+///
+/// #[pyfunction]
+/// #[pyo3(signature = (stream=None))]
+/// fn launch(py: Python<'_>, stream: Option<StreamRef>) -> PyResult<usize> {
+///     let stream = match stream {
+///         Some(s) => s,
+///         None => current_stream(py)?.handle(), // the Stream is custream's: it stays open
+///     };
+///     Ok(stream.as_usize())
+/// }
+/// ```
+pub fn current_stream(py: Python<'_>) -> PyResult<Stream> {
+    Ok(Stream(api(py)?.current_stream(py)?.unbind()))
+}

@@ -1,0 +1,202 @@
+//! What runs without a GPU: conversions, round trips, hand-overs with counted releases,
+//! drops on Rust threads, the import check, and the benchmark's two functions.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use pyo3::prelude::*;
+use pyo3_custream::{current_stream, share, to_python, Stream, StreamRef};
+
+/// The handles released, in order, by the releases `give` made.
+static RELEASED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// How many of `give`'s closures were dropped (after running, or unrun on error).
+static DROPPED: AtomicUsize = AtomicUsize::new(0);
+/// Streams Rust holds for `drop_held_on_thread`.
+static HELD: Mutex<Vec<Stream>> = Mutex::new(Vec::new());
+/// The owner last given to `share`, watched.
+static SHARED: Mutex<Option<Weak<Owner>>> = Mutex::new(None);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Counts its drop: captured by a release, it tells whether the closure was dropped.
+struct DropCounter;
+
+impl Drop for DropCounter {
+    fn drop(&mut self) {
+        DROPPED.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// What `share` gives Python a clone of.
+struct Owner;
+
+/// The benchmark's floor: an int in, the same int out.
+#[pyfunction]
+fn handle_of_usize(handle: usize) -> usize {
+    handle
+}
+
+/// The benchmark's row: a stream in (any kind), its handle out.
+#[pyfunction]
+fn handle_of(stream: StreamRef) -> usize {
+    stream.as_usize()
+}
+
+#[pyfunction]
+fn is_default(stream: StreamRef) -> bool {
+    stream.is_default()
+}
+
+/// StreamRef::from_raw then as_raw: the same address.
+#[pyfunction]
+fn raw_round_trip(handle: usize) -> usize {
+    StreamRef::from_raw(handle as *mut std::ffi::c_void).as_raw() as usize
+}
+
+/// A Stream argument given back: the same custream.Stream (or the wrapper of a protocol object).
+#[pyfunction]
+fn take(stream: Stream) -> Stream {
+    stream
+}
+
+/// Stream::from_bound: a custream.Stream only.
+#[pyfunction]
+fn from_bound(obj: Bound<'_, PyAny>) -> PyResult<Stream> {
+    Stream::from_bound(obj)
+}
+
+/// (handle, device, closed) through the loads of Stream.
+#[pyfunction]
+fn info(stream: Stream) -> (usize, Option<i32>, bool) {
+    (stream.handle().as_usize(), stream.device(), stream.is_closed())
+}
+
+#[pyfunction]
+fn synchronize(py: Python<'_>, stream: Stream) -> PyResult<()> {
+    stream.synchronize(py)
+}
+
+#[pyfunction]
+fn close(py: Python<'_>, stream: Stream) -> PyResult<bool> {
+    stream.close(py)?;
+    Ok(stream.is_closed())
+}
+
+#[pyfunction]
+#[pyo3(signature = (handle, device=None, owner=None))]
+fn from_handle(py: Python<'_>, handle: usize, device: Option<i32>, owner: Option<Py<PyAny>>) -> PyResult<Stream> {
+    Stream::from_handle(py, StreamRef::from_raw(handle as *mut _), device, owner)
+}
+
+#[pyfunction]
+fn current(py: Python<'_>) -> PyResult<Stream> {
+    current_stream(py)
+}
+
+/// to_python with a release that records its handle (then panics, if asked), and a
+/// DropCounter in the closure.
+#[pyfunction]
+#[pyo3(signature = (handle, device=None, panic=false))]
+fn give(py: Python<'_>, handle: usize, device: Option<i32>, panic: bool) -> PyResult<Stream> {
+    let counter = DropCounter;
+    to_python(py, StreamRef::from_raw(handle as *mut _), device, move |h| {
+        let _counter = counter;
+        lock(&RELEASED).push(h.as_usize());
+        if panic {
+            panic!("release of {:#x} panicked on purpose", h.as_usize());
+        }
+    })
+}
+
+/// (handles released, closures dropped) since the last reset.
+#[pyfunction]
+fn released() -> (Vec<usize>, usize) {
+    (lock(&RELEASED).clone(), DROPPED.load(Ordering::SeqCst))
+}
+
+#[pyfunction]
+fn reset() {
+    lock(&RELEASED).clear();
+    DROPPED.store(0, Ordering::SeqCst);
+}
+
+/// share() of a fresh Arc, watched through a Weak.
+#[pyfunction]
+#[pyo3(signature = (handle, device=None))]
+fn share_owner(py: Python<'_>, handle: usize, device: Option<i32>) -> PyResult<Stream> {
+    let owner = Arc::new(Owner);
+    *lock(&SHARED) = Some(Arc::downgrade(&owner));
+    share(py, owner, StreamRef::from_raw(handle as *mut _), device)
+}
+
+/// How many Arcs of the last shared owner are alive (Python's clone, if it holds one).
+#[pyfunction]
+fn shared_strong_count() -> usize {
+    lock(&SHARED).as_ref().map_or(0, Weak::strong_count)
+}
+
+/// Keep a Stream in Rust (a static), as a library's worker would.
+#[pyfunction]
+fn hold(stream: Stream) -> usize {
+    let mut held = lock(&HELD);
+    held.push(stream);
+    held.len()
+}
+
+/// Drop every held Stream on a new std::thread, which never attaches to Python. Returns how
+/// many it dropped.
+#[pyfunction]
+fn drop_held_on_thread() -> PyResult<usize> {
+    let held = std::mem::take(&mut *lock(&HELD));
+    let worker = std::thread::spawn(move || {
+        let n = held.len();
+        // The handles are readable with no GIL, before the references go.
+        let _handles: Vec<StreamRef> = held.iter().map(Stream::handle).collect();
+        drop(held);
+        n
+    });
+    // The thread needs no GIL, so waiting for it with the GIL held cannot deadlock.
+    worker
+        .join()
+        .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("the dropping thread panicked"))
+}
+
+/// pyo3_custream::import: the C API, checked, now.
+#[pyfunction]
+fn import_custream(py: Python<'_>) -> PyResult<u32> {
+    pyo3_custream::import(py)?;
+    Ok(pyo3_custream::ABI_VERSION)
+}
+
+/// The handle as cudarc's CUstream, back as an int (feature `cudarc`, no driver call).
+#[pyfunction]
+fn cu_stream_of(stream: StreamRef) -> usize {
+    let cu: cudarc::driver::sys::CUstream = stream.as_cu_stream();
+    StreamRef::from(cu).as_usize()
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(handle_of_usize, m)?)?;
+    m.add_function(wrap_pyfunction!(handle_of, m)?)?;
+    m.add_function(wrap_pyfunction!(is_default, m)?)?;
+    m.add_function(wrap_pyfunction!(raw_round_trip, m)?)?;
+    m.add_function(wrap_pyfunction!(take, m)?)?;
+    m.add_function(wrap_pyfunction!(from_bound, m)?)?;
+    m.add_function(wrap_pyfunction!(info, m)?)?;
+    m.add_function(wrap_pyfunction!(synchronize, m)?)?;
+    m.add_function(wrap_pyfunction!(close, m)?)?;
+    m.add_function(wrap_pyfunction!(from_handle, m)?)?;
+    m.add_function(wrap_pyfunction!(current, m)?)?;
+    m.add_function(wrap_pyfunction!(give, m)?)?;
+    m.add_function(wrap_pyfunction!(released, m)?)?;
+    m.add_function(wrap_pyfunction!(reset, m)?)?;
+    m.add_function(wrap_pyfunction!(share_owner, m)?)?;
+    m.add_function(wrap_pyfunction!(shared_strong_count, m)?)?;
+    m.add_function(wrap_pyfunction!(hold, m)?)?;
+    m.add_function(wrap_pyfunction!(drop_held_on_thread, m)?)?;
+    m.add_function(wrap_pyfunction!(import_custream, m)?)?;
+    m.add_function(wrap_pyfunction!(cu_stream_of, m)?)?;
+    Ok(())
+}
