@@ -106,6 +106,7 @@ def table(results: dict) -> str:
     for name, r in ({} if "error" in cap else cap).items():
         verdict = "" if r["target"] is None else f"  <= {r['target']}x: " + ("pass" if r["ratio"] <= r["target"] else "MISS")
         out += [f"{name:<40} {fmt(r['ns']):>9} ns   {r['vs']:<26} {fmt(r['vs_ns']):>9} ns  {r['ratio']:.2f}x{verdict}"]
+    out += scale_table(results.get("scale"))
     notes = [f"  {x}" for x in results.get("round_errors", [])]
     for o in opsd.values():
         for n, r in o["results"].items():
@@ -118,40 +119,228 @@ def table(results: dict) -> str:
     return "\n".join(out + (["", "notes:", *notes] if notes else []))
 
 
-COLORS = {"raw": "#555555", "cuda.core": "#76b900", "CuPy": "#1f77b4", "torch": "#ee4c2c", "numba": "#00a3e0",
-          "rmm": "#7f4fc9", "custream": "#f2a900"}
+
+
+def human(v: float, unit: str) -> str:
+    """A scale figure: ns as ns, µs or ms; calls/s as M calls/s."""
+    if unit == "calls/s":
+        return f"{v / 1e6:.1f} M calls/s"
+    return f"{fmt(v)} ns" if v < 1e4 else f"{fmt(v / 1e3)} µs" if v < 1e6 else f"{fmt(v / 1e6)} ms"
+
+
+def scale_table(scale: dict | None) -> list[str]:
+    """The scale rows (scale.py): per row a figure per size and the growth."""
+    if not scale:
+        return []
+    out = ["", f"scale rows (scale.py; driver: {scale.get('driver', '?')}): a figure per size N; "
+           "growth: the last size's figure over the first's"]
+    if "error" in scale:
+        return out + [f"  {scale['error']}"]
+    for r in scale["rows"]:
+        if "error" in r:
+            out += [f"{r['title']:<52} {r['error']}"]
+            continue
+        per = [f"{p['n']:,}: {human(p['value'], r['unit'])}" + (f" ({human(p['value'] / p['n'], 'ns')}/{r['per']})" if r["per"] else "")
+               for p in r["points"]]
+        growth = f"growth{' per ' + r['per'] if r['per'] else ''} {r['growth']:.2f}x (expect {r['expect']})"
+        out += [f"{r['title']:<52} {'   '.join(per)}   {growth}"]
+        if "raw_growth" in r:
+            out += [f"    {'raw_driver.c, same streams alive':<48} " + "   ".join(f"{p['n']:,}: {human(p['raw_ns'], 'ns')} "
+                                                                         f"(custream {p['ratio']:.2f}x)" for p in r["points"])
+                    + f"   growth {r['raw_growth']:.2f}x"]
+    return out
+
+
+COLORS = {"raw": "#555555", "least binding": "#9a9a9a", "cuda.core": "#76b900", "CuPy": "#1f77b4", "torch": "#ee4c2c",
+          "numba": "#00a3e0", "rmm": "#7f4fc9", "custream": "#f2a900"}
+REFERENCE = "#d0d0d0"  # a floor or reference figure of custream's own (hatched)
+
+
+def _bar(lib: str, value: float, text: str, ref: bool = False) -> dict:
+    return {"lib": lib, "value": value, "text": text, "ref": ref}
+
+
+def times(r: float) -> str:
+    return f"{r:.2f}x" if r >= 0.1 else f"{r:.2g}x"
+
+
+def _custream_text(o: dict, value: str, extra: str = "") -> str:
+    best = f": {times(o['ratio_best_peer'])} {o['best_peer']} (best peer)" if o.get("ratio_best_peer") else ""
+    return f"{value}  custream{best}{extra}"
+
+
+def _ns_groups(results: dict) -> list[dict]:
+    """The ns rows without a C loop: each library's bar, floors and references hatched."""
+    opsd, groups = results["operations"], []
+    referenced = {o["compared_to"]["op"] for o in opsd.values() if o.get("compared_to", {}).get("lib") == "custream"}
+    for key, o in opsd.items():
+        op = ops.OPS.get(key)
+        if o["unit"] != "ns" or op is None or op.raw is not None or key in referenced:  # a referenced row: drawn where used
+            continue
+        bars = []
+        for n in results["libraries"]:
+            if (v := _fig(o["results"].get(n))) is not None:
+                bars.append(_bar(n, v, _custream_text(o, fmt(v)) if n == "custream" else f"{fmt(v)}  {n}"))
+        bars += [_bar("floor", f["ns"], f"{fmt(f['ns'])}  floor: {f['label']}", ref=True) for f in o["floors"] if f.get("ns")]
+        target, cmp = op.bound, o.get("compared_to")
+        if cmp and cmp.get("ns"):
+            target = op.times[0] * cmp["ns"]
+            if cmp["lib"] == "custream":
+                bars.append(_bar("reference", cmp["ns"], f"{fmt(cmp['ns'])}  reference: {ops.OPS[cmp['op']].title}", ref=True))
+        if any(b["lib"] == "custream" for b in bars):
+            groups.append({"label": o["title"], "note": f"{o['target']}: {o['status']}" if o["target"] else "", "bars": bars, "target": target})
+    return groups
+
+
+def _ratio_groups(results: dict) -> list[dict]:
+    """Rows timed in turn with a C loop: each library's ratio to it; the least binding's too."""
+    opsd, paired, groups = results["operations"], results.get("paired", {}), []
+    for key in ops.RATIO_KEYS:
+        o = opsd.get(key)
+        if not o or o["ratio_raw"] is None:
+            continue
+        floor = paired.get(key, {}).get("floor", {}).get("ratio_median")
+        extra = f", {o['ratio_raw'] / floor:.2f}x least binding" if floor else ""
+        bars = [_bar("least binding", floor, f"{floor:.2f}x  least binding (floor_ext.c)")] if floor else []
+        for n in results["libraries"][1:]:
+            if (v := _fig(o["results"].get(n), "ratio")) is not None:
+                odd = " (not a create + destroy: kept out of best peer)" if o["results"][n].get("not_best") else ""
+                bars.append(_bar(n, v, _custream_text(o, times(v), extra) if n == "custream" else f"{times(v)}  {n}{odd}"))
+        raw = _fig(o["results"].get("raw"))
+        groups.append({"label": o["title"], "note": f"C loop {fmt(raw)} ns; {o['target']}: {o['status']}",
+                       "bars": bars, "target": ops.OPS[key].raw})
+    cap = results.get("capture", {})
+    for name, r in ({} if "error" in cap else cap).items():  # capture.py: a main row, then its peers' ("  CuPy ...")
+        if not r["vs"].startswith("C "):
+            continue
+        lib = next((n for n in COLORS if name.strip().startswith(n)), None) if name.startswith(" ") else "custream"
+        if lib == "custream" or not groups or not groups[-1].get("capture"):
+            groups.append({"label": name.strip(), "note": f"{r['vs']} {fmt(r['vs_ns'])} ns" + (f"; <= {r['target']}x" if r["target"] else ""),
+                           "bars": [], "target": r["target"], "capture": True})
+        text = f"{times(r['ratio'])}  {lib}" + (f" ({fmt(r['ns'])} ns)" if lib == "custream" else "")
+        groups[-1]["bars"].append(_bar(lib or name.strip(), r["ratio"], text))
+    return groups
+
+
+def _ms_groups(results: dict) -> list[dict]:
+    """Rows in milliseconds: import, and capture.py's rows against a peer rather than a C loop."""
+    groups = []
+    for key, o in results["operations"].items():
+        if o["unit"] == "ms" and _fig(o["results"].get("custream"), "ms") is not None:
+            bars = [_bar(n, v, _custream_text(o, fmt(v)) if n == "custream" else f"{fmt(v)}  {n}")
+                    for n in results["libraries"] if (v := _fig(o["results"].get(n), "ms")) is not None]
+            groups.append({"label": o["title"], "note": f"{o['target']}: {o['status']}", "bars": bars, "target": ops.OPS[key].bound})
+    cap = results.get("capture", {})
+    for name, r in ({} if "error" in cap else cap).items():
+        if r["vs"].startswith("C "):
+            continue
+        peer = r["vs"].split()[0]
+        groups.append({"label": name.replace(" (custream)", ""), "note": f"against {r['vs']}", "target": None,
+                       "bars": [_bar(peer, r["vs_ns"] / 1e6, f"{fmt(r['vs_ns'] / 1e6)}  {peer}"),
+                                _bar("custream", r["ns"] / 1e6, f"{fmt(r['ns'] / 1e6)}  custream: {times(r['ratio'])} {peer}")]})
+    return groups
+
+
+SHADES = ["#fbe3a6", "#f6c453", "#f2a900"]  # custream's colour: the first size lightest, the last full
+
+
+def _scale_groups(results: dict) -> list[dict]:
+    """scale.py's rows, as ns per call (per kernel; threads: the wall time per call, all
+    threads together), a bar a size."""
+    scale, groups = results.get("scale") or {}, []
+    for r in scale.get("rows", []):
+        if "error" in r:
+            continue
+        bars = []
+        for i, p in enumerate(r["points"]):
+            if r["unit"] == "calls/s":
+                v = 1e9 / p["value"]
+                text = f"{p['n']:,} thread{'s' * (p['n'] > 1)}: {human(p['value'], r['unit'])} ({human(v, 'ns')} a call)"
+            else:
+                v = p["value"] / (p["n"] if r["per"] else 1)
+                text = f"N={p['n']:,}: {human(p['value'], r['unit'])}" + (f" ({human(v, 'ns')} a {r['per']})" if r["per"] else "")
+            bars.append({**_bar("custream", v, text), "color": SHADES[2 if i == len(r["points"]) - 1 else min(i, 1)]})
+            if "raw_ns" in p:
+                bars.append(_bar("raw", p["raw_ns"], f"N={p['n']:,}: {human(p['raw_ns'], 'ns')}  raw_driver.c"))
+        groups.append({"label": r["title"], "bars": bars, "target": None,
+                       "note": f"growth{' per ' + r['per'] if r['per'] else ''} {r['growth']:.2f}x (expect {r['expect']})"})
+    return groups
+
+
+def _draw(ax, groups: list[dict], log: bool, reference: float | None, drawn: set) -> None:
+    """Horizontal bars, a group a row, top to bottom; each bar's text at its end (`drawn`:
+    the libraries drawn, for the legend)."""
+    import textwrap
+
+    y, ticks, labels, values = 0.0, [], [], []
+    for g in groups:
+        top = y
+        for b in g["bars"]:
+            color = b.get("color") or (REFERENCE if b["ref"] else COLORS.get(b["lib"], "#999999"))
+            mine = b["lib"] == "custream"
+            ax.barh(y, b["value"], 0.8, color=color, hatch="//" if b["ref"] else None,
+                    edgecolor="black" if mine or b["ref"] else "none", linewidth=0.8)
+            ax.annotate(b["text"], (b["value"], y), xytext=(4, 0), textcoords="offset points", va="center", zorder=5,
+                        fontsize=8.5, fontweight="bold" if mine and not b.get("color") else "normal",
+                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.3, "alpha": 0.85})
+            drawn.add("floor / reference" if b["ref"] else b["lib"])
+            values.append(b["value"])
+            y += 1
+        if g["target"]:
+            ax.vlines(g["target"], top - 0.5, y - 0.5, colors="black", linestyles="dashed", linewidth=1.2)
+        ticks.append((top + y - 1) / 2)
+        labels.append("\n".join(textwrap.wrap(g["label"], 40)) + (f"\n{g['note']}" if g.get("note") else ""))
+        ax.axhline(y + 0.1, color="#e4e4e4", linewidth=0.8)
+        y += 1.2
+    ax.set_yticks(ticks, labels, fontsize=9)
+    ax.set_ylim(y - 1.1, -0.8)
+    if reference is not None:
+        ax.axvline(reference, color="#555555", linewidth=1.2)
+    if log:
+        ax.set_xscale("log")
+        ax.set_xlim(min(values) / 2, max(values) * 40)
+    else:
+        ax.set_xlim(0, max(max(values) * 1.35, 4))
+    ax.grid(axis="x", which="major", alpha=0.3)
+    ax.tick_params(axis="y", length=0)
 
 
 def plot(results: dict, path: str) -> None:
-    """Each library's figure per operation, log scale, with the targets dashed."""
+    """One panel per unit, horizontal bars: ns per call; ratio to the C loop (timed in turn);
+    milliseconds; the scale rows. custream's bar is outlined and labelled with its ratio to
+    the best peer; floors and references hatched; targets dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
-    names, opsd = results["libraries"], results["operations"]
-    groups = [[k for k, o in opsd.items() if o["unit"] == unit] for unit in ("ns", "ms")]
-    fig, axes = plt.subplots(1, 2, figsize=(15, 6.2), gridspec_kw={"width_ratios": [len(groups[0]), len(groups[1]) + 0.6]})
-    for ax, keys, unit in zip(axes, groups, ("ns per call", "ms (import)")):
-        for j, n in enumerate(names):
-            bars = [(i + (j - (len(names) - 1) / 2) * 0.8 / len(names), v) for i, k in enumerate(keys)
-                    if (v := _fig(opsd[k]["results"].get(n), opsd[k]["unit"]))]
-            ax.bar([x for x, _ in bars], [v for _, v in bars], 0.8 / len(names), color=COLORS.get(n), label=n,
-                   edgecolor="black" if n == "custream" else "none")
-        for i, k in enumerate(keys):
-            t, raw = ops.OPS[k], _fig(opsd[k]["results"].get("raw"))
-            if target := t.bound if t.bound is not None else t.raw * raw if t.raw and raw else None:
-                ax.hlines(target, i - 0.45, i + 0.45, colors="black", linestyles="dashed", linewidth=1)
-        ax.set_yscale("log")
-        ax.set_xticks(range(len(keys)), [f"{opsd[k]['title']}\n[{opsd[k]['status']}]" for k in keys], fontsize=8)
-        ax.set_ylabel(unit)
-        ax.grid(axis="y", which="both", alpha=0.25)
-    axes[0].legend(ncol=len(names), fontsize=8, loc="upper left")
+    panels = [(title, groups, log, ref) for title, groups, log, ref in [
+        ("ns per call (log scale)", _ns_groups(results), True, None),
+        ("ratio to the driver calls in a C loop (raw_driver.c = 1, the grey line), timed in turn", _ratio_groups(results), False, 1.0),
+        ("milliseconds (log scale): import in a fresh interpreter; capture against a peer", _ms_groups(results), True, None),
+        ("scale rows (scale.py), log scale: ns a call at each size N; capture: ns a kernel; threads: the wall time a call,\n"
+         f"all threads together; growth: the last size's figure over the first's. Driver: {(results.get('scale') or {}).get('driver')}",
+         _scale_groups(results), True, None),
+    ] if groups]
+    slots = [sum(len(g["bars"]) + 1.2 for g in groups) for _, groups, _, _ in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(13, 2.2 + 0.24 * sum(slots) + 0.8 * len(panels)),
+                             gridspec_kw={"height_ratios": slots}, squeeze=False)
+    drawn: set = set()
+    for ax, (title, groups, log, ref) in zip(axes[:, 0], panels):
+        _draw(ax, groups, log, ref, drawn)
+        ax.set_title(title, loc="left", fontsize=10.5, fontweight="bold")
+    handles = [Patch(facecolor=COLORS[n], edgecolor="black" if n == "custream" else "none", label=n) for n in COLORS if n in drawn]
+    handles += [Patch(facecolor=REFERENCE, hatch="//", edgecolor="black", label="floor / reference")] * ("floor / reference" in drawn)
+    handles += [Line2D([], [], color="black", linestyle="dashed", label="target")]
     m = results.get("machine", {})
-    fig.text(0.5, 0.01, f"{m.get('gpu') or 'no GPU'}; {m.get('cpu')}; Python {m.get('python')}; {m.get('date')}\n"
-             + ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if v)
-             + "\nbars: each library's median over rounds of fresh processes, ns per call; dashed: the target",
-             ha="center", va="bottom", fontsize=8)
-    fig.tight_layout(rect=(0, 0.09, 1, 1))
-    fig.savefig(path, dpi=130)
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=9, frameon=False, bbox_to_anchor=(0.5, 1.0))
+    fig.text(0.5, 0.003, f"{results['mode'].upper()} run: {m.get('gpu') or 'no GPU'}; {m.get('cpu')}; Python {m.get('python')}; "
+             f"{m.get('date')}\n" + ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if v)
+             + "\nbars: medians, over rounds of fresh processes (capture and scale rows: one process); custream's outlined,"
+             " labelled with its ratio to the best peer",
+             ha="center", va="bottom", fontsize=8.5)
+    fig.tight_layout(rect=(0, 0.6 / fig.get_figheight(), 1, 1 - 0.35 / fig.get_figheight()))
+    fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -17,13 +17,14 @@ sys.path.insert(0, HERE)
 
 import ops  # noqa: E402
 import report  # noqa: E402
+import scale  # noqa: E402
 
 
-def worker(lib: str, args: list[str], timeout: float) -> dict:
+def worker(lib: str, args: list[str], timeout: float, env: dict | None = None) -> dict:
     print(f"{lib} ...", file=sys.stderr, flush=True)
     try:
         p = subprocess.run([sys.executable, os.path.join(HERE, "worker.py"), lib, *args],
-                           check=False, capture_output=True, text=True, timeout=timeout)
+                           check=False, capture_output=True, text=True, timeout=timeout, env=env and {**os.environ, **env})
     except subprocess.TimeoutExpired:
         return {"error": f"worker timed out after {timeout:.0f} s"}
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
@@ -103,6 +104,14 @@ def measure(args) -> dict:
     if gpu and "--raw" in extra:  # host functions and capture: one worker, once (capture.py)
         cap = worker("capture", extra, max(30, min(240, left())))
         results["capture"] = cap.get("rows") or {"error": cap.get("error", "no rows")}
+    # the scale rows (scale.py): one worker, once; without a device against the stand-in driver
+    lib = None if gpu else scale.standin()
+    if isinstance(lib, dict):
+        results["scale"] = lib
+    else:
+        sc = worker("scale", extra, max(90, min(240, left())), env=lib and {"CUSTREAM_LIBCUDA": lib})
+        results["scale"] = {"driver": "the GPU's driver" if gpu else "the stand-in (tests/standin/capture.c): custream's own cost, no GPU work",
+                            **({"rows": sc["rows"]} if "rows" in sc else {"error": sc.get("error", "no rows")})}
     first = {n: next((w for w in ws if "version" in w), {}) for n, ws in rounds.items()}
     with open("/proc/cpuinfo" if os.path.exists("/proc/cpuinfo") else os.devnull) as f:
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.machine())

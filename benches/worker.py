@@ -1,7 +1,7 @@
-"""One round of one library (a name from ops.LIBS, or `cython`) in a fresh interpreter, so that
-no library's state touches another's; prints one JSON object. With --raw, the ratio-to-raw
-operations are timed in turn with raw_driver.c's loop for the same driver calls, in this one
-process and thread (timing.paired); every other operation alone."""
+"""One round of one library (a name from ops.LIBS, or `cython`, `capture`, `scale`) in a fresh
+interpreter, so that no library's state touches another's; prints one JSON object. With --raw,
+the ratio-to-raw operations are timed in turn with raw_driver.c's loop for the same driver
+calls, in this one process and thread (timing.paired); every other operation alone."""
 
 import argparse
 import ctypes
@@ -158,6 +158,10 @@ def main() -> int:
             import capture
 
             result.update(rows=capture.run(args.raw, cfg, floor_ext(args.floor_ext)))
+        elif args.lib == "scale":
+            import scale
+
+            result.update(rows=scale.run(cfg, args.gpu, raw_driver(args.raw) if args.raw else None))
         else:
             result.update(measure(args, ops.LIBS[args.lib], cfg))
     except Exception as e:

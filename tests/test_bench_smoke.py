@@ -6,9 +6,13 @@ CI machine mean nothing, and timing assertions do not belong in tests).
 
 import importlib.util
 import json
+import os
 import pathlib
+import shutil
 import subprocess
 import sys
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BENCHES = ROOT / "benches"
@@ -52,7 +56,70 @@ def test_cpu_quick_run_reports_every_operation(tmp_path):
     if plot:
         assert (tmp_path / "bench.png").stat().st_size > 10_000
 
+    # The scale rows (scale.py), against the stand-in driver: every row, a figure per size.
+    scale = results["scale"]
+    if "error" in scale:
+        assert not (shutil.which(os.environ.get("CC", "gcc"))), scale["error"]  # no C compiler: no stand-in
+        return
+    rows = {r["title"]: r for r in scale["rows"]}
+    assert len(rows) == 6 and not [r for r in rows.values() if "error" in r], rows
+    for r in rows.values():
+        assert r["points"][0]["n"] < r["points"][-1]["n"] and all(p["value"] > 0 for p in r["points"]), r
+        assert r["growth"] > 0 and r["expect"] in ("flat", "no collapse", "linear"), r
+        assert r["title"] in p.stdout
+    assert [p["n"] for p in rows["create + destroy, N other streams alive"]["points"]] == [1, 1000, 10000]
+    assert [p["n"] for p in rows["s.query(), N threads at once"]["points"]] == [1, 16]
 
+
+def test_the_blocker_is_released_by_its_watchdog(tmp_path):
+    """scale.py's pending-host-function row holds a stream with a wait on a host word; a
+    launch that waits for room in a full queue is let go by the watchdog, which records how
+    many were queued. Here nothing else releases the stream: the synchronize returns."""
+    import standin
+
+    lib = standin.build("capture.c", tmp_path)
+    out = standin.run(lib, f"""
+        sys.path.insert(0, {str(BENCHES)!r})
+        import time, scale
+        s, ran = custream.Stream(), []
+        blocker = scale.Blocker(scale.driver())
+        with blocker.hold(s, timeout=0.2) as held:
+            s.launch_host_func(ran.append, 1)
+            held["queued"] = 1
+            assert not s.query() and not ran
+            s.synchronize()
+        assert held["fired"] == 1 and ran == [1]
+        with blocker.hold(s) as held:
+            s.launch_host_func(ran.append, 2)
+        assert held["fired"] is None and ran == [1, 2] and s.query()
+        blocker.close()
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+def test_the_plot_draws_a_stored_run_with_scale_rows(tmp_path):
+    """report.plot and report.table on the stored H200 run, with scale rows added (one of
+    them failed): a PNG with a panel per unit, and the scale rows printed."""
+    pytest.importorskip("matplotlib")
+    sys.path.insert(0, str(BENCHES))
+    try:
+        import report
+    finally:
+        sys.path.remove(str(BENCHES))
+    results = json.loads((BENCHES / "results" / "h200.json").read_text())
+    points = [{"n": 1, "value": 4000.0, "raw_ns": 3500.0, "ratio": 1.14}, {"n": 10_000, "value": 4100.0, "raw_ns": 3600.0, "ratio": 1.14}]
+    results["scale"] = {"driver": "test", "rows": [
+        {"title": "create + destroy, N other streams alive", "unit": "ns", "expect": "flat", "per": "", "points": points,
+         "growth": 1.025, "raw_growth": 1.03},
+        {"title": "pool.get(), N threads at once", "unit": "calls/s", "expect": "no collapse", "per": "",
+         "points": [{"n": 1, "value": 2e7}, {"n": 16, "value": 1.8e7}], "growth": 0.9},
+        {"title": "launch_host_func(f) behind N pending, stream held", "error": "RuntimeError: the stream's queue filled"}]}
+    text = report.table(results)
+    assert "create + destroy, N other streams alive" in text and "growth 1.02x (expect flat)" in text
+    assert "16: 18.0 M calls/s" in text and "the stream's queue filled" in text
+    report.plot(results, str(tmp_path / "plot.png"))
+    assert (tmp_path / "plot.png").stat().st_size > 50_000
 def test_paired_timing_takes_the_ratio_within_each_pair():
     """timing.paired: the two runners go in turn, first one then the other first, and the
     figure is the median of the per-pair ratios. Runners here report made-up elapsed times
