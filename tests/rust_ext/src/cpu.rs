@@ -95,15 +95,19 @@ fn current(py: Python<'_>) -> PyResult<Stream> {
     current_stream(py)
 }
 
-/// to_python with a release that records its handle (then panics, if asked), and a
-/// DropCounter in the closure.
+/// to_python with a release that records its handle (and says so on stderr if `announce`,
+/// for the exit test, which cannot ask afterwards), then panics if asked; a DropCounter in
+/// the closure tells when it is dropped.
 #[pyfunction]
-#[pyo3(signature = (handle, device=None, panic=false))]
-fn give(py: Python<'_>, handle: usize, device: Option<i32>, panic: bool) -> PyResult<Stream> {
+#[pyo3(signature = (handle, device=None, panic=false, announce=false))]
+fn give(py: Python<'_>, handle: usize, device: Option<i32>, panic: bool, announce: bool) -> PyResult<Stream> {
     let counter = DropCounter;
     to_python(py, StreamRef::from_raw(handle as *mut _), device, move |h| {
         let _counter = counter;
         lock(&RELEASED).push(h.as_usize());
+        if announce {
+            eprintln!("custream_rust_ext: released {:#x}", h.as_usize());
+        }
         if panic {
             panic!("release of {:#x} panicked on purpose", h.as_usize());
         }

@@ -1,0 +1,557 @@
+"""pyo3-custream, the Rust face (docs/rust.md), through its test extension tests/rust_ext
+(`custream_rust_ext`, built by scripts/build-rust-ext.sh): every item of the crate from
+Python, on the CPU. Streams are wrapped made-up handles (no driver call), or owned streams of
+the stand-in libcuda (tests/standin) in a subprocess; fork, interpreter exit and a missing or
+incompatible custream run in subprocesses too.
+
+Without the extension installed these tests skip, saying how to build it; CI installs it and
+sets CUSTREAM_REQUIRE_BUILD_TOOLS, under which a missing extension fails them instead.
+tests/gpu/test_gpu_rust.py has the GPU half (cudarc kernels on CuPy and PyTorch streams).
+"""
+
+import gc
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import weakref
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import custream
+from custream import Stream
+
+import standin
+from producers import Producer, Raising, protocol_oracle
+
+ROOT = Path(__file__).resolve().parent.parent
+CRATE = ROOT / "pyo3-custream"
+H = 0x7F3A2C001230
+ACCEPTED = r"expected a custream\.Stream or an object with a __cuda_stream__\(\) method"
+BUILD = "scripts/build-rust-ext.sh OUTDIR builds its wheel (pip install OUTDIR/custream_rust_ext-*.whl)"
+
+
+def load_ext():
+    """The test extension, or a skip (a failure under CUSTREAM_REQUIRE_BUILD_TOOLS)."""
+    try:
+        import custream_rust_ext
+    except ImportError as e:
+        message = f"the Rust test extension custream_rust_ext is not installed ({e}); {BUILD}"
+        if os.environ.get("CUSTREAM_REQUIRE_BUILD_TOOLS"):
+            pytest.fail(message + "; CUSTREAM_REQUIRE_BUILD_TOOLS is set")
+        pytest.skip(message)
+    return custream_rust_ext
+
+
+@pytest.fixture
+def rx():
+    ext = load_ext()
+    ext.reset()
+    yield ext
+    gc.collect()
+
+
+def run(code, **env):
+    """`code` in a fresh interpreter (tests/ on its path); (returncode, stdout, stderr)."""
+    load_ext()  # skip (or fail) here, not with a confusing subprocess error
+    full = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]), **env)
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def run_ok(code, **env):
+    rc, out, err = run(code, **env)
+    assert rc == 0, out + err
+    return out, err
+
+
+class Owner:
+    pass
+
+
+# ---- StreamRef ----------------------------------------------------------------------------
+
+
+def test_stream_ref_reads_a_custream_stream(rx):
+    s = Stream.from_handle(H)
+    assert rx.handle_of(s) == H
+    assert not rx.is_default(s)
+    for token in (custream.DEFAULT_STREAM, custream.LEGACY_DEFAULT_STREAM, custream.PER_THREAD_DEFAULT_STREAM):
+        assert rx.is_default(token) and rx.handle_of(token) == token.handle
+    assert rx.raw_round_trip(H) == H
+    assert rx.cu_stream_of(s) == H  # StreamRef -> cudarc's CUstream -> StreamRef
+
+
+def test_stream_ref_reads_a_protocol_object_and_leaves_nothing_behind(rx):
+    p = Producer((0, H))
+    before = custream.live_stream_count()
+    assert rx.handle_of(p) == H and p.calls == 1  # one __cuda_stream__() call
+    gc.collect()
+    assert custream.live_stream_count() == before  # the wrapper went with the call
+    # Another library's stream as custream.as_stream would see it: the handle it gives.
+    assert rx.handle_of(Producer((0, 2))) == 2 and rx.is_default(Producer((0, 0)))
+
+
+def test_a_closed_stream_is_a_value_error(rx):
+    s = Stream.from_handle(H)
+    s.close()
+    with pytest.raises(ValueError, match="handle on a closed custream.Stream"):
+        rx.handle_of(s)
+    closed_inside = Producer((0, H))
+    w = custream.as_stream(closed_inside)
+    w.close()
+    assert rx.handle_of(closed_inside) == H  # the producer is not closed: a fresh wrapper
+
+
+@pytest.mark.parametrize("obj", [42, "stream", None, 1.5, object(), b"\x00" * 8, [0, H]])
+def test_anything_else_is_a_type_error_naming_what_is_accepted(rx, obj):
+    name = type(obj).__name__
+    for f in (rx.handle_of, rx.take, rx.info):
+        with pytest.raises(TypeError, match=ACCEPTED + r" \(a CuPy, PyTorch, cuda\.core, numba-cuda or rmm stream\), got " + re.escape(name)):
+            f(obj)
+
+
+def custream_error(obj):
+    try:
+        custream.as_stream(obj)
+    except BaseException as e:  # noqa: BLE001 - the oracle
+        return e
+    return None
+
+
+@pytest.mark.parametrize(
+    "producer",
+    [
+        Producer((1, H)),  # version 1
+        Producer("nope"),  # not a tuple
+        Producer((0,)),  # one item
+        Producer((0, H, 0)),
+        Producer((0, -1)),  # a negative handle
+        Producer((0, 2**64)),
+        Producer((0, "0x1234")),
+        Producer((0.0, H)),  # a float version
+        Producer((False, H)),  # a bool version
+        Raising(RuntimeError("the producer failed")),
+        Raising(KeyboardInterrupt()),
+    ],
+    ids=lambda p: repr(getattr(p, "result", None) or getattr(p, "exc", None)),
+)
+def test_a_producer_that_lies_gets_custreams_own_error(rx, producer):
+    """One parser: the crate hands protocol objects to custream's as_stream, so a lying
+    producer gets exactly the error custream.as_stream raises for it (an exception raised by
+    the producer itself propagates unchanged)."""
+    expected = custream_error(producer)
+    assert expected is not None
+    for f in (rx.handle_of, rx.take):
+        with pytest.raises(type(expected)) as got:
+            f(producer)
+        assert str(got.value) == str(expected)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(
+    st.tuples(st.integers(-2, 2), st.integers(-5, 2**64 + 5)),
+    st.tuples(st.just(0), st.one_of(st.text(max_size=3), st.floats(), st.none())),
+    st.lists(st.integers(0, 2**64 - 1), max_size=3).map(tuple),
+    st.integers(),
+))
+def test_stream_ref_agrees_with_the_protocol_oracle(result):
+    rx = load_ext()
+    want = protocol_oracle(result)
+    if isinstance(want, type):
+        with pytest.raises(want):
+            rx.handle_of(Producer(result))
+    else:
+        assert rx.handle_of(Producer(result)) == want
+
+
+# ---- Stream ---------------------------------------------------------------------------------
+
+
+def test_stream_round_trips(rx):
+    s = Stream.from_handle(H)
+    assert rx.take(s) is s  # FromPyObject, then IntoPyObject: the same object
+    assert rx.info(s) == (H, None, False)
+    assert rx.from_bound(s) is s
+
+    p = Producer((0, H))
+    w = rx.take(p)  # as_stream: a Stream borrowing p's handle and keeping p
+    assert type(w) is Stream and w.handle == H and w.owner is p and not w.owned
+
+    owner = Owner()
+    gone = weakref.ref(owner)
+    made = rx.from_handle(H + 16, 3, owner)
+    assert made.handle == H + 16 and made.device == 3 and made.owner is owner
+    assert rx.info(made) == (H + 16, 3, False)
+    del owner
+    gc.collect()
+    assert gone() is not None  # the Stream holds its owner
+    assert rx.close(made) is True and made.closed  # Stream::close, then is_closed
+    gc.collect()
+    assert gone() is None  # and lets it go on close
+    assert rx.info(made)[2] is True
+    assert rx.close(made) is True  # idempotent
+
+    token = rx.from_handle(0)
+    assert token.is_default and rx.info(token) == (0, None, False)
+
+
+def test_stream_constructors_refuse_bad_arguments(rx):
+    with pytest.raises(TypeError, match="expected a custream.Stream, got int"):
+        rx.from_bound(5)
+    with pytest.raises(TypeError, match="expected a custream.Stream, got Producer"):
+        rx.from_bound(Producer((0, H)))  # from_bound takes a Stream only
+    with pytest.raises(ValueError, match="device must be a device ordinal .* got -2"):
+        rx.from_handle(H, -2)
+    with pytest.raises(ValueError):
+        rx.from_handle(1, 0)  # custream's rule: a default-stream token takes no device
+
+
+def test_current_stream(rx):
+    assert rx.current() is custream.current_stream()
+    s = Stream.from_handle(H)
+    with s:
+        assert rx.current() is s
+        with rx.from_handle(H + 1) as inner:
+            assert rx.current() is inner
+    assert rx.current() is custream.current_stream()
+
+
+@pytest.mark.skipif(custream.is_available(), reason="a CUDA driver is present")
+def test_synchronize_without_a_driver_raises_custreams_error(rx):
+    with pytest.raises(custream.CudaUnavailableError):
+        rx.synchronize(Stream.from_handle(H))
+
+
+def test_synchronize_and_close_on_the_standin_driver(standin_lib):
+    load_ext()
+    standin.run(standin_lib, """
+        import custream_rust_ext as rx
+        s = custream.Stream()
+        assert standin.standin_live_streams() == 1 and s.owned
+        rx.synchronize(s)  # the C API's synchronize: the GIL let go while it waits
+        assert rx.info(s) == (s.handle, 0, False)  # an owned stream knows its device
+        assert rx.close(s) is True and s.closed
+        assert standin.standin_live_streams() == 0  # Stream::close destroyed it, once
+        try:
+            rx.synchronize(s)
+        except ValueError as e:
+            assert "closed" in str(e), e
+        else:
+            raise AssertionError("synchronize on a closed stream")
+    """)
+
+
+standin_lib = standin.standin_lib  # the session fixture, for the test above
+
+
+# ---- to_python, share -------------------------------------------------------------------------
+
+
+def test_to_python_releases_once_on_close(rx):
+    s = rx.give(H, 2)
+    assert type(s) is Stream and s.handle == H and s.device == 2 and not s.owned
+    assert "borrowed with deleter" in repr(s)
+    assert rx.released() == ([], 0)
+    s.close()
+    assert rx.released() == ([H], 1)  # ran with the handle, then dropped
+    s.close()
+    rx.close(s)
+    del s
+    gc.collect()
+    assert rx.released() == ([H], 1)
+
+
+def test_to_python_releases_once_on_deallocation(rx):
+    s = rx.give(H + 1)
+    gone = weakref.ref(s)
+    del s
+    gc.collect()
+    assert gone() is None
+    assert rx.released() == ([H + 1], 1)
+
+
+def test_to_python_releases_once_when_threads_race_to_close(rx):
+    streams = [rx.give(H + i) for i in range(50)]
+    barrier = threading.Barrier(8)
+
+    def closer():
+        barrier.wait()
+        for s in streams:
+            s.close()
+
+    threads = [threading.Thread(target=closer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    released, dropped = rx.released()
+    assert sorted(released) == [H + i for i in range(50)] and dropped == 50
+
+
+def test_a_release_that_panics_goes_to_the_unraisable_hook(rx, monkeypatch):
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    s = rx.give(H, panic=True)
+    s.close()  # does not raise
+    assert rx.released() == ([H], 1)  # it ran once, and the closure was dropped in the unwind
+    (report,) = seen
+    assert type(report.exc_value).__name__ == "PanicException"
+    assert f"release of {H:#x} panicked on purpose" in str(report.exc_value)
+    assert report.object == "pyo3_custream: the release given to to_python()"
+    s.close()
+    assert len(seen) == 1
+
+    t = rx.give(H + 1, panic=True)
+    del t  # the same from a deallocation
+    gc.collect()
+    assert len(seen) == 2 and rx.released() == ([H, H + 1], 2)
+
+
+def test_a_panicking_release_keeps_the_exception_in_flight(rx, monkeypatch):
+    """A release run by a deallocation while an exception propagates: the exception survives."""
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+
+    def fails():
+        s = rx.give(H, panic=True)  # noqa: F841 - released as the frame unwinds
+        raise LookupError("the caller's own error")
+
+    with pytest.raises(LookupError, match="the caller's own error"):
+        fails()
+    gc.collect()
+    assert len(seen) == 1 and rx.released() == ([H], 1)
+
+
+def test_on_error_nothing_is_taken(rx):
+    with pytest.raises(ValueError, match="device must be a device ordinal .* got -3"):
+        rx.give(H, -3)
+    assert rx.released() == ([], 1)  # dropped without running
+    with pytest.raises(ValueError):
+        rx.give(1, 0)  # custream refuses a device with a token: its error, nothing taken
+    assert rx.released() == ([], 2)
+    with pytest.raises(ValueError):
+        rx.share_owner(H, -1)
+    assert rx.shared_strong_count() == 0  # the Arc went back
+
+
+def test_share_holds_an_arc_clone_until_close(rx):
+    s = rx.share_owner(H, 1)
+    assert s.device == 1 and rx.shared_strong_count() == 1  # Python's clone only
+    s.close()
+    assert rx.shared_strong_count() == 0
+    t = rx.share_owner(H)
+    del t
+    gc.collect()
+    assert rx.shared_strong_count() == 0
+
+
+# ---- Rust holds streams -----------------------------------------------------------------------
+
+
+def test_a_stream_dropped_on_a_rust_thread_without_the_gil(rx):
+    s = rx.give(H)
+    p = Producer((0, H + 8))
+    p_gone = weakref.ref(p)
+    assert rx.hold(s) == 1 and rx.hold(p) == 2  # a Stream, and the wrapper of a protocol object
+    s_gone = weakref.ref(s)
+    del s, p
+    gc.collect()
+    assert s_gone() is not None and p_gone() is not None  # Rust holds them
+    assert rx.released() == ([], 0)
+    assert rx.drop_held_on_thread() == 2  # dropped on a std::thread that never attached
+    # pyo3 lets the references go at the next entry into the extension, with the GIL.
+    assert rx.released() == ([H], 1)
+    gc.collect()
+    assert s_gone() is None and p_gone() is None
+
+
+def test_fork_child_never_runs_a_parents_release():
+    out, _ = run_ok(f"""
+        import gc, os, custream_rust_ext as rx
+        s = rx.give({H})
+        shared = rx.share_owner({H + 1})
+        pid = os.fork()
+        if pid == 0:
+            s.close()
+            del shared
+            gc.collect()
+            ok = rx.released() == ([], 0) and rx.shared_strong_count() == 1
+            mine = rx.give({H + 2})  # made in the child: the child's to release
+            mine.close()
+            ok = ok and rx.released() == ([{H + 2}], 1)
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the child ran a release of the parent's"
+        s.close()
+        shared.close()
+        assert rx.released() == ([{H}], 1) and rx.shared_strong_count() == 0
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+def test_interpreter_exit_with_streams_rust_handed_over():
+    """Streams given by Rust alive at exit: no crash, nothing on stderr but the one release
+    run before finalization; none runs during it."""
+    rc, out, err = run(f"""
+        import threading, custream, custream_rust_ext as rx
+        rx.give({H}, announce=True).close()  # before finalization: released
+        kept = [rx.give({H} + i, announce=True) for i in range(1, 5)]
+        shared = rx.share_owner({H + 8})
+        rx.hold(rx.give({H + 9}, announce=True))  # held by Rust, never dropped
+        cycle = [rx.give({H + 10}, announce=True)]
+        cycle.append(cycle)  # freed by the collector at exit, if at all
+        class Late:
+            s = rx.give({H + 11}, announce=True)
+        holder = threading.Thread(target=lambda: rx.hold(rx.give({H + 12}, announce=True)))
+        holder.start(); holder.join()
+        print("exiting")
+    """)
+    assert rc == 0, out + err
+    assert out.strip() == "exiting"
+    assert re.findall(r"custream_rust_ext: released (0x[0-9a-f]+)", err) == [f"{H:#x}"], err
+    assert "panicked" not in err and "Fatal" not in err, err
+
+
+# ---- the import check -------------------------------------------------------------------------
+
+
+def test_import_reports_the_abi(rx):
+    assert rx.import_custream() == custream.ABI_VERSION == 1
+
+
+def test_without_custream_every_entry_is_an_import_error_and_takes_nothing():
+    out, _ = run_ok(f"""
+        import sys
+        sys.modules["custream"] = None  # as if it were not installed
+        import custream_rust_ext as rx
+        for call in (lambda: rx.handle_of(5), lambda: rx.take(5), lambda: rx.current(),
+                     lambda: rx.give({H}), lambda: rx.share_owner({H}), lambda: rx.from_handle({H}),
+                     rx.import_custream):
+            try:
+                call()
+            except ImportError as e:
+                assert "custream is not installed (pip install custream)" in str(e), e
+                assert str(e).startswith("pyo3-custream 0.1.0 needs custream 0.1.0"), e
+            else:
+                raise AssertionError("no ImportError")
+        assert rx.released() == ([], 1) and rx.shared_strong_count() == 0  # nothing taken
+        del sys.modules["custream"]  # installed after all: the next call imports it
+        import custream
+        assert rx.handle_of(custream.Stream.from_handle(7)) == 7
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+def test_a_custream_without_the_capsule_is_an_import_error():
+    out, _ = run_ok("""
+        import custream, custream._custream as C, custream_rust_ext as rx
+        real = C._C_API
+        del C._C_API
+        try:
+            rx.handle_of(custream.Stream.from_handle(5))
+        except ImportError as e:
+            assert "no C API capsule custream._custream._C_API (too old?)" in str(e), e
+        else:
+            raise AssertionError("no ImportError")
+        C._C_API = real
+        assert rx.handle_of(custream.Stream.from_handle(5)) == 5
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+@pytest.mark.parametrize(
+    "offset,value,message",
+    [
+        (0, 99, "custream C API version mismatch: pyo3-custream 0.1.0 was built against custream.h ABI 1 but the installed custream provides ABI 99"),
+        (0, 0, "provides ABI 0"),
+        (4, 64, "custream C API layout mismatch: pyo3-custream 0.1.0 was built against a table of 112 bytes and a Stream of 104 bytes, the installed custream has 64 and 104 (too old?)"),
+        (8, 96, "the installed custream has 112 and 96"),
+    ],
+    ids=["newer-abi", "older-abi", "smaller-table", "other-struct"],
+)
+def test_an_incompatible_custream_is_an_import_error(offset, value, message):
+    """A fake capsule: a copy of custream's table with one header field changed."""
+    out, _ = run_ok(f"""
+        import ctypes, struct, custream, custream._custream as C, custream_rust_ext as rx
+        NAME = b"custream._custream._C_API"
+        get = ctypes.pythonapi.PyCapsule_GetPointer
+        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        real = C._C_API
+        table = ctypes.create_string_buffer(ctypes.string_at(get(real, NAME), 112), 112)
+        struct.pack_into("<I", table, {offset}, {value})
+        C._C_API = new(ctypes.addressof(table), NAME, None)
+        for call in (lambda: rx.handle_of(custream.Stream.from_handle(5)), lambda: rx.give(5)):
+            try:
+                call()
+            except ImportError as e:
+                assert {message!r} in str(e), e
+            else:
+                raise AssertionError("no ImportError")
+        assert rx.released() == ([], 1)
+        C._C_API = real  # the real one: accepted (a failed check is not remembered)
+        assert rx.handle_of(custream.Stream.from_handle(5)) == 5
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+# ---- the crate's files: versions and docs -------------------------------------------------------
+
+
+def _toml_value(text, key):
+    m = re.search(rf'^{key}\s*=\s*"([^"]+)"', text, re.M)
+    return m and m.group(1)
+
+
+def test_the_crate_version_is_the_packages_and_its_pyo3_the_projects():
+    root = (ROOT / "Cargo.toml").read_text()
+    crate = (CRATE / "Cargo.toml").read_text()
+    assert _toml_value(crate, "version") == _toml_value(root, "version") == custream.__version__
+    assert _toml_value(crate, "rust-version") == _toml_value(root, "rust-version")
+    pyo3 = re.compile(r'^pyo3 = \{ version = "([^"]+)"', re.M)
+    assert pyo3.findall(crate)[0] == pyo3.findall(root)[0]
+    dependencies = crate.split("\n[dependencies]\n")[1].split("\n[")[0]
+    (line,) = re.findall(r"^pyo3 = .*$", dependencies, re.M)
+    assert "abi3" not in line  # the extension chooses
+    readme = (CRATE / "README.md").read_text()
+    assert re.search(rf'^pyo3-custream = "{re.escape(custream.__version__)}"', readme, re.M)
+    assert re.search(r'^pyo3 = \{ version = "' + re.escape(pyo3.findall(root)[0]) + '"', readme, re.M)
+
+
+def test_docs_rust_md_is_the_crates_readme_and_guide():
+    """docs/rust.md includes the crate's own files, whose code blocks are the crate's doctests."""
+    page = (ROOT / "docs" / "rust.md").read_text()
+    includes = re.findall(r"^```\{include\} (\S+)\n```", page, re.M)
+    assert includes == ["../pyo3-custream/README.md", "../pyo3-custream/docs/lifetime-rules.md",
+                        "../pyo3-custream/docs/version-policy.md"]
+    lib = (CRATE / "src" / "lib.rs").read_text()
+    assert lib.startswith('#![doc = include_str!("../README.md")]')
+    for doc in ("lifetime-rules.md", "version-policy.md"):
+        assert f'#[doc = include_str!("../docs/{doc}")]' in lib
+    index = (ROOT / "docs" / "index.md").read_text()
+    assert re.search(r"^rust$", index, re.M)
+    # Every block in those files is Rust (a doctest) or the Cargo.toml lines checked above.
+    for name in ("README.md", "docs/lifetime-rules.md", "docs/version-policy.md"):
+        tags = re.findall(r"^```(\S*)$", (CRATE / name).read_text(), re.M)
+        assert tags and all(t in ("rust", "rust,no_run", "toml", "") for t in tags), (name, tags)
+        assert tags.count("") * 2 == len(tags), (name, tags)  # every fence is closed
+
+
+def test_the_ffi_module_is_the_extensions_layout():
+    """The same bindgen output (tests/layout.rs regenerates and checks both)."""
+    ffi = (CRATE / "src" / "ffi.rs").read_text()
+    layout = ROOT / "src" / "layout.rs"
+    if layout.is_file():
+        assert ffi == layout.read_text()
+    assert "pub struct CustreamStream" in ffi and "pub struct CustreamCAPI" in ffi
