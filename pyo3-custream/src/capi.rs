@@ -231,6 +231,9 @@ mod tests {
     #[test]
     fn the_capsule_name_is_the_headers() {
         assert_eq!(capsule_name(), c"custream._custream._C_API");
-        assert_eq!(CStr::from_bytes_with_nul(CUSTREAM_CAPSULE_NAME).unwrap(), capsule_name());
+        assert_eq!(
+            CStr::from_bytes_with_nul(CUSTREAM_CAPSULE_NAME).unwrap(),
+            capsule_name()
+        );
     }
 }

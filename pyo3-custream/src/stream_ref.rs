@@ -101,9 +101,7 @@ pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
 pub(crate) fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let py = obj.py();
     api(py)?.as_stream(obj).map_err(|e| {
-        let speaks_protocol = obj
-            .hasattr(PyString::intern(py, "__cuda_stream__"))
-            .unwrap_or(true);
+        let speaks_protocol = obj.hasattr(PyString::intern(py, "__cuda_stream__")).unwrap_or(true);
         if !e.is_instance_of::<PyTypeError>(py) || speaks_protocol {
             return e;
         }
