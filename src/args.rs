@@ -3,9 +3,10 @@
 //! short, never-failing reprs that error messages quote.
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
-use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyInt, PyString, PyTuple};
+use pyo3::types::{PyBool, PyInt, PyString};
+
+use crate::object::{Fastcall, TupleDict};
 
 /// A Python-visible signature: positional-or-keyword names, then keyword-only names.
 pub struct Signature {
@@ -72,51 +73,25 @@ impl Signature {
     }
 
     /// Arguments of a METH_FASTCALL | METH_KEYWORDS call.
-    ///
-    /// # Safety
-    /// The pointers are those CPython passed to the method.
-    pub unsafe fn parse_fastcall<'py, const N: usize>(
-        &self,
-        py: Python<'py>,
-        args: *const *mut ffi::PyObject,
-        nargs: ffi::Py_ssize_t,
-        kwnames: *mut ffi::PyObject,
-    ) -> PyResult<Args<'py, N>> {
-        let nargs = nargs as usize;
+    pub fn parse_fastcall<'py, const N: usize>(&self, args: &Fastcall<'_, 'py>) -> PyResult<Args<'py, N>> {
+        let nargs = args.positional().len();
         if nargs > self.positional.len() {
             return Err(self.positional_count_error(nargs));
         }
         let mut out: Args<'py, N> = std::array::from_fn(|_| None);
-        for (i, slot) in out.iter_mut().enumerate().take(nargs) {
-            // SAFETY: vectorcall passes `nargs` live positional arguments first.
-            *slot = Some(unsafe { Bound::from_borrowed_ptr(py, *args.add(i)) });
+        for (slot, value) in out.iter_mut().zip(args.positional()) {
+            *slot = Some(value.to_owned());
         }
-        // SAFETY: NULL or the tuple of keyword names CPython passed.
-        if let Some(names) = unsafe { Bound::from_borrowed_ptr_or_opt(py, kwnames) } {
-            let names = names.cast_into::<PyTuple>()?;
-            for (j, key) in names.iter().enumerate() {
-                // SAFETY: one live value per keyword name follows the positional arguments.
-                let value = unsafe { Bound::from_borrowed_ptr(py, *args.add(nargs + j)) };
-                self.place(&mut out, &key, value)?;
-            }
+        for (key, value) in args.keywords() {
+            self.place(&mut out, &key, value)?;
         }
         self.finish(out)
     }
 
-    /// Arguments of a tp_new-style call (a tuple and a dict, either possibly null).
-    ///
-    /// # Safety
-    /// The pointers are those CPython passed to the slot.
-    pub unsafe fn parse_tuple_dict<'py, const N: usize>(
-        &self,
-        py: Python<'py>,
-        args: *mut ffi::PyObject,
-        kwargs: *mut ffi::PyObject,
-    ) -> PyResult<Args<'py, N>> {
+    /// Arguments of a tp_new-style call (a tuple and a dict, either possibly absent).
+    pub fn parse_tuple_dict<'py, const N: usize>(&self, args: &TupleDict<'_, 'py>) -> PyResult<Args<'py, N>> {
         let mut out: Args<'py, N> = std::array::from_fn(|_| None);
-        // SAFETY: NULL or the argument tuple CPython passed.
-        if let Some(args) = unsafe { Bound::from_borrowed_ptr_or_opt(py, args) } {
-            let args = args.cast_into::<PyTuple>()?;
+        if let Some(args) = args.args {
             if args.len() > self.positional.len() {
                 return Err(self.positional_count_error(args.len()));
             }
@@ -124,9 +99,7 @@ impl Signature {
                 out[i] = Some(value);
             }
         }
-        // SAFETY: NULL or the keyword dict CPython passed.
-        if let Some(kwargs) = unsafe { Bound::from_borrowed_ptr_or_opt(py, kwargs) } {
-            let kwargs = kwargs.cast_into::<PyDict>()?;
+        if let Some(kwargs) = args.kwargs {
             for (key, value) in kwargs.iter() {
                 self.place(&mut out, &key, value)?;
             }

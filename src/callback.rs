@@ -29,14 +29,14 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
+use crate::capture;
 use crate::driver::{self, CaptureStatus, StreamHandle};
 use crate::flags::{self, Flag};
 use crate::gil;
-use crate::graph;
 use crate::lifecycle;
+use crate::object::StreamObject;
 use crate::process::{self, HostFunctionScope};
 use crate::relay;
-use crate::stream::StreamRef;
 
 /// A Python call queued on a stream.
 struct Payload {
@@ -69,32 +69,16 @@ impl Payload {
 /// The object `sys.unraisablehook` gets for an exception raised by a host function: its
 /// repr names the function and the stream; ``function``, ``args`` and ``stream`` (the
 /// handle, an int) are attributes.
+/// Its repr is in src/host_function_type.rs.
 #[pyclass(module = "custream", frozen)]
 pub struct HostFunction {
     #[pyo3(get)]
-    function: Py<PyAny>,
+    pub function: Py<PyAny>,
     #[pyo3(get)]
-    args: Py<PyTuple>,
+    pub args: Py<PyTuple>,
     #[pyo3(get)]
-    stream: u64,
-    device: Option<i32>,
-}
-
-#[pymethods]
-impl HostFunction {
-    fn __repr__(&self, py: Python<'_>) -> String {
-        let function = self
-            .function
-            .bind(py)
-            .repr()
-            .map(|r| r.to_string())
-            .unwrap_or_else(|_| "<function>".into());
-        let device = self.device.map(|d| format!(" device={d}")).unwrap_or_default();
-        format!(
-            "<custream host function {function} launched on custream.Stream handle={:#x}{device}>",
-            self.stream
-        )
-    }
+    pub stream: u64,
+    pub device: Option<i32>,
 }
 
 /// What a queued call owns: the Python call and the flag its stream waits on, counted as a
@@ -175,7 +159,12 @@ impl SendPtr {
 }
 
 /// `s.launch_host_func(fn, *args)`.
-pub fn launch(py: Python<'_>, stream: StreamRef, function: Bound<'_, PyAny>, args: Bound<'_, PyTuple>) -> PyResult<()> {
+pub fn launch(
+    py: Python<'_>,
+    stream: StreamObject<'_>,
+    function: Bound<'_, PyAny>,
+    args: Bound<'_, PyTuple>,
+) -> PyResult<()> {
     if !function.is_callable() {
         return Err(PyTypeError::new_err(format!(
             "launch_host_func() fn must be callable, got {}",
@@ -266,14 +255,14 @@ fn launch_in_capture(py: Python<'_>, h: StreamHandle, call: Box<Call>) -> driver
         return Err(e);
     }
     // The host node is in the graph: its call must live as long as the graph does.
-    graph::keep_until_captured(h, owner);
+    capture::keep_until_captured(h, owner);
     gil::detach(py, move || hold_until_raised(h, word))
 }
 
 /// The C face: queue `f(user)` on the stream, the driver call made without the GIL.
 pub fn launch_c(
     py: Python<'_>,
-    stream: StreamRef,
+    stream: StreamObject<'_>,
     f: unsafe extern "C" fn(*mut c_void),
     user: *mut c_void,
 ) -> PyResult<()> {

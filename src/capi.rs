@@ -1,7 +1,7 @@
 //! The C-API table exported as the capsule `custream._custream._C_API` (pxd/custream.h
 //! declares it). Every entry runs inside `boundary`, so no panic crosses into C. Each
 //! entry's contract (custream.h) is that of a C API call: the GIL is held and every
-//! `PyObject *` is NULL or alive; that is the SAFETY of the pointer reads below.
+//! `PyObject *` is NULL or alive; src/object.rs turns those pointers into safe views.
 
 use std::ffi::{c_int, c_void, CStr};
 use std::ptr::NonNull;
@@ -15,14 +15,14 @@ use pyo3::types::PyCapsule;
 use crate::boundary::boundary;
 use crate::callback;
 use crate::current;
-use crate::graph;
 use crate::layout::{
     custream_deleter_t, custream_handle_t, custream_host_fn_t, CustreamCAPI, CustreamStream, CUSTREAM_ABI_VERSION,
     CUSTREAM_CAPSULE_NAME,
 };
+use crate::object::{self, StreamObject};
 use crate::pool::StreamPool;
 use crate::protocol;
-use crate::stream::{self, Parts, StreamRef};
+use crate::stream::{self, Parts};
 
 struct Table(CustreamCAPI);
 // SAFETY: the table is written once, before it is published, and only read afterwards;
@@ -43,34 +43,23 @@ fn device_of(device: c_int) -> PyResult<Option<i32>> {
     }
 }
 
-/// # Safety
-/// `obj` is NULL or alive.
-unsafe fn stream_arg(py: Python<'_>, obj: *mut ffi::PyObject, fname: &str) -> PyResult<StreamRef> {
-    // SAFETY: the caller's contract.
-    let Some(obj) = (unsafe { Bound::from_borrowed_ptr_or_opt(py, obj) }) else {
-        return Err(PyTypeError::new_err(format!(
-            "{fname}() expected a custream.Stream, got NULL"
-        )));
-    };
-    // SAFETY: alive.
-    if !unsafe { stream::is_stream(obj.as_ptr()) } {
-        let got = obj.get_type().name()?.to_string();
-        return Err(PyTypeError::new_err(format!(
-            "{fname}() expected a custream.Stream, got {got}"
-        )));
-    }
-    // SAFETY: a live Stream, which the caller holds for the call.
-    Ok(unsafe { StreamRef::of(obj.as_ptr()) })
+/// The Stream a C caller passed, by name of the entry for errors.
+fn stream_arg<'a>(obj: Option<&'a Bound<'_, PyAny>>, fname: &str) -> PyResult<StreamObject<'a>> {
+    let obj = obj.ok_or_else(|| PyTypeError::new_err(format!("{fname}() expected a custream.Stream, got NULL")))?;
+    StreamObject::of(obj, &format!("{fname}()"))
 }
 
+// Every entry below is one call of `object::function_o`, whose contract is the C API's
+// (custream.h): the GIL is held and every `PyObject *` is NULL or alive.
+
 unsafe extern "C" fn as_stream(obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    boundary(|py| {
-        // SAFETY: see the module's note.
-        let Some(obj) = (unsafe { Bound::from_borrowed_ptr_or_opt(py, obj) }) else {
-            return Err(PyTypeError::new_err("Custream_AsStream() expected an object, got NULL"));
-        };
-        Ok(protocol::as_stream(&obj)?.into_ptr())
-    })
+    // SAFETY: the C API's contract.
+    unsafe { object::function_o(obj, |_, obj| boundary(|_| as_stream_of(obj.as_deref()))) }
+}
+
+fn as_stream_of(obj: Option<&Bound<'_, PyAny>>) -> PyResult<*mut ffi::PyObject> {
+    let obj = obj.ok_or_else(|| PyTypeError::new_err("Custream_AsStream() expected an object, got NULL"))?;
+    Ok(protocol::as_stream(obj)?.into_ptr())
 }
 
 unsafe extern "C" fn from_handle(
@@ -78,11 +67,22 @@ unsafe extern "C" fn from_handle(
     device: c_int,
     owner: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    boundary(|py| {
-        // SAFETY: see the module's note.
-        let owner = unsafe { Bound::from_borrowed_ptr_or_opt(py, owner) }.filter(|o| !o.is_none());
-        Ok(stream::make(py, Parts::borrowed(handle as usize as u64, device_of(device)?, owner)?)?.into_ptr())
-    })
+    // SAFETY: the C API's contract.
+    unsafe {
+        object::function_o(owner, |py, owner| {
+            boundary(|_| from_handle_of(py, handle, device, owner.as_deref()))
+        })
+    }
+}
+
+fn from_handle_of(
+    py: Python<'_>,
+    handle: custream_handle_t,
+    device: c_int,
+    owner: Option<&Bound<'_, PyAny>>,
+) -> PyResult<*mut ffi::PyObject> {
+    let owner = owner.filter(|o| !o.is_none()).cloned();
+    Ok(stream::make(py, Parts::borrowed(handle as usize as u64, device_of(device)?, owner)?)?.into_ptr())
 }
 
 unsafe extern "C" fn from_handle_with_deleter(
@@ -101,29 +101,35 @@ unsafe extern "C" fn from_handle_with_deleter(
 }
 
 unsafe extern "C" fn check(obj: *mut ffi::PyObject) -> c_int {
-    // SAFETY: see the module's note.
-    c_int::from(!obj.is_null() && unsafe { stream::is_stream(obj) })
+    // SAFETY: the C API's contract.
+    unsafe { object::function_o(obj, |_, obj| c_int::from(obj.is_some_and(|o| object::is_stream(&o)))) }
 }
 
 unsafe extern "C" fn synchronize(obj: *mut ffi::PyObject) -> c_int {
-    boundary(|py| {
-        // SAFETY: see the module's note.
-        let s = unsafe { stream_arg(py, obj, "Custream_Synchronize") }?;
-        s.synchronize(py)?;
-        Ok(0)
-    })
+    // SAFETY: the C API's contract.
+    unsafe {
+        object::function_o(obj, |py, obj| {
+            boundary(|_| {
+                stream_arg(obj.as_deref(), "Custream_Synchronize")?.synchronize(py)?;
+                Ok(0)
+            })
+        })
+    }
 }
 
 unsafe extern "C" fn handle_checked(obj: *mut ffi::PyObject, out: *mut custream_handle_t) -> c_int {
-    boundary(|py| {
-        // SAFETY: see the module's note.
-        let s = unsafe { stream_arg(py, obj, "Custream_HandleChecked") }?;
+    // SAFETY: the C API's contract; `out` is NULL or a place for one handle (custream.h).
+    unsafe { object::function_o(obj, |_, obj| handle_checked_of(obj.as_deref(), out.as_mut())) }
+}
+
+fn handle_checked_of(obj: Option<&Bound<'_, PyAny>>, out: Option<&mut custream_handle_t>) -> c_int {
+    boundary(|_| {
+        let s = stream_arg(obj, "Custream_HandleChecked")?;
         if s.is_closed() {
             return Err(stream::closed_error("handle"));
         }
-        if !out.is_null() {
-            // SAFETY: the caller passes NULL or a place for one handle.
-            unsafe { *out = s.handle_value() as usize as custream_handle_t };
+        if let Some(out) = out {
+            *out = s.handle_value() as usize as custream_handle_t;
         }
         Ok(0)
     })
@@ -138,40 +144,47 @@ unsafe extern "C" fn default_stream(token: custream_handle_t) -> *mut ffi::PyObj
 }
 
 unsafe extern "C" fn pool_get(pool: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    boundary(|py| {
-        // SAFETY: see the module's note.
-        let Some(pool) = (unsafe { Bound::from_borrowed_ptr_or_opt(py, pool) }) else {
-            return Err(PyTypeError::new_err(
-                "Custream_PoolGet() expected a custream.StreamPool, got NULL",
-            ));
-        };
-        let got = || pool.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-        let pool = pool.cast::<StreamPool>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "Custream_PoolGet() expected a custream.StreamPool, got {}",
-                got()
-            ))
-        })?;
-        Ok(pool.get().get(py)?.into_ptr())
-    })
+    // SAFETY: the C API's contract.
+    unsafe { object::function_o(pool, |py, pool| boundary(|_| pool_get_of(py, pool.as_deref()))) }
+}
+
+fn pool_get_of(py: Python<'_>, pool: Option<&Bound<'_, PyAny>>) -> PyResult<*mut ffi::PyObject> {
+    let pool =
+        pool.ok_or_else(|| PyTypeError::new_err("Custream_PoolGet() expected a custream.StreamPool, got NULL"))?;
+    let pool = pool.cast::<StreamPool>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "Custream_PoolGet() expected a custream.StreamPool, got {}",
+            pool.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        ))
+    })?;
+    Ok(pool.get().get(py)?.into_ptr())
 }
 
 unsafe extern "C" fn launch_host_func(obj: *mut ffi::PyObject, f: custream_host_fn_t, user: *mut c_void) -> c_int {
-    boundary(|py| {
-        // SAFETY: see the module's note.
-        let s = unsafe { stream_arg(py, obj, "Custream_LaunchHostFunc") }?;
-        let f = f.ok_or_else(|| PyValueError::new_err("Custream_LaunchHostFunc() fn is NULL"))?;
-        callback::launch_c(py, s, f, user)?;
-        Ok(0)
-    })
+    // SAFETY: the C API's contract.
+    unsafe {
+        object::function_o(obj, |py, obj| {
+            boundary(|_| {
+                let s = stream_arg(obj.as_deref(), "Custream_LaunchHostFunc")?;
+                let f = f.ok_or_else(|| PyValueError::new_err("Custream_LaunchHostFunc() fn is NULL"))?;
+                callback::launch_c(py, s, f, user)?;
+                Ok(0)
+            })
+        })
+    }
 }
 
 unsafe extern "C" fn is_capturing(obj: *mut ffi::PyObject) -> c_int {
-    boundary(|py| {
-        // SAFETY: see the module's note.
-        let s = unsafe { stream_arg(py, obj, "Custream_IsCapturing") }?;
-        Ok(c_int::from(graph::is_capturing(py, s)?))
-    })
+    // SAFETY: the C API's contract.
+    unsafe {
+        object::function_o(obj, |py, obj| {
+            boundary(|_| {
+                Ok(c_int::from(
+                    stream_arg(obj.as_deref(), "Custream_IsCapturing")?.is_capturing(py)?,
+                ))
+            })
+        })
+    }
 }
 
 /// The capsule holding the table; the table lives for the process.
@@ -182,7 +195,7 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
             api_size: std::mem::size_of::<CustreamCAPI>() as u32,
             stream_size: std::mem::size_of::<CustreamStream>() as u32,
             reserved: 0,
-            StreamType: stream::stream_type(),
+            StreamType: object::stream_type_ptr(),
             as_stream: Some(as_stream),
             from_handle: Some(from_handle),
             from_handle_with_deleter: Some(from_handle_with_deleter),

@@ -1,17 +1,19 @@
 //! What a custream.Event is: a CUDA event for ordering work across streams and for timing,
 //! living under the same lifecycle as a Stream (src/lifecycle.rs). An ordinary pyclass:
 //! nothing outside Python needs its layout. Its Python methods are in src/event_type.rs.
+//! A Stream's `record()` and `wait()` are here too: they are what events are for.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::driver::{self, Context, EventHandle};
+use crate::capture;
+use crate::driver::{self, capture_code, Context, EventHandle, OwnedEvent};
 use crate::gil;
-use crate::graph::{self, CaptureMark};
-use crate::lifecycle::{DriverObject, Home, Made};
-use crate::stream::StreamRef;
+use crate::lifecycle::{self, DriverObject, Home, Made};
+use crate::object::StreamObject;
 
 /// A CUDA event, created in a device's primary context.
 ///
@@ -20,9 +22,9 @@ use crate::stream::StreamRef;
 /// ``elapsed_time`` needs. ``close()`` destroys the event; so does deallocation.
 #[pyclass(module = "custream", frozen)]
 pub struct Event {
-    event: Made<EventHandle>,
+    event: Made<OwnedEvent>,
     timing: bool,
-    /// Set while the event's last record was made in a capture (src/graph.rs).
+    /// Set while the event's last record was made in a capture (src/capture.rs).
     captured: AtomicBool,
     capture: Mutex<Option<CaptureMark>>,
 }
@@ -50,7 +52,7 @@ impl Event {
     }
 
     /// An event in the context of `stream`'s work, for `Stream.record()` and `wait()`.
-    pub fn for_stream(py: Python<'_>, stream: StreamRef) -> PyResult<Event> {
+    pub fn for_stream(py: Python<'_>, stream: StreamObject<'_>) -> PyResult<Event> {
         let context = stream.context(py)?;
         let device = stream.device(py)?;
         Event::create(py, Some(context), device, false)
@@ -63,11 +65,11 @@ impl Event {
     }
 
     /// Record the event on `stream`.
-    pub fn record_on(&self, py: Python<'_>, stream: StreamRef, what: &str) -> PyResult<()> {
+    pub fn record_on(&self, py: Python<'_>, stream: StreamObject<'_>, what: &str) -> PyResult<()> {
         self.use_event(py, what, |ev| {
             stream.use_handle(py, what, |h| gil::brief(py, move || driver::event_record(ev, h)))
         })?;
-        let mark = graph::mark(py, stream)?;
+        let mark = mark(py, stream)?;
         if mark.is_some() || self.captured.load(Ordering::Acquire) {
             self.captured.store(mark.is_some(), Ordering::Release);
             *self.capture.lock().unwrap_or_else(PoisonError::into_inner) = mark;
@@ -149,14 +151,136 @@ impl Event {
     }
 }
 
-impl DriverObject for EventHandle {
+impl DriverObject for OwnedEvent {
     const KIND: &'static str = "custream.Event";
+    type View = EventHandle;
 
-    fn destroy(self, context: Context) -> driver::Result<()> {
-        driver::event_destroy(context, self)
+    fn view(&self) -> EventHandle {
+        self.handle()
     }
 
-    fn as_u64(self) -> u64 {
-        EventHandle::as_u64(self)
+    fn destroy(self, context: Context) -> driver::Result<()> {
+        OwnedEvent::destroy(self, context)
+    }
+
+    fn view_u64(view: EventHandle) -> u64 {
+        view.as_u64()
+    }
+}
+
+/// Make later work on `stream` wait for `event`.
+pub fn wait_event(py: Python<'_>, stream: StreamObject<'_>, event: &Event) -> PyResult<()> {
+    event.use_event(py, "wait()", |ev| {
+        stream.use_handle(py, "wait()", |h| {
+            gil::brief(py, move || driver::stream_wait_event(h, ev))
+        })
+    })?;
+    event.waited_on_by(stream.handle_value());
+    Ok(())
+}
+
+/// Make later work on `stream` wait for the work queued so far on `upstream`.
+pub fn wait_stream(py: Python<'_>, stream: StreamObject<'_>, upstream: StreamObject<'_>) -> PyResult<()> {
+    lifecycle::ensure_usable(&stream, "wait()")?;
+    if upstream.is_closed() {
+        return Err(PyValueError::new_err("wait() was given a closed custream.Stream"));
+    }
+    if upstream.handle_value() == stream.handle_value() && !stream.is_default() {
+        return Ok(()); // a stream's work is already in its own order
+    }
+    let event = Event::for_stream(py, upstream)?;
+    let waited = event
+        .record_on(py, upstream, "wait()")
+        .and_then(|()| wait_event(py, stream, &event));
+    let closed = event.close(py);
+    waited.and(closed)
+}
+
+/// Record `event` on `stream`, or a new event in the stream's context if None.
+pub fn record<'py>(
+    py: Python<'py>,
+    stream: StreamObject<'_>,
+    event: Option<Bound<'py, Event>>,
+) -> PyResult<Bound<'py, Event>> {
+    let event = match event {
+        Some(e) => e,
+        None => {
+            lifecycle::ensure_usable(&stream, "record()")?;
+            Bound::new(py, Event::for_stream(py, stream)?)?
+        }
+    };
+    event.get().record_on(py, stream, "record()")?;
+    Ok(event)
+}
+
+/// An event was recorded on `stream`: if the stream captures, where (for refusals of the
+/// event's synchronize and query, and for joins through `wait()`). No driver call unless a
+/// capture is open through custream or foreign checks are on.
+fn mark(py: Python<'_>, stream: StreamObject<'_>) -> PyResult<Option<CaptureMark>> {
+    if !capture::checks_needed() {
+        return Ok(None);
+    }
+    if let Some(id) = capture::own_capture_of(stream.handle_value()) {
+        return Ok(Some(CaptureMark {
+            capture: Some(id),
+            stream: stream.object(py).unbind(),
+        }));
+    }
+    Ok(stream.is_capturing(py)?.then(|| CaptureMark {
+        capture: None,
+        stream: stream.object(py).unbind(),
+    }))
+}
+
+/// Where an event was recorded during a capture.
+struct CaptureMark {
+    /// The custream capture, or None for one begun outside custream.
+    capture: Option<u64>,
+    /// The custream.Stream it was recorded on.
+    stream: Py<PyAny>,
+}
+
+impl CaptureMark {
+    /// Whether the capture is still open.
+    fn open(&self, py: Python<'_>) -> PyResult<bool> {
+        if let Some(id) = self.capture {
+            return Ok(capture::is_open(id));
+        }
+        let stream = self.stream.bind(py);
+        let s = StreamObject::of(stream, "Event")?;
+        if s.is_closed() {
+            return Ok(false);
+        }
+        s.is_capturing(py)
+    }
+
+    /// Refuse `what` on an event recorded in a capture that is still open; false (nothing
+    /// refused) once it ended.
+    fn refuse_if_open(&self, py: Python<'_>, what: &str) -> PyResult<bool> {
+        if !self.open(py)? {
+            return Ok(false);
+        }
+        let capture = self
+            .capture
+            .map(|id| format!("custream capture #{id}"))
+            .unwrap_or_else(|| "a capture begun outside custream".to_owned());
+        let handle = StreamObject::of(self.stream.bind(py), "Event")?.handle_value();
+        Err(driver::refusal(
+            capture_code::CAPTURED_EVENT,
+            format!(
+                "Event.{what} refused: the event was recorded on stream {handle:#x} while it was \
+                 capturing a CUDA graph ({capture}), so it stands for a node of the graph, not for \
+                 work that runs; CUDA would invalidate the capture. The capture is still valid: \
+                 wait() on the event from a stream to join the capture, or end the capture first"
+            ),
+        )
+        .into())
+    }
+
+    /// `waiter` waited on an event recorded in this capture: it joined it.
+    fn joined_by(&self, waiter: u64) {
+        if let Some(id) = self.capture {
+            capture::joined(id, waiter);
+        }
     }
 }

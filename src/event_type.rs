@@ -6,8 +6,8 @@ use pyo3::types::{PyTuple, PyType};
 use crate::args::{bool_arg, device_arg};
 use crate::errors::refuse_pickle;
 use crate::event::Event;
+use crate::object::StreamObject;
 use crate::protocol;
-use crate::stream::StreamRef;
 
 #[pymethods]
 impl Event {
@@ -22,9 +22,7 @@ impl Event {
     /// Record the event on ``stream`` (a custream.Stream or any ``__cuda_stream__`` object).
     fn record(&self, py: Python<'_>, stream: &Bound<'_, PyAny>) -> PyResult<()> {
         let stream = protocol::as_stream(stream)?;
-        // SAFETY: as_stream returns a live custream.Stream, which `stream` keeps alive.
-        let s = unsafe { StreamRef::of(stream.as_ptr()) };
-        self.record_on(py, s, "record()")
+        self.record_on(py, StreamObject::of(&stream, "record()")?, "record()")
     }
 
     /// Wait until the work recorded before the event is done (the GIL is released).

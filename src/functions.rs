@@ -1,5 +1,6 @@
 //! The module's functions: `as_stream`, and what the driver and the process report.
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
@@ -8,6 +9,7 @@ use crate::boundary::boundary;
 use crate::driver;
 use crate::gil;
 use crate::lifecycle;
+use crate::object::{self, entry};
 use crate::process;
 use crate::protocol;
 use crate::relay;
@@ -15,40 +17,27 @@ use crate::stream;
 
 /// `as_stream` as a METH_O builtin: a Stream argument is returned before any argument
 /// parsing or pyo3 trampoline, the common case for a library that accepts any stream.
-unsafe extern "C" fn as_stream_o(_m: *mut ffi::PyObject, obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    // SAFETY: CPython passes a live argument, with the GIL held.
-    let obj = unsafe { Bound::from_borrowed_ptr(Python::assume_attached(), obj) };
-    // SAFETY: a live object.
-    if unsafe { stream::is_stream(obj.as_ptr()) } {
-        return obj.into_ptr();
+fn as_stream_o(_: Python<'_>, obj: Option<Borrowed<'_, '_, PyAny>>) -> *mut ffi::PyObject {
+    match obj {
+        Some(obj) if object::is_stream(&obj) => obj.to_owned().into_ptr(),
+        Some(obj) => boundary(|_| Ok(protocol::as_stream(&obj)?.into_ptr())),
+        None => boundary(|_| Err(PyTypeError::new_err("as_stream() missing required argument 'obj'"))),
     }
-    boundary(|_| Ok(protocol::as_stream(&obj)?.into_ptr()))
 }
 
 /// The `as_stream` builtin, bound to module `m`.
 pub fn as_stream<'py>(m: &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
-    builtin(
+    object::builtin(
         m,
         ffi::PyMethodDef {
             ml_name: c"as_stream".as_ptr(),
-            ml_meth: ffi::PyMethodDefPointer { PyCFunction: as_stream_o },
+            ml_meth: ffi::PyMethodDefPointer {
+                PyCFunction: entry!(function_o, as_stream_o),
+            },
             ml_flags: ffi::METH_O,
             ml_doc: c"as_stream(obj, /)\n--\n\nReturn ``obj`` as a custream.Stream: a Stream as is, otherwise a borrowed Stream over\nthe handle ``obj.__cuda_stream__()`` returns, keeping ``obj`` alive as its owner.".as_ptr(),
         },
     )
-}
-
-/// A builtin function of module `m` from a definition that lives for the process.
-fn builtin<'py>(m: &Bound<'py, PyModule>, def: ffi::PyMethodDef) -> PyResult<Bound<'py, PyAny>> {
-    let def = Box::leak(Box::new(def));
-    let name = m.name()?;
-    // SAFETY: the definition lives for the process; the module name is a str.
-    unsafe {
-        Bound::from_owned_ptr_or_err(
-            m.py(),
-            ffi::PyCMethod_New(def, std::ptr::null_mut(), name.as_ptr(), std::ptr::null_mut()),
-        )
-    }
 }
 
 /// ``(least, greatest)`` stream priorities of a device (default: the current context's,

@@ -18,6 +18,7 @@ mod args;
 mod boundary;
 mod callback;
 mod capi;
+mod capture;
 mod current;
 mod driver;
 mod errors;
@@ -28,11 +29,13 @@ mod functions;
 mod gil;
 mod graph;
 mod graph_type;
+mod host_function_type;
 // bindgen's output, compared byte for byte with a fresh run by tests/layout.rs.
 #[rustfmt::skip]
 mod layout;
 mod libcuda;
 mod lifecycle;
+mod object;
 mod owner;
 mod pool;
 mod pool_type;
@@ -43,6 +46,13 @@ mod stream;
 mod stream_type;
 
 use pyo3::prelude::*;
+
+/// The owning driver handles and their views, public only so that their doctests (a second
+/// destroy does not compile) can name them; not an API.
+#[doc(hidden)]
+pub mod handles {
+    pub use crate::driver::{Context, DriverError, EventHandle, OwnedEvent, OwnedStream, StreamHandle};
+}
 
 #[pymodule]
 fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -189,27 +189,33 @@ pub fn release_at_dealloc<T: Managed>(obj: &T, py: Python<'_>) {
 }
 
 /// A driver object custream made in a `Home` and destroys there (an Event's event, a Graph's
-/// executable graph): how it is destroyed, and what its Python class is called.
-pub trait DriverObject: Copy + Send + 'static {
+/// executable graph): an owning handle, its `Copy` view for calls, how it is destroyed, and
+/// what its Python class is called.
+pub trait DriverObject: Send + 'static {
     /// The Python type's name, for errors.
     const KIND: &'static str;
+    type View: Copy;
+    fn view(&self) -> Self::View;
     fn destroy(self, context: Context) -> driver::Result<()>;
-    fn as_u64(self) -> u64;
+    fn view_u64(view: Self::View) -> u64;
 }
 
 /// Such an object under this lifecycle: made in this process, destroyed once, in its context,
 /// never after a fork or during finalization. The Python class holds one.
 pub struct Made<H: DriverObject> {
-    handle: H,
+    view: H::View,
+    /// Taken by the one release.
+    owned: Mutex<Option<H>>,
     home: Home,
     state: AtomicU32,
     fork_generation: u32,
 }
 
 impl<H: DriverObject> Made<H> {
-    pub fn new(home: Home, handle: H) -> Self {
+    pub fn new(home: Home, owned: H) -> Self {
         Made {
-            handle,
+            view: owned.view(),
+            owned: Mutex::new(Some(owned)),
             home,
             state: AtomicU32::new(0),
             fork_generation: process::fork_generation(),
@@ -221,10 +227,10 @@ impl<H: DriverObject> Made<H> {
     }
 
     /// Begin a use: the handle, held open until the guard is dropped, its context checked.
-    pub fn enter<'a>(&'a self, py: Python<'a>, what: &str) -> PyResult<(InUse<'a, Self>, H)> {
+    pub fn enter<'a>(&'a self, py: Python<'a>, what: &str) -> PyResult<(InUse<'a, Self>, H::View)> {
         let in_use = enter(self, py, what)?;
         driver::ensure_same_context(self.home.context, self.home.context_id)?;
-        Ok((in_use, self.handle))
+        Ok((in_use, self.view))
     }
 
     /// The handle as an int; raises once closed.
@@ -232,12 +238,12 @@ impl<H: DriverObject> Made<H> {
         if self.is_closed() {
             return Err(closed_error(H::KIND, "handle"));
         }
-        Ok(self.handle.as_u64())
+        Ok(H::view_u64(self.view))
     }
 
     /// The handle's value even when closed, for repr.
     pub fn handle_value(&self) -> u64 {
-        self.handle.as_u64()
+        H::view_u64(self.view)
     }
 
     pub fn is_closed(&self) -> bool {
@@ -261,11 +267,13 @@ impl<H: DriverObject> Managed for Made<H> {
     }
 
     fn release(&self, py: Python<'_>) -> driver::Result<()> {
-        if !may_release(self.fork_generation) {
-            return Ok(());
+        let owned = self.owned.lock().unwrap_or_else(PoisonError::into_inner).take();
+        match owned {
+            Some(owned) if may_release(self.fork_generation) => self.home.release(py, move |ctx| owned.destroy(ctx)),
+            // Made in a parent process, or released during finalization: never destroyed
+            // (an owning handle has no Drop: dropping it leaves the driver object as it is).
+            Some(_) | None => Ok(()),
         }
-        let handle = self.handle;
-        self.home.release(py, move |ctx| handle.destroy(ctx))
     }
 }
 

@@ -8,33 +8,31 @@
 
 use std::cell::{Cell, RefCell};
 
-use pyo3::ffi;
 use pyo3::prelude::*;
+
+use crate::object::Owned;
 
 /// How many owner releases may nest on one thread before further ones are queued.
 const NESTING_LIMIT: u32 = 50;
 
 thread_local! {
     static NESTING: Cell<u32> = const { Cell::new(0) };
-    static QUEUED: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+    static QUEUED: RefCell<Vec<Owned>> = const { RefCell::new(Vec::new()) };
 }
 
-/// # Safety
-/// `owner` is a strong reference the caller gives up; the GIL is held.
-pub unsafe fn release(py: Python<'_>, owner: *mut ffi::PyObject) {
+/// Give up `owner`, the strong reference a Stream held; the GIL is held (`py`).
+pub fn release(py: Python<'_>, owner: Owned) {
     let depth = NESTING.with(Cell::get);
     if depth >= NESTING_LIMIT {
-        QUEUED.with(|q| q.borrow_mut().push(owner as usize));
+        QUEUED.with(|q| q.borrow_mut().push(owner));
         return;
     }
     NESTING.with(|d| d.set(depth + 1));
-    // SAFETY: the caller's strong reference, given up here.
-    drop(unsafe { Bound::from_owned_ptr(py, owner) });
+    drop(owner.into_bound(py));
     if depth == 0 {
         // No borrow is held across the drop: it may queue more.
         while let Some(next) = QUEUED.with(|q| q.borrow_mut().pop()) {
-            // SAFETY: a strong reference queued above, given up here.
-            drop(unsafe { Bound::from_owned_ptr(py, next as *mut ffi::PyObject) });
+            drop(next.into_bound(py));
         }
     }
     NESTING.with(|d| d.set(depth));

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::stream::{self, StreamRef};
+use crate::object::StreamObject;
+use crate::stream;
 
 /// A fixed set of owned streams, handed out round-robin.
 ///
@@ -40,8 +41,9 @@ impl StreamPool {
         let first = streams
             .first()
             .ok_or_else(|| PyValueError::new_err("StreamPool() size must be at least 1"))?;
-        // SAFETY: `first` is a live Stream the pool holds.
-        let device = unsafe { StreamRef::of(first.as_ptr()) }.known_device().unwrap_or(0);
+        let device = StreamObject::of(first.bind(py), "StreamPool")?
+            .known_device()
+            .unwrap_or(0);
         Ok(StreamPool {
             streams: streams.into_boxed_slice(),
             next: AtomicUsize::new(0),
@@ -100,8 +102,7 @@ impl StreamPool {
         }
         let mut first_error = None;
         for s in &self.streams {
-            // SAFETY: a live Stream the pool holds.
-            if let Err(e) = unsafe { StreamRef::of(s.as_ptr()) }.close_pooled(py) {
+            if let Err(e) = StreamObject::of(s.bind(py), "StreamPool").and_then(|s| s.close_pooled(py)) {
                 first_error.get_or_insert(e);
             }
         }
@@ -111,8 +112,7 @@ impl StreamPool {
 
 fn close_all(py: Python<'_>, streams: &[Py<PyAny>]) {
     for s in streams {
-        // SAFETY: a live Stream the caller holds.
-        let _ = unsafe { StreamRef::of(s.as_ptr()) }.close_pooled(py);
+        let _ = StreamObject::of(s.bind(py), "StreamPool").and_then(|s| s.close_pooled(py));
     }
 }
 

@@ -1,35 +1,30 @@
-//! What a Stream is and does. Its memory is `CustreamStream` from pxd/custream.h (through
-//! src/layout.rs), so Cython and C read the same fields Rust writes; `StreamRef` is the one
-//! way Rust reads and writes them. This file makes, uses, releases and frees such objects;
-//! src/stream_type.rs gives them their Python face.
+//! What a Stream is and does: made (owned, borrowed, the default streams), used (every
+//! driver call on its handle holds it open and checks its context), closed and released
+//! once. Its memory is `CustreamStream` from pxd/custream.h, reached only through
+//! src/object.rs's `StreamObject`; src/stream_type.rs gives it its Python face.
 
 use std::collections::BTreeMap;
-use std::ffi::{c_int, c_void};
-use std::ptr::{null_mut, NonNull};
-use std::sync::atomic::{AtomicI32, AtomicIsize, AtomicPtr, AtomicU32, Ordering};
+use std::ffi::c_void;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicIsize, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use pyo3::exceptions::PyValueError;
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PyTuple};
 
-use crate::boundary::no_unwind;
-use crate::driver::{self, Context, StreamHandle};
-use crate::event::Event;
+use crate::capture;
+use crate::driver::{self, CaptureMode, CaptureStatus, Context, OwnedStream, StreamHandle};
 use crate::gil;
-use crate::graph;
 use crate::layout::{
-    custream_deleter_t, CustreamStream, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_NON_BLOCKING,
+    custream_deleter_t, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_NON_BLOCKING,
     CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED, CUSTREAM_FLAG_SHARED,
 };
 use crate::lifecycle::{self, Home, Managed};
+use crate::object::{self, Fields, StreamObject};
 use crate::owner;
 use crate::process;
-
-/// The Stream type object, made once when the module is initialized.
-pub static STREAM_TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(null_mut());
 
 /// Live Stream objects in this process (allocated and not yet deallocated).
 pub static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -47,20 +42,6 @@ static OWNED: Mutex<BTreeMap<u64, (Context, u64)>> = Mutex::new(BTreeMap::new())
 
 fn owned_streams() -> MutexGuard<'static, BTreeMap<u64, (Context, u64)>> {
     OWNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-pub fn stream_type() -> *mut ffi::PyTypeObject {
-    STREAM_TYPE.load(Ordering::Acquire)
-}
-
-/// Whether `obj` is a custream.Stream (the type is final, so this is an identity test).
-///
-/// # Safety
-/// `obj` must be a live object.
-pub unsafe fn is_stream(obj: *mut ffi::PyObject) -> bool {
-    let tp = stream_type();
-    // SAFETY: the caller vouches that obj is alive.
-    !tp.is_null() && unsafe { ffi::Py_TYPE(obj) } == tp
 }
 
 fn is_default_token(handle: u64) -> bool {
@@ -121,33 +102,27 @@ pub fn make<'py>(py: Python<'py>, parts: Parts<'py>) -> PyResult<Bound<'py, PyAn
             [PyInt::new(py, 0u8).into_any(), PyInt::new(py, parts.handle).into_any()],
         )?,
     };
-    let tp = stream_type();
-    if tp.is_null() {
-        return Err(PyValueError::new_err("custream is not initialized"));
-    }
-    // SAFETY: tp is our type; PyType_GenericAlloc zeroes the struct and tracks it for the GC.
-    let obj = unsafe { ffi::PyType_GenericAlloc(tp, 0) };
-    // SAFETY: a new reference, or null with an exception set.
-    let obj = unsafe { Bound::from_owned_ptr_or_err(py, obj) }?;
-    let (context, context_id) = parts.home.map_or((null_mut(), 0), |(c, id)| (c.as_raw(), id));
-    let s = obj.as_ptr().cast::<CustreamStream>();
-    // SAFETY: a fresh, zeroed object of our type that nobody else has seen yet.
-    unsafe {
-        (*s).handle = parts.handle as usize as _;
-        (*s).protocol = protocol.into_ptr();
-        (*s).flags = parts.flags;
-        (*s).device = parts.device;
-        (*s).priority = parts.priority;
-        (*s).fork_generation = process::fork_generation();
-        (*s).owner = parts.owner.map_or(null_mut(), Bound::into_ptr);
-        (*s).deleter = parts.deleter;
-        (*s).deleter_ctx = parts.deleter_ctx;
-        (*s).context = context;
-        (*s).context_id = context_id;
-    }
+    let (context, context_id) = parts.home.map_or((None, 0), |(c, id)| (Some(c), id));
+    let flags = parts.flags;
+    let obj = object::alloc(
+        py,
+        Fields {
+            handle: parts.handle,
+            protocol,
+            flags,
+            device: parts.device,
+            priority: parts.priority,
+            fork_generation: process::fork_generation(),
+            owner: parts.owner,
+            deleter: parts.deleter,
+            deleter_ctx: parts.deleter_ctx,
+            context,
+            context_id,
+        },
+    )?;
     // The module's three default streams live as long as the module: not counted, so a
     // leak test can expect 0.
-    if parts.flags & CUSTREAM_FLAG_SHARED == 0 {
+    if flags & CUSTREAM_FLAG_SHARED == 0 {
         count_live(1);
     }
     Ok(obj)
@@ -169,7 +144,7 @@ pub fn create(
         driver::create_stream(ctx, current, non_blocking, priority)
     })?;
     let parts = Parts {
-        handle: handle.as_u64(),
+        handle: handle.handle().as_u64(),
         flags: CUSTREAM_FLAG_OWNED
             | if non_blocking { CUSTREAM_FLAG_NON_BLOCKING } else { 0 }
             | if pooled { CUSTREAM_FLAG_POOLED } else { 0 },
@@ -183,11 +158,12 @@ pub fn create(
     };
     match make(py, parts) {
         Ok(obj) => {
-            owned_streams().insert(handle.as_u64(), (home.context, home.context_id));
+            // The object owns the stream from here on: `release` takes it back, once.
+            owned_streams().insert(handle.into_raw(), (home.context, home.context_id));
             Ok(obj)
         }
         Err(e) => {
-            let _ = home.release(py, move |_| driver::destroy_stream(handle));
+            let _ = home.release(py, move |_| handle.destroy());
             Err(e)
         }
     }
@@ -234,37 +210,13 @@ pub fn default_stream(py: Python<'_>, token: u64) -> PyResult<Bound<'_, PyAny>> 
     Ok(all[index].bind(py).clone())
 }
 
-/// A Stream object, valid while the object is alive: the one view of its fields.
-#[derive(Clone, Copy)]
-pub struct StreamRef(NonNull<CustreamStream>);
-
-impl StreamRef {
-    /// # Safety
-    /// `obj` must be a live custream.Stream, alive for as long as the result is used.
-    pub unsafe fn of(obj: *mut ffi::PyObject) -> Self {
-        // SAFETY: a live object is not null.
-        StreamRef(unsafe { NonNull::new_unchecked(obj.cast()) })
-    }
-
-    fn raw(self) -> *mut CustreamStream {
-        self.0.as_ptr()
-    }
-
-    /// The handle as an int (0, 1 and 2 are the default-stream tokens).
-    pub fn handle_value(self) -> u64 {
-        // SAFETY: a live object; the field is fixed when the object is made.
-        unsafe { (*self.raw()).handle as usize as u64 }
-    }
-
+/// What a Stream does, on the view of its object.
+impl StreamObject<'_> {
     fn handle(self) -> StreamHandle {
-        // SAFETY: we made the stream (owned), its owner vouches for it and we hold the owner
-        // (borrowed: the protocol's contract), or it is a default-stream token.
+        // SAFETY: we made the stream and destroy it only at release, after every use
+        // (owned); its owner keeps it alive and we hold the owner, or the C owner's deleter
+        // has not run (borrowed: the protocol's contract); or it is a default-stream token.
         unsafe { StreamHandle::from_raw(self.handle_value()) }
-    }
-
-    fn flags(self) -> u32 {
-        // SAFETY: a live object; the field is fixed when the object is made.
-        unsafe { (*self.raw()).flags }
     }
 
     pub fn is_owned(self) -> bool {
@@ -289,39 +241,12 @@ impl StreamRef {
         self.flags() & CUSTREAM_FLAG_POOLED != 0
     }
 
-    pub fn has_deleter(self) -> bool {
-        // SAFETY: a live object; read under the GIL, which `release` holds when it clears it.
-        unsafe { (*self.raw()).deleter.is_some() }
-    }
-
-    fn device_cell(self) -> &'static AtomicI32 {
-        // SAFETY: a live object whose `device` field is only accessed atomically.
-        unsafe { AtomicI32::from_ptr(&raw mut (*self.raw()).device) }
-    }
-
     /// The device if known without a driver call.
     pub fn known_device(self) -> Option<i32> {
         match self.device_cell().load(Ordering::Acquire) {
             CUSTREAM_DEVICE_UNKNOWN => None,
             d => Some(d),
         }
-    }
-
-    fn owner_cell(self) -> &'static AtomicPtr<ffi::PyObject> {
-        // SAFETY: a live object whose `owner` field is only accessed atomically.
-        unsafe { AtomicPtr::from_ptr(&raw mut (*self.raw()).owner) }
-    }
-
-    pub fn owner<'py>(self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
-        let p = self.owner_cell().load(Ordering::Acquire);
-        // SAFETY: the owner is only cleared under the GIL, which the caller holds.
-        (!p.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, p) })
-    }
-
-    /// The (0, handle) tuple `__cuda_stream__()` returns; its item 1 is `handle`'s int.
-    pub fn protocol<'a, 'py>(self, py: Python<'py>) -> Borrowed<'a, 'py, PyTuple> {
-        // SAFETY: a live object holds its tuple until it is freed.
-        unsafe { Borrowed::from_ptr(py, (*self.raw()).protocol).cast_unchecked() }
     }
 
     /// Run a driver call on the handle, holding the stream open for its duration: a close()
@@ -333,7 +258,7 @@ impl StreamRef {
         f: impl FnOnce(StreamHandle) -> driver::Result<R>,
     ) -> PyResult<R> {
         let _in_use = lifecycle::enter(&self, py, what)?;
-        Ok(self.call_on_handle(f)?)
+        Ok(self.call_on_handle(py, f)?)
     }
 
     /// `use_handle` for a caller that has just checked that `home`'s context is the one it
@@ -347,12 +272,10 @@ impl StreamRef {
         f: impl FnOnce(StreamHandle) -> driver::Result<R>,
     ) -> PyResult<R> {
         let _in_use = lifecycle::enter(&self, py, what)?;
-        // SAFETY: a live object; `context` and `context_id` change only under the GIL.
-        let known = unsafe { (Context::from_raw((*self.raw()).context), (*self.raw()).context_id) };
-        if !self.is_default() && known == (Some(home.context), home.context_id) {
+        if !self.is_default() && self.known_context(py) == (Some(home.context), home.context_id) {
             return Ok(f(self.handle())?);
         }
-        Ok(self.call_on_handle(f)?)
+        Ok(self.call_on_handle(py, f)?)
     }
 
     /// `use_handle` for a call that holds the GIL from start to end (no `detach` in `f`):
@@ -360,15 +283,20 @@ impl StreamRef {
     /// before it releases anything, so a load of the state word does what the two
     /// read-modify-writes of `use_handle` do. For the cheapest calls (query), where those
     /// cost a tenth of the driver's own time.
-    pub fn use_handle_attached<R>(self, what: &str, f: impl FnOnce(StreamHandle) -> driver::Result<R>) -> PyResult<R> {
+    pub fn use_handle_attached<R>(
+        self,
+        py: Python<'_>,
+        what: &str,
+        f: impl FnOnce(StreamHandle) -> driver::Result<R>,
+    ) -> PyResult<R> {
         lifecycle::ensure_usable(&self, what)?;
-        Ok(self.call_on_handle(f)?)
+        Ok(self.call_on_handle(py, f)?)
     }
 
     /// The driver call of `use_handle` and `use_handle_attached`, once the stream is known open.
     /// A default-stream token on a thread with no current context follows the CUDA
     /// runtime's rule (device 0's primary context), which stays current only for the call.
-    fn call_on_handle<R>(self, f: impl FnOnce(StreamHandle) -> driver::Result<R>) -> driver::Result<R> {
+    fn call_on_handle<R>(self, py: Python<'_>, f: impl FnOnce(StreamHandle) -> driver::Result<R>) -> driver::Result<R> {
         let h = self.handle();
         if self.is_default() {
             return match driver::current_context()? {
@@ -376,17 +304,15 @@ impl StreamRef {
                 None => driver::in_primary_context(0, || f(h)),
             };
         }
-        self.check_context(h).and_then(|()| f(h))
+        self.check_context(py, h).and_then(|()| f(h))
     }
 
     /// Learn a borrowed stream's context on first use (the stream is alive then: its owner
     /// is), and on every use make sure the context was not reset since: a driver call on a
     /// stream of a reset context can crash the process instead of failing. Called with the
     /// GIL held, which orders the first-use writes.
-    fn check_context(self, h: StreamHandle) -> driver::Result<()> {
-        let s = self.raw();
-        // SAFETY: a live object; `context` and `context_id` change only under the GIL.
-        let (known, id) = unsafe { (Context::from_raw((*s).context), (*s).context_id) };
+    fn check_context(self, py: Python<'_>, h: StreamHandle) -> driver::Result<()> {
+        let (known, id) = self.known_context(py);
         if let Some(ctx) = known {
             return driver::ensure_same_context(ctx, id);
         }
@@ -398,19 +324,15 @@ impl StreamRef {
                 (ctx, driver::context_id(ctx)?)
             }
         };
-        // SAFETY: as above; the GIL is held.
-        unsafe {
-            (*s).context_id = id;
-            (*s).context = ctx.as_raw();
-        }
+        self.set_context(py, Some(ctx), id);
         driver::ensure_same_context(ctx, id)
     }
 
     /// Wait for the stream's work. An idle stream answers without releasing the GIL, which
     /// costs more than the driver's query; a busy one pays that one query extra.
     pub fn synchronize(self, py: Python<'_>) -> PyResult<()> {
-        if graph::checks_needed() {
-            return graph::checked(self, py, "synchronize()", |h| wait_on(py, h));
+        if capture::checks_needed() {
+            return self.checked(py, "synchronize()", |h| wait_on(py, h));
         }
         self.use_handle(py, "synchronize()", |h| wait_on(py, h))
     }
@@ -421,15 +343,66 @@ impl StreamRef {
             // Held open by use_handle's marks, since a close may begin while the GIL is let
             // go (gil::brief says why it is).
             let query = move |h| gil::detach(py, move || driver::stream_query(h));
-            if graph::checks_needed() {
-                return graph::checked(self, py, "query()", query);
+            if capture::checks_needed() {
+                return self.checked(py, "query()", query);
             }
             return self.use_handle(py, "query()", query);
         }
-        if graph::checks_needed() {
-            return graph::checked_attached(self, "query()", driver::stream_query);
+        if capture::checks_needed() {
+            return self.checked_attached(py, "query()", driver::stream_query);
         }
-        self.use_handle_attached("query()", driver::stream_query)
+        self.use_handle_attached(py, "query()", driver::stream_query)
+    }
+
+    /// Run `f`, a `what` (synchronize, query) on the handle, unless it would break a
+    /// capture: refused with an error naming the capture, or run with the thread's capture
+    /// mode relaxed while a custream capture is open elsewhere (src/capture.rs). Out of line:
+    /// the callers' fast paths stay as they were, behind `capture::checks_needed`.
+    #[cold]
+    #[inline(never)]
+    fn checked<R>(self, py: Python<'_>, what: &str, f: impl FnOnce(StreamHandle) -> driver::Result<R>) -> PyResult<R> {
+        self.use_handle(py, what, |h| {
+            let _relaxed = capture::before_sync(h, what)?;
+            f(h)
+        })
+    }
+
+    /// `checked` for a call that holds the GIL throughout (query).
+    #[cold]
+    #[inline(never)]
+    fn checked_attached<R>(
+        self,
+        py: Python<'_>,
+        what: &str,
+        f: impl FnOnce(StreamHandle) -> driver::Result<R>,
+    ) -> PyResult<R> {
+        self.use_handle_attached(py, what, |h| {
+            let _relaxed = capture::before_sync(h, what)?;
+            f(h)
+        })
+    }
+
+    /// `s.begin_capture(mode)`.
+    pub fn begin_capture(self, py: Python<'_>, mode: CaptureMode) -> PyResult<()> {
+        self.use_handle(py, "begin_capture()", |h| {
+            let id = capture::opening(h, mode);
+            // Without the GIL, as every call here that can wait on the driver's locks: their
+            // holder may be a host function of another library's that waits for the GIL.
+            let began = gil::detach(py, move || driver::stream_begin_capture(h, mode));
+            if began.is_err() {
+                capture::forget(id);
+            }
+            began
+        })
+    }
+
+    /// `s.is_capturing`: true while the handle is in a capture (active or invalidated),
+    /// whoever began it.
+    pub fn is_capturing(self, py: Python<'_>) -> PyResult<bool> {
+        let status = self.use_handle(py, "is_capturing", |h| {
+            gil::brief(py, move || driver::stream_capture_status(h))
+        })?;
+        Ok(status != CaptureStatus::None)
     }
 
     /// The device, resolving it through the driver for borrowed streams. Default-stream
@@ -453,9 +426,8 @@ impl StreamRef {
             return self.use_handle(py, "context", driver::stream_context);
         }
         self.use_handle(py, "context", |_| Ok(()))?;
-        // SAFETY: a live object; the use above learnt the context, under the GIL.
-        let ctx = unsafe { Context::from_raw((*self.raw()).context) };
-        ctx.ok_or_else(|| closed_error("context"))
+        // The use above learnt it.
+        self.known_context(py).0.ok_or_else(|| closed_error("context"))
     }
 
     /// Whether the stream does not synchronize with the legacy default stream.
@@ -471,52 +443,10 @@ impl StreamRef {
 
     pub fn priority(self, py: Python<'_>) -> PyResult<i32> {
         if self.is_owned() || self.is_default() {
-            // SAFETY: a live object; the field is fixed when the object is made.
-            Ok(unsafe { (*self.raw()).priority })
+            Ok(self.priority_field())
         } else {
             self.use_handle(py, "priority", driver::stream_priority)
         }
-    }
-
-    /// Make later work on this stream wait for `event`.
-    pub fn wait_event(self, py: Python<'_>, event: &Event) -> PyResult<()> {
-        event.use_event(py, "wait()", |ev| {
-            self.use_handle(py, "wait()", |h| {
-                gil::brief(py, move || driver::stream_wait_event(h, ev))
-            })
-        })?;
-        event.waited_on_by(self.handle_value());
-        Ok(())
-    }
-
-    /// Make later work on this stream wait for the work queued so far on `upstream`.
-    pub fn wait_stream(self, py: Python<'_>, upstream: StreamRef) -> PyResult<()> {
-        lifecycle::ensure_usable(&self, "wait()")?;
-        if upstream.is_closed() {
-            return Err(PyValueError::new_err("wait() was given a closed custream.Stream"));
-        }
-        if upstream.handle_value() == self.handle_value() && !self.is_default() {
-            return Ok(()); // a stream's work is already in its own order
-        }
-        let event = Event::for_stream(py, upstream)?;
-        let waited = event
-            .record_on(py, upstream, "wait()")
-            .and_then(|()| self.wait_event(py, &event));
-        let closed = event.close(py);
-        waited.and(closed)
-    }
-
-    /// Record `event` on this stream, or a new event in the stream's context if None.
-    pub fn record<'py>(self, py: Python<'py>, event: Option<Bound<'py, Event>>) -> PyResult<Bound<'py, Event>> {
-        let event = match event {
-            Some(e) => e,
-            None => {
-                lifecycle::ensure_usable(&self, "record()")?;
-                Bound::new(py, Event::for_stream(py, self)?)?
-            }
-        };
-        event.get().record_on(py, self, "record()")?;
-        Ok(event)
     }
 
     /// close(), refused for the module's default streams and a pool's streams, which
@@ -545,76 +475,58 @@ impl StreamRef {
         lifecycle::close(&self, py)
     }
 
-    /// A new reference to the Stream object.
-    pub fn object(self, py: Python<'_>) -> Bound<'_, PyAny> {
-        // SAFETY: a live object.
-        unsafe { Bound::from_borrowed_ptr(py, self.raw().cast()) }
-    }
-
     /// Release everything once, without raising: for tp_clear.
     pub fn close_quietly(self, py: Python<'_>) {
         lifecycle::close_quietly(&self, py);
     }
 }
 
-impl Managed for StreamRef {
+impl Managed for StreamObject<'_> {
     const KIND: &'static str = "custream.Stream";
 
     fn state(&self) -> &AtomicU32 {
-        // SAFETY: a live object whose `state` field is only accessed atomically (custream.h).
-        unsafe { AtomicU32::from_ptr(&raw mut (*self.raw()).state) }
+        StreamObject::state(*self)
     }
 
     fn fork_generation(&self) -> u32 {
-        // SAFETY: a live object; the field is fixed when the object is made.
-        unsafe { (*self.raw()).fork_generation }
+        StreamObject::fork_generation(*self)
     }
 
     /// Destroy what we own, call the C deleter, drop the owner. A borrowed stream without a
     /// deleter (the common wrap) calls nothing.
     fn release(&self, py: Python<'_>) -> driver::Result<()> {
-        let s = self.raw();
-        // SAFETY: release runs once per object (lifecycle.rs), with the GIL held; these
-        // fields are not read again after it.
-        let (context, context_id, deleter, deleter_ctx) = unsafe {
-            (
-                std::mem::replace(&mut (*s).context, null_mut()),
-                (*s).context_id,
-                (*s).deleter.take(),
-                std::mem::replace(&mut (*s).deleter_ctx, null_mut()),
-            )
-        };
-        // No swap needed: release runs once; readers only load.
-        let owner = self.owner_cell().load(Ordering::Acquire);
-        self.owner_cell().store(null_mut(), Ordering::Release);
-        let may_call = || lifecycle::may_release(self.fork_generation());
+        let s = *self;
+        let (context, context_id) = s.known_context(py);
+        s.set_context(py, None, context_id);
+        let deleter = s.take_deleter(py);
+        let owner = s.take_owner(py);
+        let may_call = || lifecycle::may_release(s.fork_generation());
 
         let mut result = Ok(());
-        if self.is_owned() {
-            owned_streams().remove(&self.handle_value());
-            // SAFETY: the context the stream was created in, retained since.
-            let context = unsafe { Context::from_raw(context) };
+        if s.is_owned() {
+            owned_streams().remove(&s.handle_value());
             if let Some(context) = context.filter(|_| may_call()) {
                 let home = Home {
                     context,
                     context_id,
-                    device: self.device_cell().load(Ordering::Acquire),
+                    device: s.device_cell().load(Ordering::Acquire),
                     retains_primary: true,
                 };
-                let h = self.handle();
+                // SAFETY: an owned stream's handle came from `OwnedStream::into_raw` in
+                // `create`, and this is the one release of the object (lifecycle.rs's state
+                // word), so the handle is taken back exactly once.
+                let owned = unsafe { OwnedStream::from_raw(s.handle_value()) };
                 result = home.release(py, move |_| {
-                    graph::stream_destroyed(h);
-                    driver::destroy_stream(h)
+                    capture::stream_destroyed(owned.handle());
+                    owned.destroy()
                 });
             }
         }
         if let Some(deleter) = deleter.filter(|_| may_call()) {
-            // SAFETY: the deleter's contract (custream.h): called once, with the GIL held.
-            unsafe { deleter(deleter_ctx, (*s).handle) };
+            deleter.call(py);
         }
-        if !owner.is_null() {
-            // SAFETY: we held this reference since the object was made.
-            unsafe { owner::release(py, owner) };
+        if let Some(owner) = owner {
+            owner::release(py, owner);
         }
         result
     }
@@ -622,7 +534,7 @@ impl Managed for StreamRef {
 
 /// The error of a use of a closed Stream, naming the use.
 pub fn closed_error(what: &str) -> PyErr {
-    lifecycle::closed_error(StreamRef::KIND, what)
+    lifecycle::closed_error(<StreamObject<'_> as Managed>::KIND, what)
 }
 
 /// `synchronize()` on the handle (see there). Inlined in both of its callers, so that the
@@ -635,50 +547,11 @@ fn wait_on(py: Python<'_>, h: StreamHandle) -> driver::Result<()> {
     gil::detach(py, move || driver::stream_synchronize(h))
 }
 
-/// tp_dealloc: release what the stream holds, then free it.
-///
-/// # Safety
-/// `obj` is a Stream whose last reference is gone; the GIL is held.
-pub unsafe fn dealloc(obj: *mut ffi::PyObject) {
-    let shared;
-    // SAFETY: the caller's contract; every step below is CPython's own teardown order.
-    unsafe {
-        ffi::PyObject_GC_UnTrack(obj.cast());
-        let s = StreamRef::of(obj);
-        shared = s.is_shared();
-        if !(*s.raw()).weakreflist.is_null() {
-            ffi::PyObject_ClearWeakRefs(obj);
-        }
-        let py = Python::assume_attached();
-        no_unwind(|| lifecycle::release_at_dealloc(&s, py));
-        let protocol = std::mem::replace(&mut (*s.raw()).protocol, null_mut());
-        if !protocol.is_null() {
-            ffi::Py_DECREF(protocol);
-        }
-        let tp = ffi::Py_TYPE(obj);
-        ffi::PyObject_GC_Del(obj.cast());
-        ffi::Py_DECREF(tp.cast());
-    }
+/// tp_dealloc's work before the object is freed (src/object.rs frees it).
+pub fn release_at_dealloc(s: StreamObject<'_>, py: Python<'_>) {
+    let shared = s.is_shared();
+    lifecycle::release_at_dealloc(&s, py);
     if !shared {
         count_live(-1);
     }
-}
-
-/// tp_traverse: the references a Stream holds.
-///
-/// # Safety
-/// `obj` is a live Stream; `visit` and `arg` are what CPython passed.
-pub unsafe fn traverse(obj: *mut ffi::PyObject, visit: ffi::visitproc, arg: *mut c_void) -> c_int {
-    let s = obj.cast::<CustreamStream>();
-    // SAFETY: the caller's contract.
-    for p in unsafe { [(*s).owner, (*s).protocol, ffi::Py_TYPE(obj).cast()] } {
-        if !p.is_null() {
-            // SAFETY: a live reference, visited as CPython's GC asks.
-            let r = unsafe { visit(p, arg) };
-            if r != 0 {
-                return r;
-            }
-        }
-    }
-    0
 }

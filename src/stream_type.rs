@@ -1,26 +1,30 @@
 //! The Python face of the Stream object: a type built with PyType_FromSpec whose
 //! `tp_basicsize` is `sizeof(CustreamStream)`, so Cython's `check_size error` and the C API
 //! see exactly the layout pxd/custream.h declares. pyo3's #[pyclass] layout is not a C ABI,
-//! which is why this type is assembled from slots by hand.
+//! which is why this type is assembled from slots by hand. Every slot and method here is a
+//! safe function: `entry!` (src/object.rs) makes the `extern "C"` shim CPython calls.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::mem::offset_of;
 use std::ptr::null_mut;
-use std::sync::atomic::Ordering;
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString, PyTuple, PyType};
 
-use crate::args::{bool_arg, device_arg, i32_arg, Signature};
+use crate::args::{bool_arg, device_arg, i32_arg, short_repr, Signature};
 use crate::boundary::{boundary, no_unwind};
+use crate::callback;
+use crate::capture;
 use crate::current;
-use crate::event::Event;
-use crate::graph_type;
+use crate::driver::CaptureMode;
+use crate::event::{self, Event};
+use crate::graph::Graph;
 use crate::layout::CustreamStream;
+use crate::object::{self, entry, Fastcall, StreamObject, TupleDict};
 use crate::protocol::{self, handle_from_int};
-use crate::stream::{self, closed_error, Parts, StreamRef, STREAM_TYPE};
+use crate::stream::{self, closed_error, Parts};
 
 const DOC: &CStr = c"Stream(*, device=None, non_blocking=True, priority=0)
 --
@@ -35,13 +39,6 @@ somebody else made, keeping its owner alive. ``with s:`` makes ``s`` the current
 owned stream and lets go of a borrowed one's owner; after it, every handle accessor raises
 ValueError.";
 
-/// # Safety
-/// `obj` is the live Stream CPython passed to a slot or method.
-unsafe fn slf(obj: *mut ffi::PyObject) -> StreamRef {
-    // SAFETY: the caller's contract.
-    unsafe { StreamRef::of(obj) }
-}
-
 fn none(py: Python<'_>) -> *mut ffi::PyObject {
     py.None().into_ptr()
 }
@@ -50,18 +47,12 @@ fn bool_ptr(py: Python<'_>, b: bool) -> *mut ffi::PyObject {
     PyBool::new(py, b).to_owned().into_ptr()
 }
 
-/// The Stream a slot or method was called on, and the GIL CPython holds for the call.
-///
-/// # Safety
-/// `obj` is the live Stream CPython passed.
-unsafe fn attached(obj: *mut ffi::PyObject) -> (StreamRef, Python<'static>) {
-    // SAFETY: the caller's contract; CPython calls slots and methods with the GIL held.
-    unsafe { (StreamRef::of(obj), Python::assume_attached()) }
+/// A TypeError naming the type of `got`.
+fn type_name(got: &Bound<'_, PyAny>) -> String {
+    got.get_type().name().map(|n| n.to_string()).unwrap_or_default()
 }
 
 // ---- slots ------------------------------------------------------------------------------
-// Every slot and method below is called by CPython with the GIL held and `obj` a live
-// Stream; that is the SAFETY of each `slf(obj)`.
 
 static NEW_SIG: Signature = Signature {
     name: "Stream",
@@ -70,14 +61,9 @@ static NEW_SIG: Signature = Signature {
     required: 0,
 };
 
-unsafe extern "C" fn tp_new(
-    _tp: *mut ffi::PyTypeObject,
-    args: *mut ffi::PyObject,
-    kwargs: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    boundary(|py| {
-        // SAFETY: the argument tuple and dict CPython passed.
-        let [device, non_blocking, priority] = unsafe { NEW_SIG.parse_tuple_dict::<3>(py, args, kwargs) }?;
+fn new(py: Python<'_>, args: TupleDict<'_, '_>) -> *mut ffi::PyObject {
+    boundary(|_| {
+        let [device, non_blocking, priority] = NEW_SIG.parse_tuple_dict::<3>(&args)?;
         let device = device_arg(device.as_ref(), "Stream")?;
         let non_blocking = bool_arg(non_blocking.as_ref(), "Stream", "non_blocking", true)?;
         let priority = i32_arg(priority.as_ref(), "Stream", "priority", 0)?;
@@ -85,28 +71,14 @@ unsafe extern "C" fn tp_new(
     })
 }
 
-unsafe extern "C" fn tp_dealloc(obj: *mut ffi::PyObject) {
-    // SAFETY: CPython deallocates a Stream whose last reference is gone, with the GIL held.
-    unsafe { stream::dealloc(obj) }
-}
-
-unsafe extern "C" fn tp_traverse(obj: *mut ffi::PyObject, visit: ffi::visitproc, arg: *mut c_void) -> c_int {
-    // SAFETY: CPython's GC traverses a live Stream.
-    unsafe { stream::traverse(obj, visit, arg) }
-}
-
-unsafe extern "C" fn tp_clear(obj: *mut ffi::PyObject) -> c_int {
+fn clear(s: StreamObject<'_>, py: Python<'_>) -> c_int {
     // Only cyclic garbage is cleared: release it now, as deallocation would.
-    // SAFETY: CPython's GC clears a live Stream, with the GIL held.
-    let (s, py) = unsafe { attached(obj) };
     no_unwind(|| s.close_quietly(py));
     0
 }
 
-unsafe extern "C" fn tp_repr(obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    // SAFETY: see "slots".
-    let s = unsafe { slf(obj) };
-    boundary(|py| {
+fn repr(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
+    boundary(|_| {
         let what = match s.handle_value() {
             0 => "null (default) stream".to_owned(),
             1 => "LEGACY_DEFAULT_STREAM".to_owned(),
@@ -128,7 +100,7 @@ unsafe extern "C" fn tp_repr(obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
             " owned".to_owned()
         } else if let Some(owner) = s.owner(py) {
             format!(" borrowed from {}", owner.get_type().fully_qualified_name()?)
-        } else if s.has_deleter() {
+        } else if s.has_deleter(py) {
             " borrowed with deleter".to_owned()
         } else {
             " borrowed".to_owned()
@@ -153,30 +125,31 @@ fn int_hash(v: u64) -> ffi::Py_hash_t {
     (v % HASH_MODULUS) as ffi::Py_hash_t
 }
 
-unsafe extern "C" fn tp_hash(obj: *mut ffi::PyObject) -> ffi::Py_hash_t {
-    // The handle's int hash, so that hash(s) == hash(s.handle) and equal streams hash alike.
-    // SAFETY: see "slots".
-    int_hash(unsafe { slf(obj) }.handle_value())
+/// The handle's int hash, so that hash(s) == hash(s.handle) and equal streams hash alike.
+fn hash(s: StreamObject<'_>, _: Python<'_>) -> ffi::Py_hash_t {
+    int_hash(s.handle_value())
 }
 
-unsafe extern "C" fn tp_richcompare(a: *mut ffi::PyObject, b: *mut ffi::PyObject, op: c_int) -> *mut ffi::PyObject {
-    // SAFETY: see "slots"; CPython passes `b` alive.
-    let ((a, py), b_is_stream) = unsafe { (attached(a), stream::is_stream(b)) };
-    if !b_is_stream || !(op == ffi::Py_EQ || op == ffi::Py_NE) {
-        return py.NotImplemented().into_ptr();
+fn richcompare(
+    a: StreamObject<'_>,
+    py: Python<'_>,
+    b: Option<Borrowed<'_, '_, PyAny>>,
+    op: c_int,
+) -> *mut ffi::PyObject {
+    let b = b.as_deref().and_then(StreamObject::cast);
+    match b {
+        Some(b) if op == ffi::Py_EQ || op == ffi::Py_NE => {
+            bool_ptr(py, (a.handle_value() == b.handle_value()) == (op == ffi::Py_EQ))
+        }
+        _ => py.NotImplemented().into_ptr(),
     }
-    // SAFETY: `b` is a live Stream.
-    let equal = a.handle_value() == unsafe { slf(b) }.handle_value();
-    bool_ptr(py, equal == (op == ffi::Py_EQ))
 }
 
 // ---- methods ----------------------------------------------------------------------------
 // `__cuda_stream__`, the getters, tp_hash and tp_richcompare that skip `boundary` only read
 // fields and call CPython: no Rust code there can panic, and the hot ones stay a few loads.
 
-unsafe extern "C" fn cuda_stream(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    // SAFETY: see "slots".
-    let (s, py) = unsafe { attached(obj) };
+fn cuda_stream(s: StreamObject<'_>, py: Python<'_>, _: Option<Borrowed<'_, '_, PyAny>>) -> *mut ffi::PyObject {
     if s.is_closed() {
         return boundary(|_| Err(closed_error("__cuda_stream__()")));
     }
@@ -190,19 +163,12 @@ static FROM_HANDLE_SIG: Signature = Signature {
     required: 1,
 };
 
-unsafe extern "C" fn from_handle(
-    _cls: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargs: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    boundary(|py| {
-        // SAFETY: the vectorcall arguments CPython passed.
-        let [handle_obj, owner, device] = unsafe { FROM_HANDLE_SIG.parse_fastcall::<3>(py, args, nargs, kwnames) }?;
+fn from_handle(py: Python<'_>, args: Fastcall<'_, '_>) -> *mut ffi::PyObject {
+    boundary(|_| {
+        let [handle_obj, owner, device] = FROM_HANDLE_SIG.parse_fastcall::<3>(&args)?;
         let handle_obj =
             handle_obj.ok_or_else(|| PyTypeError::new_err("from_handle() missing required argument 'handle'"))?;
-        // SAFETY: a live object.
-        if unsafe { stream::is_stream(handle_obj.as_ptr()) } {
+        if object::is_stream(&handle_obj) {
             return Err(PyTypeError::new_err(
                 "from_handle() handle must be an int, got custream.Stream: a Stream needs no \
                  wrapping, use it as it is (custream.as_stream(obj) returns a Stream unchanged)",
@@ -220,47 +186,39 @@ unsafe extern "C" fn from_handle(
     })
 }
 
-unsafe extern "C" fn synchronize(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    // SAFETY: see "slots".
-    let s = unsafe { slf(obj) };
-    boundary(|py| {
+fn synchronize(s: StreamObject<'_>, py: Python<'_>, _: Option<Borrowed<'_, '_, PyAny>>) -> *mut ffi::PyObject {
+    boundary(|_| {
         s.synchronize(py)?;
         Ok(none(py))
     })
 }
 
-unsafe extern "C" fn query(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    // SAFETY: see "slots".
-    let s = unsafe { slf(obj) };
-    boundary(|py| Ok(bool_ptr(py, s.query(py)?)))
+fn query(s: StreamObject<'_>, py: Python<'_>, _: Option<Borrowed<'_, '_, PyAny>>) -> *mut ffi::PyObject {
+    boundary(|_| Ok(bool_ptr(py, s.query(py)?)))
 }
 
-unsafe extern "C" fn wait(obj: *mut ffi::PyObject, other: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    // SAFETY: see "slots".
-    let s = unsafe { slf(obj) };
-    boundary(|py| {
+fn wait(s: StreamObject<'_>, py: Python<'_>, other: Option<Borrowed<'_, '_, PyAny>>) -> *mut ffi::PyObject {
+    boundary(|_| {
         // A closed stream refuses before `other` is looked at, which may call the driver.
         if s.is_closed() {
             return Err(closed_error("wait()"));
         }
-        // SAFETY: the argument CPython passed, alive for the call.
-        let other = unsafe { Bound::from_borrowed_ptr(py, other) };
+        let other = other.ok_or_else(|| PyTypeError::new_err("wait() missing required argument 'other'"))?;
         if let Ok(event) = other.cast::<Event>() {
-            s.wait_event(py, event.get())?;
+            event::wait_event(py, s, event.get())?;
             return Ok(none(py));
         }
         let upstream = protocol::as_stream(&other).map_err(|e| {
             if e.is_instance_of::<PyTypeError>(py) {
                 PyTypeError::new_err(format!(
                     "wait() expected a custream.Event, a custream.Stream or an object with __cuda_stream__(), got {}",
-                    other.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                    type_name(&other)
                 ))
             } else {
                 e
             }
         })?;
-        // SAFETY: as_stream returns a live Stream, which `upstream` keeps alive.
-        s.wait_stream(py, unsafe { StreamRef::of(upstream.as_ptr()) })?;
+        event::wait_stream(py, s, StreamObject::of(&upstream, "wait()")?)?;
         Ok(none(py))
     })
 }
@@ -272,66 +230,48 @@ static RECORD_SIG: Signature = Signature {
     required: 0,
 };
 
-unsafe extern "C" fn record(
-    obj: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargs: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: see "slots".
-    let s = unsafe { slf(obj) };
-    boundary(|py| {
-        // SAFETY: the vectorcall arguments CPython passed.
-        let [event] = unsafe { RECORD_SIG.parse_fastcall::<1>(py, args, nargs, kwnames) }?;
+fn record(s: StreamObject<'_>, py: Python<'_>, args: Fastcall<'_, '_>) -> *mut ffi::PyObject {
+    boundary(|_| {
+        let [event] = RECORD_SIG.parse_fastcall::<1>(&args)?;
         let event = match event.filter(|e| !e.is_none()) {
             Some(e) => Some(e.cast_into::<Event>().map_err(|e| {
                 PyTypeError::new_err(format!(
                     "record() event must be a custream.Event or None, got {}",
-                    e.into_inner()
-                        .get_type()
-                        .name()
-                        .map(|n| n.to_string())
-                        .unwrap_or_default()
+                    type_name(&e.into_inner())
                 ))
             })?),
             None => None,
         };
-        Ok(s.record(py, event)?.into_ptr())
+        Ok(event::record(py, s, event)?.into_ptr())
     })
 }
 
-unsafe extern "C" fn close(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    // SAFETY: see "slots".
-    let s = unsafe { slf(obj) };
-    boundary(|py| {
+fn close(s: StreamObject<'_>, py: Python<'_>, _: Option<Borrowed<'_, '_, PyAny>>) -> *mut ffi::PyObject {
+    boundary(|_| {
         s.close(py)?;
         Ok(none(py))
     })
 }
 
-unsafe extern "C" fn enter(obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    // SAFETY: see "slots".
-    let (s, py) = unsafe { attached(obj) };
+fn enter(s: StreamObject<'_>, py: Python<'_>, _: Option<Borrowed<'_, '_, PyAny>>) -> *mut ffi::PyObject {
     boundary(|_| {
         if s.is_closed() {
             return Err(closed_error("__enter__()"));
         }
-        // SAFETY: the live Stream CPython passed.
-        let obj = unsafe { Bound::from_borrowed_ptr(py, obj) };
+        let obj = s.object(py);
         current::enter(py, &obj)?;
         Ok(obj.into_ptr())
     })
 }
 
-unsafe extern "C" fn exit(obj: *mut ffi::PyObject, _args: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    boundary(|py| {
-        // SAFETY: the live Stream CPython passed.
-        current::exit(py, &unsafe { Bound::from_borrowed_ptr(py, obj) })?;
+fn exit(s: StreamObject<'_>, py: Python<'_>, _args: Option<Borrowed<'_, '_, PyAny>>) -> *mut ffi::PyObject {
+    boundary(|_| {
+        current::exit(py, &s.object(py))?;
         Ok(bool_ptr(py, false))
     })
 }
 
-unsafe extern "C" fn reduce(_obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
+fn reduce(_: StreamObject<'_>, _: Python<'_>, _: Option<Borrowed<'_, '_, PyAny>>) -> *mut ffi::PyObject {
     boundary(|_| -> PyResult<*mut ffi::PyObject> {
         Err(PyTypeError::new_err(
             "cannot pickle custream.Stream: a CUDA stream handle is only meaningful in the process \
@@ -340,11 +280,59 @@ unsafe extern "C" fn reduce(_obj: *mut ffi::PyObject, _: *mut ffi::PyObject) -> 
     })
 }
 
+fn launch_host_func(s: StreamObject<'_>, py: Python<'_>, args: Fastcall<'_, '_>) -> *mut ffi::PyObject {
+    boundary(|_| {
+        let mut all = args.positional();
+        let function = all
+            .next()
+            .ok_or_else(|| PyTypeError::new_err("launch_host_func() missing required argument 'fn'"))?;
+        let rest = PyTuple::new(py, all)?;
+        callback::launch(py, s, function.to_owned(), rest)?;
+        Ok(none(py))
+    })
+}
+
+static BEGIN_SIG: Signature = Signature {
+    name: "begin_capture",
+    positional: &["mode"],
+    keyword_only: &[],
+    required: 0,
+};
+
+fn begin_capture(s: StreamObject<'_>, py: Python<'_>, args: Fastcall<'_, '_>) -> *mut ffi::PyObject {
+    boundary(|_| {
+        let [mode] = BEGIN_SIG.parse_fastcall::<1>(&args)?;
+        s.begin_capture(py, capture_mode(mode.as_ref())?)?;
+        Ok(none(py))
+    })
+}
+
+/// `mode=` of `begin_capture`.
+fn capture_mode(mode: Option<&Bound<'_, PyAny>>) -> PyResult<CaptureMode> {
+    let Some(mode) = mode else {
+        return Ok(CaptureMode::ThreadLocal);
+    };
+    let text: String = mode
+        .extract()
+        .map_err(|_| PyTypeError::new_err(format!("begin_capture() mode must be a str, got {}", type_name(mode))))?;
+    [CaptureMode::Global, CaptureMode::ThreadLocal, CaptureMode::Relaxed]
+        .into_iter()
+        .find(|&m| capture::mode_name(m) == text)
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "begin_capture() mode must be 'thread_local', 'global' or 'relaxed', got {}",
+                short_repr(mode)
+            ))
+        })
+}
+
+fn end_capture(s: StreamObject<'_>, py: Python<'_>, _: Option<Borrowed<'_, '_, PyAny>>) -> *mut ffi::PyObject {
+    boundary(|_| Ok(Bound::new(py, Graph::end_capture(py, s)?)?.into_ptr()))
+}
+
 // ---- getters ----------------------------------------------------------------------------
 
-unsafe extern "C" fn get_handle(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
-    // SAFETY: see "slots".
-    let (s, py) = unsafe { attached(obj) };
+fn get_handle(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
     if s.is_closed() {
         return boundary(|_| Err(closed_error("handle")));
     }
@@ -352,49 +340,39 @@ unsafe extern "C" fn get_handle(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut
     boundary(|_| Ok(s.protocol(py).get_borrowed_item(1)?.to_owned().into_ptr()))
 }
 
-unsafe extern "C" fn get_device(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
-    // SAFETY: see "slots".
-    let s = unsafe { slf(obj) };
-    boundary(|py| Ok(s.device(py)?.into_pyobject(py)?.into_ptr()))
+fn get_device(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
+    boundary(|_| Ok(s.device(py)?.into_pyobject(py)?.into_ptr()))
 }
 
-unsafe extern "C" fn get_owned(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
-    // SAFETY: see "slots".
-    let (s, py) = unsafe { attached(obj) };
+fn get_owned(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
     bool_ptr(py, s.is_owned())
 }
 
-unsafe extern "C" fn get_owner(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
-    // SAFETY: see "slots".
-    let (s, py) = unsafe { attached(obj) };
+fn get_owner(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
     match s.owner(py) {
         Some(o) => o.into_ptr(),
         None => none(py),
     }
 }
 
-unsafe extern "C" fn get_is_default(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
-    // SAFETY: see "slots".
-    let (s, py) = unsafe { attached(obj) };
+fn get_is_default(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
     bool_ptr(py, s.is_default())
 }
 
-unsafe extern "C" fn get_non_blocking(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
-    // SAFETY: see "slots".
-    let s = unsafe { slf(obj) };
-    boundary(|py| Ok(bool_ptr(py, s.non_blocking(py)?)))
+fn get_non_blocking(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
+    boundary(|_| Ok(bool_ptr(py, s.non_blocking(py)?)))
 }
 
-unsafe extern "C" fn get_priority(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
-    // SAFETY: see "slots".
-    let s = unsafe { slf(obj) };
-    boundary(|py| Ok(s.priority(py)?.into_pyobject(py)?.into_ptr()))
+fn get_priority(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
+    boundary(|_| Ok(s.priority(py)?.into_pyobject(py)?.into_ptr()))
 }
 
-unsafe extern "C" fn get_closed(obj: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
-    // SAFETY: see "slots".
-    let (s, py) = unsafe { attached(obj) };
+fn get_closed(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
     bool_ptr(py, s.is_closed())
+}
+
+fn get_is_capturing(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
+    boundary(|_| Ok(bool_ptr(py, s.is_capturing(py)?)))
 }
 
 // ---- the type ---------------------------------------------------------------------------
@@ -428,79 +406,81 @@ fn leak<T>(v: Vec<T>) -> *mut T {
 
 /// Build the Stream type (once per process) and remember it.
 pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
-    let existing = STREAM_TYPE.load(Ordering::Acquire);
-    if !existing.is_null() {
-        // SAFETY: the type object made below, which lives for the process.
-        return Ok(unsafe { Bound::from_borrowed_ptr(py, existing.cast()).cast_into_unchecked() });
+    if let Some(existing) = object::stream_type(py) {
+        return Ok(existing);
     }
     use ffi::PyMethodDefPointer as M;
     let noargs = ffi::METH_NOARGS;
     let methods = leak(vec![
-        method(c"__cuda_stream__", M { PyCFunction: cuda_stream }, noargs,
+        method(c"__cuda_stream__", M { PyCFunction: entry!(method, cuda_stream) }, noargs,
             c"__cuda_stream__($self, /)\n--\n\nThe CUDA Stream Protocol: (0, handle), both ints."),
-        method(c"from_handle", M { PyCFunctionFastWithKeywords: from_handle }, ffi::METH_STATIC | ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+        method(c"from_handle", M { PyCFunctionFastWithKeywords: entry!(static_fastcall, from_handle) }, ffi::METH_STATIC | ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
             c"from_handle(handle, *, owner=None, device=None)\n--\n\nWrap an existing CUDA stream handle (an int) without calling the driver.\n\n``owner`` is kept alive until the stream is closed or deallocated; ``device``\nspares a driver call when ``.device`` is read. 0, 1 and 2 are the default-stream\ntokens (null, legacy, per-thread)."),
-        method(c"synchronize", M { PyCFunction: synchronize }, noargs,
+        method(c"synchronize", M { PyCFunction: entry!(method, synchronize) }, noargs,
             c"synchronize($self, /)\n--\n\nWait for all work on the stream; the GIL is released while waiting."),
-        method(c"query", M { PyCFunction: query }, noargs,
+        method(c"query", M { PyCFunction: entry!(method, query) }, noargs,
             c"query($self, /)\n--\n\nTrue if all work on the stream is done, False if some is pending."),
-        method(c"wait", M { PyCFunction: wait }, ffi::METH_O,
+        method(c"wait", M { PyCFunction: entry!(method, wait) }, ffi::METH_O,
             c"wait($self, other, /)\n--\n\nMake later work on this stream wait for ``other``: a custream.Event, or the\nwork queued so far on a custream.Stream or any ``__cuda_stream__`` object."),
-        method(c"record", M { PyCFunctionFastWithKeywords: record }, ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+        method(c"record", M { PyCFunctionFastWithKeywords: entry!(fastcall, record) }, ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
             c"record($self, /, event=None)\n--\n\nRecord ``event`` (a new custream.Event if None) on this stream and return it."),
-        method(c"close", M { PyCFunction: close }, noargs,
+        method(c"close", M { PyCFunction: entry!(method, close) }, noargs,
             c"close($self, /)\n--\n\nDestroy an owned stream, or release a borrowed one's owner or deleter.\nIdempotent and thread-safe; afterwards every handle accessor raises ValueError."),
-        method(c"__enter__", M { PyCFunction: enter }, noargs, c"Make the stream current (custream.current_stream()) until the block ends."),
-        method(c"__exit__", M { PyCFunction: exit }, ffi::METH_VARARGS, c"Make the stream that was current before the block current again; closes nothing."),
-        method(c"__reduce__", M { PyCFunction: reduce }, noargs, c"Streams cannot be pickled."),
-        method(c"launch_host_func", M { PyCFunctionFast: graph_type::launch_host_func }, ffi::METH_FASTCALL,
+        method(c"__enter__", M { PyCFunction: entry!(method, enter) }, noargs, c"Make the stream current (custream.current_stream()) until the block ends."),
+        method(c"__exit__", M { PyCFunction: entry!(method, exit) }, ffi::METH_VARARGS, c"Make the stream that was current before the block current again; closes nothing."),
+        method(c"__reduce__", M { PyCFunction: entry!(method, reduce) }, noargs, c"Streams cannot be pickled."),
+        method(c"launch_host_func", M { PyCFunctionFast: entry!(fastcall_positional, launch_host_func) }, ffi::METH_FASTCALL,
             c"launch_host_func($self, fn, /, *args)\n--\n\nRun ``fn(*args)`` on custream's host-function thread once the work queued on\nthe stream before it is done; the work queued after it waits for it. Returns at once. ``fn`` and ``args`` are kept alive until\nthe call ran. An exception in ``fn`` goes to ``sys.unraisablehook``. ``fn`` must make\nno CUDA call (custream refuses one). In a capture the call becomes a host node, run\nat each launch of the graph."),
-        method(c"begin_capture", M { PyCFunctionFastWithKeywords: graph_type::begin_capture }, ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+        method(c"begin_capture", M { PyCFunctionFastWithKeywords: entry!(fastcall, begin_capture) }, ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
             c"begin_capture($self, /, mode='thread_local')\n--\n\nBegin capturing the work queued on this stream into a CUDA graph; ``mode`` is\n'thread_local', 'global' or 'relaxed' (CUDA's capture modes). End it with\nend_capture(). While it is open, synchronize() and query() on the stream raise\nCudaError instead of invalidating the capture."),
-        method(c"end_capture", M { PyCFunction: graph_type::end_capture }, noargs,
+        method(c"end_capture", M { PyCFunction: entry!(method, end_capture) }, noargs,
             c"end_capture($self, /)\n--\n\nEnd the capture begun on this stream and return the instantiated custream.Graph."),
         ffi::PyMethodDef::zeroed(),
     ]);
     let getset = leak(vec![
         getter(
             c"handle",
-            get_handle,
+            entry!(getter, get_handle),
             c"The CUstream handle as an int (0, 1 and 2 are default-stream tokens).",
         ),
         getter(
             c"device",
-            get_device,
+            entry!(getter, get_device),
             c"The device ordinal; for default streams, that of the current context.",
         ),
         getter(
             c"owned",
-            get_owned,
+            entry!(getter, get_owned),
             c"True if custream created the stream and destroys it on close.",
         ),
         getter(
             c"owner",
-            get_owner,
+            entry!(getter, get_owner),
             c"The object kept alive for a borrowed stream, or None.",
         ),
         getter(
             c"is_default",
-            get_is_default,
+            entry!(getter, get_is_default),
             c"True for the default-stream tokens 0, 1 and 2.",
         ),
         getter(
             c"non_blocking",
-            get_non_blocking,
+            entry!(getter, get_non_blocking),
             c"True if the stream does not synchronize with the legacy default stream.",
         ),
         getter(
             c"priority",
-            get_priority,
+            entry!(getter, get_priority),
             c"The stream's priority (lower numbers run first).",
         ),
-        getter(c"closed", get_closed, c"True once close() has been called."),
+        getter(
+            c"closed",
+            entry!(getter, get_closed),
+            c"True once close() has been called.",
+        ),
         getter(
             c"is_capturing",
-            graph_type::get_is_capturing,
+            entry!(getter, get_is_capturing),
             c"True while the stream is capturing a CUDA graph (whoever began the capture).",
         ),
         ffi::PyGetSetDef {
@@ -530,13 +510,16 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
     let slot = |slot: c_int, pfunc: *mut c_void| ffi::PyType_Slot { slot, pfunc };
     let slots = leak(vec![
         slot(ffi::Py_tp_doc, DOC.as_ptr() as *mut c_void),
-        slot(ffi::Py_tp_new, tp_new as *mut c_void),
-        slot(ffi::Py_tp_dealloc, tp_dealloc as *mut c_void),
-        slot(ffi::Py_tp_traverse, tp_traverse as *mut c_void),
-        slot(ffi::Py_tp_clear, tp_clear as *mut c_void),
-        slot(ffi::Py_tp_repr, tp_repr as *mut c_void),
-        slot(ffi::Py_tp_hash, tp_hash as *mut c_void),
-        slot(ffi::Py_tp_richcompare, tp_richcompare as *mut c_void),
+        slot(ffi::Py_tp_new, entry!(new, new) as *mut c_void),
+        slot(
+            ffi::Py_tp_dealloc,
+            entry!(dealloc, stream::release_at_dealloc) as *mut c_void,
+        ),
+        slot(ffi::Py_tp_traverse, entry!(traverse) as *mut c_void),
+        slot(ffi::Py_tp_clear, entry!(clear, clear) as *mut c_void),
+        slot(ffi::Py_tp_repr, entry!(unary, repr) as *mut c_void),
+        slot(ffi::Py_tp_hash, entry!(hash, hash) as *mut c_void),
+        slot(ffi::Py_tp_richcompare, entry!(richcompare, richcompare) as *mut c_void),
         slot(ffi::Py_tp_methods, methods.cast()),
         slot(ffi::Py_tp_getset, getset.cast()),
         slot(ffi::Py_tp_members, members.cast()),
@@ -549,11 +532,8 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
         flags: (ffi::Py_TPFLAGS_DEFAULT | ffi::Py_TPFLAGS_HAVE_GC | ffi::Py_TPFLAGS_IMMUTABLETYPE) as _,
         slots,
     }));
-    // SAFETY: the spec and every table it points to are leaked, so they live for the process.
-    let tp = unsafe { ffi::PyType_FromSpec(spec) };
-    // SAFETY: a new reference to a type object, or null with an exception set.
-    let tp: Bound<'_, PyType> = unsafe { Bound::from_owned_ptr_or_err(py, tp)?.cast_into_unchecked() };
+    let tp = object::type_from_spec(py, spec)?;
     // The type lives for the process: this reference is never given back.
-    STREAM_TYPE.store(tp.clone().into_ptr().cast(), Ordering::Release);
+    object::set_stream_type(tp.clone());
     Ok(tp)
 }

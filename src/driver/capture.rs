@@ -35,6 +35,32 @@ handle!(
     UserObject(CUuserObject)
 );
 
+super::owned!(
+    /// A graph a capture ended in, destroyed once.
+    OwnedGraph(GraphHandle)
+);
+super::owned!(
+    /// An executable graph custream instantiated, destroyed once, in its context.
+    OwnedGraphExec(GraphExecHandle)
+);
+
+impl OwnedGraph {
+    pub fn destroy(self) -> Result<()> {
+        let api = init()?;
+        // SAFETY: an owned graph is live until this, its one destroy (it is consumed).
+        check(unsafe { (api.cuGraphDestroy)((self.0).0) })
+    }
+}
+
+/// An executable graph in flight is freed by the driver once its launches complete.
+impl OwnedGraphExec {
+    pub fn destroy(self, ctx: Context) -> Result<()> {
+        let api = init()?;
+        // SAFETY: an owned executable graph is live until this, its one destroy (consumed).
+        in_context(ctx, || check(unsafe { (api.cuGraphExecDestroy)((self.0).0) }))
+    }
+}
+
 impl GraphExecHandle {
     pub fn as_u64(self) -> u64 {
         self.0 as usize as u64
@@ -88,12 +114,12 @@ pub fn stream_begin_capture(h: StreamHandle, mode: CaptureMode) -> Result<()> {
 }
 
 /// End the capture on `h`: the graph it captured, which the caller destroys.
-pub fn stream_end_capture(h: StreamHandle) -> Result<GraphHandle> {
+pub fn stream_end_capture(h: StreamHandle) -> Result<OwnedGraph> {
     let api = init()?;
     let mut g: CUgraph = null_mut();
     // SAFETY: a valid out-pointer; the driver validates the handle.
     check(unsafe { (api.cuStreamEndCapture)(h.0, &mut g) })?;
-    Ok(GraphHandle(g))
+    Ok(OwnedGraph(GraphHandle(g)))
 }
 
 /// Whether the stream is capturing. The legacy default stream answers
@@ -135,13 +161,13 @@ impl Drop for CaptureModeScope {
 }
 
 /// Instantiate `g` in `ctx`; `g` stays the caller's.
-pub fn graph_instantiate(ctx: Context, g: GraphHandle) -> Result<GraphExecHandle> {
+pub fn graph_instantiate(ctx: Context, g: GraphHandle) -> Result<OwnedGraphExec> {
     let api = init()?;
     in_context(ctx, || {
         let mut exec: CUgraphExec = null_mut();
         // SAFETY: a valid out-pointer; the driver validates the graph.
         check(unsafe { (api.cuGraphInstantiateWithFlags)(&mut exec, g.0, 0) })?;
-        Ok(GraphExecHandle(exec))
+        Ok(OwnedGraphExec(GraphExecHandle(exec)))
     })
 }
 
@@ -151,19 +177,6 @@ pub fn graph_node_count(g: GraphHandle) -> Result<usize> {
     // SAFETY: a null node array asks for the count only; a valid out-pointer.
     check(unsafe { (api.cuGraphGetNodes)(g.0, null_mut(), &mut n) })?;
     Ok(n)
-}
-
-pub fn graph_destroy(g: GraphHandle) -> Result<()> {
-    let api = init()?;
-    // SAFETY: the caller gives up its graph.
-    check(unsafe { (api.cuGraphDestroy)(g.0) })
-}
-
-/// An executable graph in flight is freed by the driver once its launches complete.
-pub fn graph_exec_destroy(ctx: Context, exec: GraphExecHandle) -> Result<()> {
-    let api = init()?;
-    // SAFETY: the caller gives up its executable graph.
-    in_context(ctx, || check(unsafe { (api.cuGraphExecDestroy)(exec.0) }))
 }
 
 pub fn graph_launch(exec: GraphExecHandle, h: StreamHandle) -> Result<()> {

@@ -85,6 +85,90 @@ handle!(
     EventHandle(CUevent)
 );
 
+/// An owning driver handle next to its `Copy` view, as CCCL splits `cuda::stream` from
+/// `cuda::stream_ref`: not `Copy`, not `Clone`, and destroying it consumes it, so a second
+/// destroy does not compile. The view (`handle()`) is for calls while it lives.
+macro_rules! owned {
+    ($(#[$doc:meta])* $name:ident($view:ident)) => {
+        $(#[$doc])*
+        #[derive(PartialEq, Eq, Debug)]
+        pub struct $name($view);
+
+        impl $name {
+            /// The view for calls, valid until `self` is destroyed.
+            pub fn handle(&self) -> $view {
+                self.0
+            }
+        }
+    };
+}
+pub(crate) use owned;
+
+owned!(
+    /// A stream custream created and must destroy once.
+    ///
+    /// ```no_run
+    /// fn done(s: custream::handles::OwnedStream) -> Result<(), custream::handles::DriverError> {
+    ///     s.destroy()
+    /// }
+    /// ```
+    ///
+    /// A second destroy is refused by the compiler (the first one moved the stream):
+    ///
+    /// ```compile_fail,E0382
+    /// fn done(s: custream::handles::OwnedStream) -> Result<(), custream::handles::DriverError> {
+    ///     s.destroy()?;
+    ///     s.destroy()
+    /// }
+    /// ```
+    OwnedStream(StreamHandle)
+);
+owned!(
+    /// An event custream created and must destroy once, in its context.
+    ///
+    /// ```compile_fail,E0382
+    /// fn done(
+    ///     e: custream::handles::OwnedEvent,
+    ///     ctx: custream::handles::Context,
+    /// ) -> Result<(), custream::handles::DriverError> {
+    ///     e.destroy(ctx)?;
+    ///     e.destroy(ctx)
+    /// }
+    /// ```
+    OwnedEvent(EventHandle)
+);
+
+impl OwnedStream {
+    /// Hand the stream to an object that stores raw handles (a Stream's C layout); the
+    /// object owns it from then on, until `from_raw` takes it back.
+    pub fn into_raw(self) -> u64 {
+        self.0.as_u64()
+    }
+
+    /// # Safety
+    /// `raw` came from `into_raw`, and is taken back once.
+    pub unsafe fn from_raw(raw: u64) -> OwnedStream {
+        OwnedStream(StreamHandle(raw as usize as CUstream))
+    }
+
+    /// Destroy the stream. Needs no current context: the driver finds the stream's own (as
+    /// for synchronize), so a stream is destroyed from any thread, whatever is current there.
+    pub fn destroy(self) -> Result<()> {
+        let api = init()?;
+        // SAFETY: an owned stream is live until this, its one destroy (it is consumed).
+        check(unsafe { (api.cuStreamDestroy_v2)(self.0 .0) })
+    }
+}
+
+impl OwnedEvent {
+    /// Destroy the event, in its context `ctx`.
+    pub fn destroy(self, ctx: Context) -> Result<()> {
+        let api = init()?;
+        // SAFETY: an owned event is live until this, its one destroy (it is consumed).
+        in_context(ctx, || check(unsafe { (api.cuEventDestroy_v2)(self.0 .0) }))
+    }
+}
+
 impl Context {
     /// # Safety
     /// `raw` is null or a context the driver handed out (it may since have been reset:
@@ -490,12 +574,7 @@ fn stream_priority_range(api: &Api) -> Result<(i32, i32)> {
 
 /// An owned stream: created in `ctx`, which the caller has retained; `current` is the
 /// calling thread's current context.
-pub fn create_stream(
-    ctx: Context,
-    current: Option<Context>,
-    non_blocking: bool,
-    priority: i32,
-) -> Result<StreamHandle> {
+pub fn create_stream(ctx: Context, current: Option<Context>, non_blocking: bool, priority: i32) -> Result<OwnedStream> {
     let api = init()?;
     in_context_if_needed(ctx, current, || {
         // 0 is every device's lowest priority, always valid: spare the range query.
@@ -522,16 +601,8 @@ pub fn create_stream(
         let mut h: CUstream = null_mut();
         // SAFETY: a valid out-pointer; `ctx` is current.
         check(unsafe { (api.cuStreamCreateWithPriority)(&mut h, flags, priority) })?;
-        Ok(StreamHandle(h))
+        Ok(OwnedStream(StreamHandle(h)))
     })
-}
-
-/// Needs no current context: the driver finds the stream's own (as for synchronize), so
-/// a stream is destroyed from any thread, whatever is current there.
-pub fn destroy_stream(h: StreamHandle) -> Result<()> {
-    let api = init()?;
-    // SAFETY: the driver validates the handle.
-    check(unsafe { (api.cuStreamDestroy_v2)(h.0) })
 }
 
 pub fn stream_synchronize(h: StreamHandle) -> Result<()> {
@@ -596,7 +667,7 @@ pub fn stream_priority(h: StreamHandle) -> Result<i32> {
     Ok(p)
 }
 
-pub fn event_create(ctx: Context, timing: bool) -> Result<EventHandle> {
+pub fn event_create(ctx: Context, timing: bool) -> Result<OwnedEvent> {
     let api = init()?;
     let flags = if timing {
         0
@@ -607,14 +678,8 @@ pub fn event_create(ctx: Context, timing: bool) -> Result<EventHandle> {
         let mut ev: CUevent = null_mut();
         // SAFETY: a valid out-pointer; `ctx` is current.
         check(unsafe { (api.cuEventCreate)(&mut ev, flags) })?;
-        Ok(EventHandle(ev))
+        Ok(OwnedEvent(EventHandle(ev)))
     })
-}
-
-pub fn event_destroy(ctx: Context, ev: EventHandle) -> Result<()> {
-    let api = init()?;
-    // SAFETY: the driver validates the handle.
-    in_context(ctx, || check(unsafe { (api.cuEventDestroy_v2)(ev.0) }))
 }
 
 pub fn event_record(ev: EventHandle, h: StreamHandle) -> Result<()> {
