@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use crate::capture;
 use crate::driver::{self, capture_code, Context, EventHandle, OwnedEvent};
 use crate::gil;
-use crate::lifecycle::{self, DriverObject, Home, Made};
+use crate::lifecycle::{self, Closable, DriverObject, Home, Made};
 use crate::object::StreamObject;
 
 /// A CUDA event, created in a device's primary context.
@@ -103,19 +103,6 @@ impl Event {
         }
     }
 
-    /// Wait until the work recorded before the event is done (the GIL is released).
-    pub fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        self.refuse_if_captured(py, "synchronize()")?;
-        self.use_event(py, "synchronize()", |ev| {
-            Ok(gil::detach(py, move || driver::event_synchronize(ev))?)
-        })
-    }
-
-    pub fn query(&self, py: Python<'_>) -> PyResult<bool> {
-        self.refuse_if_captured(py, "query()")?;
-        self.use_event(py, "query()", |ev| Ok(gil::brief(py, move || driver::event_query(ev))?))
-    }
-
     /// Milliseconds from this event to `end`.
     pub fn elapsed_time(&self, py: Python<'_>, end: &Event) -> PyResult<f32> {
         self.use_event(py, "elapsed_time()", |start| {
@@ -125,28 +112,54 @@ impl Event {
         })
     }
 
-    pub fn handle(&self) -> PyResult<u64> {
-        self.event.handle()
-    }
-
     /// The handle's value even when closed, for repr.
     pub fn handle_value(&self) -> u64 {
         self.event.handle_value()
     }
+}
 
+/// The methods Python calls as they are: nothing to parse (src/event_type.rs has the rest).
+#[pymethods]
+impl Event {
+    /// Wait until the work recorded before the event is done (the GIL is released).
+    pub fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        self.refuse_if_captured(py, "synchronize()")?;
+        self.use_event(py, "synchronize()", |ev| {
+            Ok(gil::detach(py, move || driver::event_synchronize(ev))?)
+        })
+    }
+
+    /// True if the work recorded before the event is done.
+    pub fn query(&self, py: Python<'_>) -> PyResult<bool> {
+        self.refuse_if_captured(py, "query()")?;
+        self.use_event(py, "query()", |ev| Ok(gil::brief(py, move || driver::event_query(ev))?))
+    }
+
+    /// The CUevent handle as an int.
+    #[getter]
+    pub fn handle(&self) -> PyResult<u64> {
+        self.event.handle()
+    }
+
+    #[getter]
     pub fn device(&self) -> i32 {
         self.event.home().device
     }
 
+    #[getter]
     pub fn timing(&self) -> bool {
         self.timing
     }
+}
 
-    pub fn is_closed(&self) -> bool {
+impl Closable for Event {
+    const PICKLE: &'static str = "a CUDA event belongs to one process";
+
+    fn is_closed(&self) -> bool {
         self.event.is_closed()
     }
 
-    pub fn close(&self, py: Python<'_>) -> PyResult<()> {
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
         self.event.close(py)
     }
 }

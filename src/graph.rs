@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use crate::capture;
 use crate::driver::{self, CaptureStatus, Context, GraphExecHandle, OwnedGraphExec, StreamHandle};
 use crate::gil;
-use crate::lifecycle::{DriverObject, Home, Made};
+use crate::lifecycle::{Closable, DriverObject, Home, Made};
 use crate::object::StreamObject;
 
 /// An executable CUDA graph: what `Stream.end_capture()` returns.
@@ -77,28 +77,42 @@ impl Graph {
         self.on_stream(py, stream, "upload()", driver::graph_upload)
     }
 
-    pub fn handle(&self) -> PyResult<u64> {
-        self.exec.handle()
-    }
-
     /// The handle's value even when closed, for repr.
     pub fn handle_value(&self) -> u64 {
         self.exec.handle_value()
     }
+}
 
+/// The methods Python calls as they are (src/graph_type.rs has the rest).
+#[pymethods]
+impl Graph {
+    /// The CUgraphExec handle as an int.
+    #[getter]
+    pub fn handle(&self) -> PyResult<u64> {
+        self.exec.handle()
+    }
+
+    /// The device of the context the graph was captured and instantiated in.
+    #[getter]
     pub fn device(&self) -> i32 {
         self.exec.home().device
     }
 
+    /// The number of nodes the capture recorded.
+    #[getter]
     pub fn node_count(&self) -> usize {
         self.nodes
     }
+}
 
-    pub fn is_closed(&self) -> bool {
+impl Closable for Graph {
+    const PICKLE: &'static str = "a CUDA graph belongs to one process";
+
+    fn is_closed(&self) -> bool {
         self.exec.is_closed()
     }
 
-    pub fn close(&self, py: Python<'_>) -> PyResult<()> {
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
         self.exec.close(py)
     }
 }

@@ -3,12 +3,12 @@
 //! src/stream_type.rs.)
 
 use pyo3::prelude::*;
-use pyo3::types::{PyTuple, PyType};
 
 use crate::args::bool_arg;
 use crate::capture;
-use crate::errors::refuse_pickle;
+use crate::closable::closable_methods;
 use crate::graph::Graph;
+use crate::lifecycle::Closable;
 use crate::object::StreamObject;
 use crate::protocol;
 
@@ -50,45 +50,6 @@ impl Graph {
         self.upload(py, StreamObject::of(&stream, "upload()")?)
     }
 
-    /// The CUgraphExec handle as an int.
-    #[getter(handle)]
-    fn py_handle(&self) -> PyResult<u64> {
-        self.handle()
-    }
-
-    /// The device of the context the graph was captured and instantiated in.
-    #[getter(device)]
-    fn py_device(&self) -> i32 {
-        self.device()
-    }
-
-    /// The number of nodes the capture recorded.
-    #[getter(node_count)]
-    fn py_node_count(&self) -> usize {
-        self.node_count()
-    }
-
-    #[getter]
-    fn closed(&self) -> bool {
-        self.is_closed()
-    }
-
-    /// Destroy the executable graph (launches in flight finish first); idempotent.
-    #[pyo3(name = "close")]
-    fn py_close(&self, py: Python<'_>) -> PyResult<()> {
-        self.close(py)
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        self.close(py)?;
-        Ok(false)
-    }
-
     fn __repr__(&self) -> String {
         let state = if self.is_closed() { " closed" } else { "" };
         format!(
@@ -98,8 +59,10 @@ impl Graph {
             self.node_count()
         )
     }
-
-    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<Py<PyType>> {
-        Err(refuse_pickle(slf.as_any(), "a CUDA graph belongs to one process"))
-    }
 }
+
+closable_methods!(
+    Graph,
+    "Destroy the executable graph (launches in flight finish first); idempotent.",
+    with
+);

@@ -19,6 +19,7 @@ mod boundary;
 mod callback;
 mod capi;
 mod capture;
+mod closable;
 mod current;
 mod driver;
 mod errors;

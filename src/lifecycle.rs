@@ -110,6 +110,16 @@ pub trait Managed {
     fn release(&self, py: Python<'_>) -> driver::Result<()>;
 }
 
+/// A Python object that `close()` releases: Event, Graph and StreamPool share their
+/// `closed`, `close()`, `with` and pickling methods through it (src/closable.rs).
+pub trait Closable {
+    /// Why it cannot be pickled, after "cannot pickle <type>: ".
+    const PICKLE: &'static str;
+    fn is_closed(&self) -> bool;
+    /// Release what it holds; idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()>;
+}
+
 /// Whether this process may call the driver (or a C deleter) for an object made in
 /// `generation`: not in a forked child, not during finalization, where its handles belong
 /// to a dead parent or to the process's exit.

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::lifecycle::Closable;
 use crate::object::StreamObject;
 use crate::stream;
 
@@ -58,8 +59,12 @@ impl StreamPool {
         }
         Ok(())
     }
+}
 
-    /// The next stream, round-robin: one atomic add.
+/// The methods Python calls as they are (src/pool_type.rs has the rest).
+#[pymethods]
+impl StreamPool {
+    /// The next stream, round-robin (thread-safe, no lock): one atomic add.
     pub fn get<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.ensure_open("get()")?;
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.streams.len();
@@ -67,7 +72,7 @@ impl StreamPool {
     }
 
     /// `pool[index]`, negative indices counting from the end.
-    pub fn item<'py>(&self, py: Python<'py>, index: isize) -> PyResult<Bound<'py, PyAny>> {
+    pub fn __getitem__<'py>(&self, py: Python<'py>, index: isize) -> PyResult<Bound<'py, PyAny>> {
         self.ensure_open("pool[i]")?;
         let len = self.streams.len();
         let at = if index < 0 {
@@ -83,20 +88,26 @@ impl StreamPool {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub fn __len__(&self) -> usize {
         self.streams.len()
     }
 
+    /// The device the pool's streams belong to.
+    #[getter]
     pub fn device(&self) -> i32 {
         self.device
     }
+}
 
-    pub fn is_closed(&self) -> bool {
+impl Closable for StreamPool {
+    const PICKLE: &'static str = "CUDA streams belong to one process";
+
+    fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
 
     /// Close every stream; idempotent. The first error is raised after all were closed.
-    pub fn close(&self, py: Python<'_>) -> PyResult<()> {
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }

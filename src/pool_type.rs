@@ -2,10 +2,10 @@
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyType;
 
 use crate::args::{bool_arg, device_arg, i32_arg, is_int_not_bool};
-use crate::errors::refuse_pickle;
+use crate::closable::closable_methods;
+use crate::lifecycle::Closable;
 use crate::pool::StreamPool;
 
 /// The most streams one pool makes: far above any use (rmm's default is 16), low enough
@@ -46,48 +46,14 @@ impl StreamPool {
         StreamPool::new(py, size, device, non_blocking, priority)
     }
 
-    /// The next stream, round-robin (thread-safe, no lock).
-    #[pyo3(name = "get")]
-    fn py_get<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.get(py)
-    }
-
-    fn __getitem__<'py>(&self, py: Python<'py>, index: isize) -> PyResult<Bound<'py, PyAny>> {
-        self.item(py, index)
-    }
-
-    fn __len__(&self) -> usize {
-        self.len()
-    }
-
-    /// The device the pool's streams belong to.
-    #[getter(device)]
-    fn py_device(&self) -> i32 {
-        self.device()
-    }
-
-    /// True once close() has been called.
-    #[getter]
-    fn closed(&self) -> bool {
-        self.is_closed()
-    }
-
-    /// Close every stream of the pool; idempotent.
-    #[pyo3(name = "close")]
-    fn py_close(&self, py: Python<'_>) -> PyResult<()> {
-        self.close(py)
-    }
-
     fn __repr__(&self) -> String {
         let closed = if self.is_closed() { " closed" } else { "" };
         format!(
             "<custream.StreamPool size={} device={}{closed}>",
-            self.len(),
+            self.__len__(),
             self.device()
         )
     }
-
-    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<Py<PyType>> {
-        Err(refuse_pickle(slf.as_any(), "CUDA streams belong to one process"))
-    }
 }
+
+closable_methods!(StreamPool, "Close every stream of the pool; idempotent.");
