@@ -48,6 +48,9 @@ OPERATIONS = [
     # A nanobind function of cpp_tests/casters.cpp: the custream::stream_ref caster's whole cost.
     Op("cpp_uintptr", "C++ f(uintptr_t), an int"),
     Op("cpp_stream_ref", "C++ f(custream::stream_ref)", times=(1.3, "custream", "cpp_uintptr")),
+    # A #[pyfunction] of tests/rust_ext: pyo3-custream's StreamRef extraction, its whole cost.
+    Op("rust_usize", "Rust f(usize), an int"),
+    Op("rust_stream_ref", "Rust f(pyo3_custream::StreamRef)", times=(1.3, "custream", "rust_usize")),
 ]
 
 # create_alone: in a process where nothing else holds the primary context, after the first
@@ -101,7 +104,7 @@ CUSTREAM = Lib(
      "wrap_int": ["CS.from_handle(H)"], "create_destroy": ["CS().close()"], "synchronize": ["s.synchronize()"],
      "query": ["s.query()"], "contextvar_get": ["cv.get()"], "current_stream": ["custream.current_stream()"],
      "with_stream": ["with_(s)"], "pool_get": ["pool.get()"], "cpp_uintptr": ["nb.handle_of_uintptr(H)"],
-     "cpp_stream_ref": ["nb.handle_of(s)"]},
+     "cpp_stream_ref": ["nb.handle_of(s)"], "rust_usize": ["rx.handle_of_usize(H)"], "rust_stream_ref": ["rx.handle_of(s)"]},
 )
 # The CPU run wraps a made-up handle: nothing calls the driver.
 CUSTREAM_CPU_SETUP = ("CS = custream.Stream\nH = 0x7F3A2C001230\ns = CS.from_handle(H)\n"
@@ -137,7 +140,7 @@ PEERS = [
          "create_destroy": ["torch.cuda.Stream()"], "synchronize": ["s.synchronize()"], "query": ["s.query()"],
          "current_stream": ["torch.cuda.current_stream()"], "with_stream": ["with_(torch.cuda.stream(s))"],
          "pool_get": NA("torch's stream pool is internal (torch.cuda.Stream() draws from it: see create + destroy)"),
-         "cpp_stream_ref": ["nb.handle_of(s)"]},
+         "cpp_stream_ref": ["nb.handle_of(s)"], "rust_stream_ref": ["rx.handle_of(s)"]},
         notes={"create_destroy": "torch.cuda.Stream() hands out a stream from a fixed pool and never destroys it: "
                                  "not a create + destroy, kept out of 'best peer'"},
         not_best=("create_destroy",)),

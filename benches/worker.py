@@ -99,6 +99,24 @@ def nanobind_ext():
         return None
 
 
+class _Missing:
+    """Stands for a test extension that is not there: every spelling then says why."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def __getattr__(self, name):
+        raise RuntimeError(self.why)
+
+
+def rust_ext():
+    """tests/rust_ext, pyo3-custream's test extension (scripts/build-rust-ext.sh), if installed."""
+    try:
+        return importlib.import_module("custream_rust_ext")
+    except ImportError as e:
+        return _Missing(f"custream_rust_ext is not installed ({e}): scripts/build-rust-ext.sh builds it")
+
+
 def version(dists) -> str:
     found = [d for d in dists if any(True for _ in metadata.distributions(name=d))]
     return metadata.version(found[0]) if found else "unknown"
@@ -128,6 +146,8 @@ def measure(args, lib: ops.Lib, cfg: dict) -> dict:
     exec((lib.setup if args.gpu or lib is not ops.CUSTREAM else ops.CUSTREAM_CPU_SETUP) + "p = Producer(H)\n", ns)
     if "cpp_stream_ref" in lib.ops:
         ns["nb"] = nanobind_ext()
+    if "rust_stream_ref" in lib.ops:
+        ns["rx"] = rust_ext()
     out: dict = {"version": version(lib.dists), "empty_loop": timing.measure("pass", ns, **cfg)}
     if lib is ops.CUSTREAM and args.gpu:  # the machine as custream sees it
         cu = ns["custream"]

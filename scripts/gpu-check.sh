@@ -4,9 +4,10 @@
 #   bash scripts/gpu-check.sh [tests] [bench] [sanitizer]      (default: tests)
 #
 # 1. installs the release wheel carried in dist/ (scripts/build-wheel.sh dist: what users
-#    get; GPU_CHECK_WHEEL=PATH for another build) and the wheels in .whl/ (rmm, librmm,
-#    rapids-logger; optional: scripts/gpu-wheels.sh fetches them) into /tmp/site, offline,
-#    and puts it first on PYTHONPATH;
+#    get; GPU_CHECK_WHEEL=PATH for another build), the Rust crate's test extension if dist/
+#    has it (scripts/build-rust-ext.sh dist; tests/gpu/test_gpu_rust.py skips without it) and
+#    the wheels in .whl/ (rmm, librmm, rapids-logger; optional: scripts/gpu-wheels.sh fetches
+#    them) into /tmp/site, offline, and puts it first on PYTHONPATH;
 # 2. prints the versions of Python, the driver and every peer library;
 # 3. runs `python3 -m custream` (the report; a failure there does not stop the run);
 # 4. stage "tests": `pytest -m gpu tests cython_tests`, then a pass/fail table per peer
@@ -64,7 +65,7 @@ else
     fi
     custream_wheel=${release[0]}
 fi
-wheels=("$custream_wheel" .whl/*.whl)
+wheels=("$custream_wheel" dist/*rust*ext*.whl .whl/*.whl)
 shopt -u nullglob
 case "$custream_wheel" in
     *"$release_tag".whl) echo "custream: the release wheel, $(basename "$custream_wheel")" ;;
@@ -182,6 +183,7 @@ PEERS = {
     "numba": ("numba-cuda", "numba-cuda"),
     "rmm": ("rmm (+ Cython interop)", "rmm"),
     "cpp": ("C++ face (nvcc nanobind, rmm Cython C++)", "custream"),
+    "rust": ("Rust face (pyo3-custream, cudarc)", "custream"),
     "streams_api": ("custream stream API", "custream"),
 }
 

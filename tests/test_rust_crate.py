@@ -27,25 +27,13 @@ import custream
 from custream import Stream
 
 import standin
+from _rust_ext import load_ext
 from producers import Producer, Raising, protocol_oracle
 
 ROOT = Path(__file__).resolve().parent.parent
 CRATE = ROOT / "pyo3-custream"
 H = 0x7F3A2C001230
 ACCEPTED = r"expected a custream\.Stream or an object with a __cuda_stream__\(\) method"
-BUILD = "scripts/build-rust-ext.sh OUTDIR builds its wheel (pip install OUTDIR/custream_rust_ext-*.whl)"
-
-
-def load_ext():
-    """The test extension, or a skip (a failure under CUSTREAM_REQUIRE_BUILD_TOOLS)."""
-    try:
-        import custream_rust_ext
-    except ImportError as e:
-        message = f"the Rust test extension custream_rust_ext is not installed ({e}); {BUILD}"
-        if os.environ.get("CUSTREAM_REQUIRE_BUILD_TOOLS"):
-            pytest.fail(message + "; CUSTREAM_REQUIRE_BUILD_TOOLS is set")
-        pytest.skip(message)
-    return custream_rust_ext
 
 
 @pytest.fixture
