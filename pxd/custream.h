@@ -113,7 +113,7 @@ typedef struct CustreamCAPI {
                                     cannot be imported) */
     int (*synchronize)(PyObject *stream);  /* releases the GIL while it waits */
     int (*handle_checked)(PyObject *stream, custream_handle_t *out); /* raises if closed */
-    /* Appended in 0.2 (api_size tells an older table). */
+    /* Appended to the first table (api_size tells an older table without them). */
     PyObject *(*current_stream)(void); /* new reference: custream.current_stream() */
     PyObject *(*default_stream)(custream_handle_t token); /* new reference: the module's
                                                              Stream for token 0, 1 or 2 */

@@ -2,11 +2,17 @@
 //!
 //! The modules, from the Python face down to the driver (docs/design.md, "Code layout"):
 //! - face: `stream_type` (the Stream type's slots), `event_type`, `pool_type`, `graph_type`,
-//!   `functions`, `capi`
-//! - core: `stream`, `event`, `pool`, `current`, `graph`, `callback`, `relay`, `flags`, `protocol`,
-//!   `owner`
-//! - base: `lifecycle`, `errors`, `args`, `boundary`, `gil`
-//! - ground: `driver` (typed handles, every driver call), `libcuda` (the library), `layout`
+//!   `host_function_type`, `closable` (the methods they share), `functions`, `capi`
+//! - core: `stream`, `event`, `pool`, `graph`, `current`, `callback`, `protocol`, `relay`,
+//!   `flags`, `owner`
+//! - capture: `capture` (what a capture is to custream, by handle)
+//! - base: `object` (the one module that touches Python objects raw), `lifecycle`, `errors`,
+//!   `args`, `boundary`, `gil`
+//! - ground: `driver` (owning handles, their views, every driver call), `process` (fork, exit,
+//!   host-function state), `libcuda` (the library), `layout`
+//!
+//! tests/test_design_doc.py checks that no module uses a floor above its own and that there
+//! is no circle.
 //!
 //! The Python-facing names are all registered here, in `_custream`; `custream/__init__.py`
 //! re-exports them.

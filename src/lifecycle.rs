@@ -184,7 +184,7 @@ pub fn close<T: Managed>(obj: &T, py: Python<'_>) -> PyResult<()> {
     }
 }
 
-/// close() without raising: for tp_clear and Drop.
+/// close() without raising: for tp_clear (deallocation uses `release_at_dealloc`).
 pub fn close_quietly<T: Managed>(obj: &T, py: Python<'_>) {
     if Word(obj.state()).close() == Release::Now {
         let _ = obj.release(py);

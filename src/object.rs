@@ -114,31 +114,31 @@ impl<'a> StreamObject<'a> {
 
     /// A new reference to the object.
     pub fn object<'py>(self, py: Python<'py>) -> Bound<'py, PyAny> {
-        // SAFETY: alive for 'a (rule 1).
+        // SAFETY: alive for 'a (rule 1): a borrowed reference made into a new one.
         unsafe { Bound::from_borrowed_ptr(py, self.raw().cast()) }
     }
 
     /// The handle as an int (0, 1 and 2 are the default-stream tokens).
     #[inline]
     pub fn handle_value(self) -> u64 {
-        // SAFETY: alive; written once, in `alloc` (rule 2).
+        // SAFETY: alive for 'a; written once, in `alloc` (rule 2).
         unsafe { (*self.raw()).handle as usize as u64 }
     }
 
     #[inline]
     pub fn flags(self) -> u32 {
-        // SAFETY: as for `handle_value`.
+        // SAFETY: alive for 'a; written once, in `alloc` (rule 2).
         unsafe { (*self.raw()).flags }
     }
 
     pub fn priority_field(self) -> i32 {
-        // SAFETY: as for `handle_value`.
+        // SAFETY: alive for 'a; written once, in `alloc` (rule 2).
         unsafe { (*self.raw()).priority }
     }
 
     #[inline]
     pub fn fork_generation(self) -> u32 {
-        // SAFETY: as for `handle_value`.
+        // SAFETY: alive for 'a; written once, in `alloc` (rule 2).
         unsafe { (*self.raw()).fork_generation }
     }
 
@@ -152,12 +152,12 @@ impl<'a> StreamObject<'a> {
     /// The device ordinal, or CUSTREAM_DEVICE_UNKNOWN until a borrowed stream's is learnt.
     #[inline]
     pub fn device_cell(self) -> &'a AtomicI32 {
-        // SAFETY: as for `state`.
+        // SAFETY: alive for 'a; the field is only accessed atomically (rule 2).
         unsafe { AtomicI32::from_ptr(&raw mut (*self.raw()).device) }
     }
 
     fn owner_cell(self) -> &'a AtomicPtr<ffi::PyObject> {
-        // SAFETY: as for `state`.
+        // SAFETY: alive for 'a; the field is only accessed atomically (rule 2).
         unsafe { AtomicPtr::from_ptr(&raw mut (*self.raw()).owner) }
     }
 
@@ -323,10 +323,8 @@ impl<'a, 'py> Fastcall<'a, 'py> {
         kwnames: *mut ffi::PyObject,
     ) -> Self {
         let nargs = usize::try_from(nargs).unwrap_or(0);
-        // SAFETY: the caller's contract: NULL or a live tuple of names.
-        let kwnames = unsafe { Borrowed::from_ptr_or_opt(py, kwnames) };
-        // SAFETY: as above, a tuple.
-        let kwnames = kwnames.map(|k| unsafe { k.cast_unchecked::<PyTuple>() });
+        // SAFETY: the caller's contract: `kwnames` is NULL or a live tuple of names.
+        let kwnames = unsafe { Borrowed::from_ptr_or_opt(py, kwnames).map(|k| k.cast_unchecked::<PyTuple>()) };
         let total = nargs + kwnames.map_or(0, |k| k.len());
         let args = if total == 0 {
             &[][..]
@@ -345,7 +343,7 @@ impl<'a, 'py> Fastcall<'a, 'py> {
     /// The positional arguments.
     pub fn positional(&self) -> impl ExactSizeIterator<Item = Borrowed<'a, 'py, PyAny>> + '_ {
         let py = self.py;
-        // SAFETY: live for the call (`new`'s contract).
+        // SAFETY: `new`'s contract: the first `nargs` pointers are live arguments.
         self.args[..self.nargs]
             .iter()
             .map(move |&p| unsafe { Borrowed::from_ptr(py, p) })
@@ -385,10 +383,12 @@ pub unsafe fn method(
     arg: *mut ffi::PyObject,
     f: impl for<'a> FnOnce(StreamObject<'a>, Python<'a>, Option<Borrowed<'a, 'a, PyAny>>) -> *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: the caller's contract.
-    let py = unsafe { Python::assume_attached() };
-    // SAFETY: as above.
-    let (s, arg) = unsafe { (StreamObject::from_ptr(obj), Borrowed::from_ptr_or_opt(py, arg)) };
+    // SAFETY: the caller's contract: the GIL is held, `obj` is a live Stream and `arg` NULL
+    // or alive, all for the call.
+    let (py, s, arg) = unsafe {
+        let py = Python::assume_attached();
+        (py, StreamObject::from_ptr(obj), Borrowed::from_ptr_or_opt(py, arg))
+    };
     f(s, py, arg)
 }
 
@@ -403,10 +403,12 @@ pub unsafe fn method_fastcall(
     kwnames: *mut ffi::PyObject,
     f: impl for<'a> FnOnce(StreamObject<'a>, Python<'a>, Fastcall<'a, 'a>) -> *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: the caller's contract.
-    let py = unsafe { Python::assume_attached() };
-    // SAFETY: as above.
-    let (s, args) = unsafe { (StreamObject::from_ptr(obj), Fastcall::new(py, args, nargs, kwnames)) };
+    // SAFETY: the caller's contract: the GIL is held, `obj` is a live Stream and the rest
+    // what CPython passes to a METH_FASTCALL method, all for the call.
+    let (py, s, args) = unsafe {
+        let py = Python::assume_attached();
+        (py, StreamObject::from_ptr(obj), Fastcall::new(py, args, nargs, kwnames))
+    };
     f(s, py, args)
 }
 
@@ -419,10 +421,13 @@ pub unsafe fn function_fastcall(
     kwnames: *mut ffi::PyObject,
     f: impl for<'a> FnOnce(Python<'a>, Fastcall<'a, 'a>) -> *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: the caller's contract.
-    let py = unsafe { Python::assume_attached() };
-    // SAFETY: as above.
-    f(py, unsafe { Fastcall::new(py, args, nargs, kwnames) })
+    // SAFETY: the caller's contract: the GIL is held, and these are what CPython passes to a
+    // METH_FASTCALL function, live for the call.
+    let (py, args) = unsafe {
+        let py = Python::assume_attached();
+        (py, Fastcall::new(py, args, nargs, kwnames))
+    };
+    f(py, args)
 }
 
 /// # Safety
@@ -433,10 +438,12 @@ pub unsafe fn function_o<R>(
     arg: *mut ffi::PyObject,
     f: impl for<'a> FnOnce(Python<'a>, Option<Borrowed<'a, 'a, PyAny>>) -> R,
 ) -> R {
-    // SAFETY: the caller's contract.
-    let py = unsafe { Python::assume_attached() };
-    // SAFETY: as above.
-    f(py, unsafe { Borrowed::from_ptr_or_opt(py, arg) })
+    // SAFETY: the caller's contract: the GIL is held and `arg` is NULL or alive for the call.
+    let (py, arg) = unsafe {
+        let py = Python::assume_attached();
+        (py, Borrowed::from_ptr_or_opt(py, arg))
+    };
+    f(py, arg)
 }
 
 /// # Safety
@@ -447,31 +454,24 @@ pub unsafe fn new(
     kwargs: *mut ffi::PyObject,
     f: impl for<'a> FnOnce(Python<'a>, TupleDict<'a, 'a>) -> *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: the caller's contract.
-    let py = unsafe { Python::assume_attached() };
-    // SAFETY: NULL or the tuple and dict CPython passed.
-    let (args, kwargs) = unsafe {
-        (
-            Borrowed::from_ptr_or_opt(py, args),
-            Borrowed::from_ptr_or_opt(py, kwargs),
-        )
+    // SAFETY: the caller's contract: the GIL is held, and tp_new gets an argument tuple and
+    // a keyword dict (or NULL), live for the call.
+    let (py, args) = unsafe {
+        let py = Python::assume_attached();
+        let args = TupleDict {
+            args: Borrowed::from_ptr_or_opt(py, args).map(|a| a.cast_unchecked()),
+            kwargs: Borrowed::from_ptr_or_opt(py, kwargs).map(|k| k.cast_unchecked()),
+        };
+        (py, args)
     };
-    f(
-        py,
-        TupleDict {
-            // SAFETY: tp_new gets a tuple and a dict (or NULL).
-            args: args.map(|a| unsafe { a.cast_unchecked() }),
-            // SAFETY: as above.
-            kwargs: kwargs.map(|k| unsafe { k.cast_unchecked() }),
-        },
-    )
+    f(py, args)
 }
 
 /// # Safety
 /// `obj` is a live Stream a slot was called on (tp_hash, tp_clear); the GIL is held.
 #[inline(always)]
 pub unsafe fn slot<R>(obj: *mut ffi::PyObject, f: impl for<'a> FnOnce(StreamObject<'a>, Python<'a>) -> R) -> R {
-    // SAFETY: the caller's contract.
+    // SAFETY: the caller's contract: the GIL is held and `obj` is a live Stream.
     unsafe { f(StreamObject::from_ptr(obj), Python::assume_attached()) }
 }
 

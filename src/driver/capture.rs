@@ -103,13 +103,13 @@ pub enum CaptureStatus {
 /// happens (never, if the process exits first), and must make no CUDA call.
 pub unsafe fn launch_host_func(h: StreamHandle, f: unsafe extern "C" fn(*mut c_void), user: *mut c_void) -> Result<()> {
     let api = init()?;
-    // SAFETY: the driver validates the handle; the caller vouches for `f` and `user`.
+    // SAFETY: `h` is live (the handle rule); the caller vouches for `f` and `user`.
     check(unsafe { (api.cuLaunchHostFunc)(h.0, Some(f), user) })
 }
 
 pub fn stream_begin_capture(h: StreamHandle, mode: CaptureMode) -> Result<()> {
     let api = init()?;
-    // SAFETY: the driver validates the handle.
+    // SAFETY: the handle is live (the handle rule).
     check(unsafe { (api.cuStreamBeginCapture_v2)(h.0, mode.raw()) })
 }
 
@@ -117,7 +117,7 @@ pub fn stream_begin_capture(h: StreamHandle, mode: CaptureMode) -> Result<()> {
 pub fn stream_end_capture(h: StreamHandle) -> Result<OwnedGraph> {
     let api = init()?;
     let mut g: CUgraph = null_mut();
-    // SAFETY: a valid out-pointer; the driver validates the handle.
+    // SAFETY: a valid out-pointer; the handle is live (the handle rule).
     check(unsafe { (api.cuStreamEndCapture)(h.0, &mut g) })?;
     Ok(OwnedGraph(GraphHandle(g)))
 }
@@ -127,7 +127,7 @@ pub fn stream_end_capture(h: StreamHandle) -> Result<OwnedGraph> {
 pub fn stream_capture_status(h: StreamHandle) -> Result<CaptureStatus> {
     let api = init()?;
     let mut status: c_uint = 0;
-    // SAFETY: a valid out-pointer; the driver validates the handle.
+    // SAFETY: a valid out-pointer; the handle is live (the handle rule).
     check(unsafe { (api.cuStreamIsCapturing)(h.0, &mut status) })?;
     Ok(match status {
         0 => CaptureStatus::None,
@@ -165,7 +165,7 @@ pub fn graph_instantiate(ctx: Context, g: GraphHandle) -> Result<OwnedGraphExec>
     let api = init()?;
     in_context(ctx, || {
         let mut exec: CUgraphExec = null_mut();
-        // SAFETY: a valid out-pointer; the driver validates the graph.
+        // SAFETY: a valid out-pointer; `g` is live (the handle rule: the caller's owned graph).
         check(unsafe { (api.cuGraphInstantiateWithFlags)(&mut exec, g.0, 0) })?;
         Ok(OwnedGraphExec(GraphExecHandle(exec)))
     })
@@ -181,13 +181,13 @@ pub fn graph_node_count(g: GraphHandle) -> Result<usize> {
 
 pub fn graph_launch(exec: GraphExecHandle, h: StreamHandle) -> Result<()> {
     let api = init()?;
-    // SAFETY: the driver validates both handles.
+    // SAFETY: both handles are live (the handle rule).
     check(unsafe { (api.cuGraphLaunch)(exec.0, h.0) })
 }
 
 pub fn graph_upload(exec: GraphExecHandle, h: StreamHandle) -> Result<()> {
     let api = init()?;
-    // SAFETY: the driver validates both handles.
+    // SAFETY: both handles are live (the handle rule).
     check(unsafe { (api.cuGraphUpload)(exec.0, h.0) })
 }
 
@@ -217,7 +217,7 @@ pub fn user_object_release(obj: UserObject) -> Result<()> {
 pub fn graph_take_user_object(g: GraphHandle, obj: UserObject) -> Result<()> {
     let api = init()?;
     let moved = cu::CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE as c_uint;
-    // SAFETY: moves the one reference the caller holds; the driver validates both.
+    // SAFETY: moves the one reference the caller holds; `g` is live (the handle rule).
     check(unsafe { (api.cuGraphRetainUserObject)(g.0, obj.0, 1, moved) })
 }
 
@@ -246,7 +246,7 @@ pub unsafe fn host_register_mapped(ctx: Context, page: *mut c_void, bytes: usize
 pub fn stream_wait_value32(h: StreamHandle, word: u64, value: u32) -> Result<()> {
     let api = init()?;
     let eq = cu::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as c_uint;
-    // SAFETY: the driver validates the handle; the GPU reads `word` when the wait runs, and
+    // SAFETY: `h` is live (the handle rule); the GPU reads `word` when the wait runs, and
     // the caller keeps it mapped (src/flags.rs never unmaps a page).
     check(unsafe { (api.cuStreamWaitValue32_v2)(h.0, word, value, eq) })
 }
@@ -256,7 +256,7 @@ pub fn stream_wait_value32(h: StreamHandle, word: u64, value: u32) -> Result<()>
 pub fn stream_write_value32(h: StreamHandle, word: u64, value: u32) -> Result<()> {
     let api = init()?;
     let default = cu::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as c_uint;
-    // SAFETY: the driver validates the handle; as for the wait, `word` stays mapped.
+    // SAFETY: `h` is live (the handle rule); as for the wait, `word` stays mapped.
     check(unsafe { (api.cuStreamWriteValue32_v2)(h.0, word, value, default) })
 }
 

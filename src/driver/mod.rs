@@ -1,10 +1,22 @@
 //! Every CUDA driver call custream makes, over small typed handles.
 //!
-//! `Context`, `StreamHandle` and `EventHandle` are the only way a driver object crosses this
-//! boundary. Making one from a raw pointer or int is `unsafe` (the caller vouches that the
-//! driver handed it out, or that its owner keeps it alive); every function here is safe and
-//! dereferences nothing itself. Nothing here touches Python. Every call starts at `init()`,
-//! which refuses after `fork()` and during finalization (src/process.rs).
+//! A driver object crosses this boundary only as a typed handle: an owning one (`OwnedStream`,
+//! `OwnedEvent`, `OwnedGraph`, `OwnedGraphExec`: not `Copy`, destroyed by consuming it) or a
+//! `Copy` view for calls (`StreamHandle`, `EventHandle`, `GraphHandle`, `GraphExecHandle`),
+//! and a `Context`. Nothing here touches Python. Every call starts at `init()`, which refuses
+//! after `fork()` and during finalization (src/process.rs).
+//!
+//! **The handle rule**, which the `unsafe` blocks below rely on: a view names a driver object
+//! that is alive while the view is used. A view is copied out of an owning handle, which its
+//! holder destroys only after the last use (src/lifecycle.rs holds every use open, and
+//! `destroy` consumes the owner), or made by an `unsafe fn from_raw` whose caller vouches for
+//! it (a borrowed stream's owner keeps it alive; 0, 1 and 2 are the default-stream tokens).
+//! A `Context` is one the driver handed out; it may since have been reset, which the driver
+//! reports on calls that take it, and `ensure_same_context` checks before every use of a
+//! stream or event, since the driver may crash rather than fail on their handles then. The
+//! driver does not validate a handle: a dead one is undefined behaviour, which is why the
+//! rule is kept by types and not by hope. Two functions take raw memory and stay `unsafe fn`
+//! (`user_object_create`, `host_register_mapped`): their callers vouch for the pointers.
 
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 use std::ptr::null_mut;
@@ -411,7 +423,8 @@ pub fn current_device() -> Result<Option<i32>> {
 pub fn context_id(ctx: Context) -> Result<u64> {
     let api = init()?;
     let mut id: c_ulonglong = 0;
-    // SAFETY: a valid out-pointer; the driver validates the context.
+    // SAFETY: a valid out-pointer; `ctx` is a context the driver handed out (the handle
+    // rule), and cuCtxGetId answers for one since reset without touching it.
     check(unsafe { (api.cuCtxGetId)(ctx.0, &mut id) })?;
     Ok(id)
 }
@@ -457,7 +470,8 @@ struct ContextScope(&'static Api);
 impl ContextScope {
     fn enter(ctx: Context) -> Result<ContextScope> {
         let api = init()?;
-        // SAFETY: the driver validates the context.
+        // SAFETY: `ctx` is a context the driver handed out (the handle rule); a reset one is
+        // refused with an error, never dereferenced by us.
         check(unsafe { (api.cuCtxPushCurrent_v2)(ctx.0) })?;
         Ok(ContextScope(api))
     }
@@ -607,7 +621,7 @@ pub fn create_stream(ctx: Context, current: Option<Context>, non_blocking: bool,
 
 pub fn stream_synchronize(h: StreamHandle) -> Result<()> {
     let api = init()?;
-    // SAFETY: the driver validates the handle.
+    // SAFETY: the handle is live (the handle rule).
     check(unsafe { (api.cuStreamSynchronize)(h.0) })
 }
 
@@ -615,7 +629,7 @@ pub fn stream_synchronize(h: StreamHandle) -> Result<()> {
 #[inline]
 pub fn stream_query(h: StreamHandle) -> Result<bool> {
     let api = init()?;
-    // SAFETY: the driver validates the handle.
+    // SAFETY: the handle is live (the handle rule).
     match unsafe { (api.cuStreamQuery)(h.0) } {
         code::SUCCESS => Ok(true),
         code::NOT_READY => Ok(false),
@@ -625,7 +639,7 @@ pub fn stream_query(h: StreamHandle) -> Result<bool> {
 
 pub fn stream_wait_event(h: StreamHandle, ev: EventHandle) -> Result<()> {
     let api = init()?;
-    // SAFETY: the driver validates both handles.
+    // SAFETY: both handles are live (the handle rule).
     check(unsafe { (api.cuStreamWaitEvent)(h.0, ev.0, 0) })
 }
 
@@ -633,7 +647,7 @@ pub fn stream_wait_event(h: StreamHandle, ev: EventHandle) -> Result<()> {
 pub fn stream_context(h: StreamHandle) -> Result<Context> {
     let api = init()?;
     let mut ctx: CUcontext = null_mut();
-    // SAFETY: a valid out-pointer; the driver validates the handle.
+    // SAFETY: a valid out-pointer; the handle is live (the handle rule).
     check(unsafe { (api.cuStreamGetCtx)(h.0, &mut ctx) })?;
     // SAFETY: the driver handed it out, and succeeded, so it is not null.
     unsafe { Context::from_raw(ctx.cast()) }.ok_or_else(|| failed(code::INVALID_CONTEXT))
@@ -654,7 +668,7 @@ pub fn stream_device(h: StreamHandle) -> Result<i32> {
 pub fn stream_is_non_blocking(h: StreamHandle) -> Result<bool> {
     let api = init()?;
     let mut f: c_uint = 0;
-    // SAFETY: a valid out-pointer; the driver validates the handle.
+    // SAFETY: a valid out-pointer; the handle is live (the handle rule).
     check(unsafe { (api.cuStreamGetFlags)(h.0, &mut f) })?;
     Ok(f & cu::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint != 0)
 }
@@ -662,7 +676,7 @@ pub fn stream_is_non_blocking(h: StreamHandle) -> Result<bool> {
 pub fn stream_priority(h: StreamHandle) -> Result<i32> {
     let api = init()?;
     let mut p: c_int = 0;
-    // SAFETY: a valid out-pointer; the driver validates the handle.
+    // SAFETY: a valid out-pointer; the handle is live (the handle rule).
     check(unsafe { (api.cuStreamGetPriority)(h.0, &mut p) })?;
     Ok(p)
 }
@@ -684,19 +698,19 @@ pub fn event_create(ctx: Context, timing: bool) -> Result<OwnedEvent> {
 
 pub fn event_record(ev: EventHandle, h: StreamHandle) -> Result<()> {
     let api = init()?;
-    // SAFETY: the driver validates both handles.
+    // SAFETY: both handles are live (the handle rule).
     check(unsafe { (api.cuEventRecord)(ev.0, h.0) })
 }
 
 pub fn event_synchronize(ev: EventHandle) -> Result<()> {
     let api = init()?;
-    // SAFETY: the driver validates the handle.
+    // SAFETY: the handle is live (the handle rule).
     check(unsafe { (api.cuEventSynchronize)(ev.0) })
 }
 
 pub fn event_query(ev: EventHandle) -> Result<bool> {
     let api = init()?;
-    // SAFETY: the driver validates the handle.
+    // SAFETY: the handle is live (the handle rule).
     match unsafe { (api.cuEventQuery)(ev.0) } {
         code::SUCCESS => Ok(true),
         code::NOT_READY => Ok(false),
@@ -708,7 +722,7 @@ pub fn event_query(ev: EventHandle) -> Result<bool> {
 pub fn event_elapsed_ms(start: EventHandle, end: EventHandle) -> Result<f32> {
     let api = init()?;
     let mut ms = 0f32;
-    // SAFETY: a valid out-pointer; the driver validates both handles.
+    // SAFETY: a valid out-pointer; both handles are live (the handle rule).
     check(unsafe { (api.cuEventElapsedTime)(&mut ms, start.0, end.0) })?;
     Ok(ms)
 }
