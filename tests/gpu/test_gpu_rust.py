@@ -81,8 +81,9 @@ def test_a_cudarc_kernel_on_a_custream_stream(rx):
         with cp.cuda.Stream.from_external(s):
             y = x + 1
         s.synchronize()
+        assert bool((y == 5.0).all())
+        del y  # CuPy's pool keys memory by stream: none left on a stream about to go
     s.close()
-    assert bool((y == 5.0).all())
 
 
 def test_a_cudarc_stream_given_to_python_orders_cupy_after_rust(rx):
@@ -97,6 +98,7 @@ def test_a_cudarc_stream_given_to_python_orders_cupy_after_rust(rx):
         y = x * 2 + 1  # CuPy work, ordered after the Rust work by the stream
     s.synchronize()
     assert bool((y == 11.0).all())
+    del y  # CuPy's pool keys memory by stream: none left on a stream about to go
     s.close()  # Python's Arc goes: cudarc destroys the stream
     assert rx.cudarc_strong_count() == 0
     s.close()
