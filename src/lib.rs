@@ -37,8 +37,6 @@ mod gil;
 mod graph;
 mod graph_type;
 mod host_function_type;
-// bindgen's output, compared byte for byte with a fresh run by tests/layout.rs.
-#[rustfmt::skip]
 mod layout;
 mod libcuda;
 mod lifecycle;

@@ -1,8 +1,8 @@
-//! The Rust view of the Stream object (src/layout.rs, and the same file as the public `ffi`
-//! module of the pyo3-custream crate, pyo3-custream/src/ffi.rs) is bindgen's output for
-//! pxd/custream.h. This test regenerates it and fails on any drift of either file, so the
-//! header stays the one source of the layout. `CUSTREAM_BLESS=1 cargo test --test layout`
-//! rewrites both.
+//! The Rust view of the Stream object is bindgen's output for pxd/custream.h, kept once as
+//! the public `ffi` module of the pyo3-custream crate (pyo3-custream/src/ffi.rs), which the
+//! extension re-exports as src/layout.rs. This test regenerates it and fails on any drift, so
+//! the header stays the one source of the layout. `CUSTREAM_BLESS=1 cargo test --test
+//! layout` rewrites it.
 //!
 //! bindgen needs libclang and clang's own headers (stddef.h, ...). `pip install '.[test]'`
 //! brings both from PyPI: the `libclang` package (the library, in `clang/native/`) and
@@ -90,7 +90,7 @@ fn generate(python: &Python, resource_dir: Option<&Path>) -> Result<String, bind
 
 fn no_libclang(python: &str) -> String {
     format!(
-        "libclang is missing: this test regenerates src/layout.rs from pxd/custream.h with \
+        "libclang is missing: this test regenerates pyo3-custream/src/ffi.rs from pxd/custream.h with \
          bindgen, which needs it; `pip install '.[test]'` brings it (the PyPI libclang package, \
          looked for in {python}'s packages; PYTHON names another Python), or install the \
          system's (`apt-get install libclang-dev`, `dnf install clang-devel`), or set \
@@ -170,9 +170,8 @@ fn generate_or_explain() -> String {
     }
 }
 
-/// The generated layout's copies: the extension's own and the crate's, the same text (the
-/// crate's `ffi` module has the item names of src/layout.rs, so either can use the other).
-const COPIES: [&str; 2] = ["src/layout.rs", "pyo3-custream/src/ffi.rs"];
+/// Where the generated layout lives (src/layout.rs re-exports it).
+const COPIES: [&str; 1] = ["pyo3-custream/src/ffi.rs"];
 
 #[test]
 fn layout_rs_matches_header() {
