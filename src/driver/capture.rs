@@ -35,11 +35,11 @@ handle!(
     UserObject(CUuserObject)
 );
 
-super::owned!(
+owned!(
     /// A graph a capture ended in, destroyed once.
     OwnedGraph(GraphHandle)
 );
-super::owned!(
+owned!(
     /// An executable graph custream instantiated, destroyed once, in its context.
     OwnedGraphExec(GraphExecHandle)
 );
