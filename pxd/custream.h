@@ -44,6 +44,9 @@ extern "C" {
 /* CUstream / cudaStream_t, without the CUDA headers. */
 typedef struct CUstream_st *custream_handle_t;
 
+/* CUgreenCtx (CUDA 12.4 and newer), without the CUDA headers. */
+typedef struct CUgreenCtx_st *custream_green_ctx_t;
+
 /* The default-stream tokens: never destroyed, resolved against the current context at each use. */
 #define CUSTREAM_NULL_STREAM ((custream_handle_t)0x0)
 #define CUSTREAM_LEGACY_DEFAULT_STREAM ((custream_handle_t)0x1)
@@ -55,6 +58,8 @@ typedef struct CUstream_st *custream_handle_t;
 #define CUSTREAM_FLAG_NON_BLOCKING 0x4u /* created with CU_STREAM_NON_BLOCKING (owned streams) */
 #define CUSTREAM_FLAG_SHARED 0x8u       /* custream.DEFAULT_STREAM and its two siblings: never closed */
 #define CUSTREAM_FLAG_POOLED 0x10u      /* made by a custream.StreamPool, which alone closes it */
+#define CUSTREAM_FLAG_GREEN 0x20u       /* owned, made in a custream.GreenContext: its owner, kept
+                                           open until the stream is closed */
 
 /* CustreamStream.state: written atomically by custream; read it with Custream_IsClosed(). */
 #define CUSTREAM_STATE_CLOSED 0x80000000u   /* close() was called: handle accessors raise */
@@ -84,7 +89,8 @@ typedef struct CustreamStream {
     uint32_t fork_generation;   /* the process's fork count when made: a child never
                                    destroys what its parent made */
     uint32_t reserved;
-    PyObject *owner;            /* kept alive until close; NULL after it */
+    PyObject *owner;            /* kept alive until close; NULL after it (a borrowed stream's
+                                   owner, or the GreenContext of a CUSTREAM_FLAG_GREEN one) */
     custream_deleter_t deleter; /* with deleter_ctx: a C owner's release; NULL if none */
     void *deleter_ctx;
     void *context;              /* the stream's CUcontext: retained for an owned stream's life;
@@ -121,6 +127,9 @@ typedef struct CustreamCAPI {
     /* Host functions and graph capture (appended). */
     int (*launch_host_func)(PyObject *stream, custream_host_fn_t fn, void *user);
     int (*is_capturing)(PyObject *stream); /* 1, 0, or -1 with an exception set */
+    /* Green contexts (appended). Each returns 0, or -1 with an exception set. */
+    int (*green_context)(PyObject *stream, custream_green_ctx_t *out); /* NULL when in none */
+    int (*sm_count)(PyObject *stream, unsigned int *out); /* the SMs its work may use */
 } CustreamCAPI;
 
 /* One table per translation unit: each extension module imports its own. */
@@ -225,6 +234,22 @@ static inline int Custream_LaunchHostFunc(PyObject *stream, custream_host_fn_t f
 static inline int Custream_IsCapturing(PyObject *stream) {
     CUSTREAM_API_OR(-1);
     return custream_capi->is_capturing(stream);
+}
+
+/* The green context the stream's work runs in (CUgreenCtx), or NULL when it runs on the whole
+ * device: a custream.GreenContext's stream, or anybody's stream made in a green context (the
+ * driver is asked: cuStreamGetGreenCtx). The handle stays valid while the stream is open. 0 on
+ * success; -1 with an exception set (a closed stream, no driver, the driver's error). */
+static inline int Custream_GreenContext(PyObject *stream, custream_green_ctx_t *out) {
+    CUSTREAM_API_OR(-1);
+    return custream_capi->green_context(stream, out);
+}
+/* How many SMs the stream's work may use: its green context's for a stream in one, else the
+ * whole device's (CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT); e.g. to size a persistent
+ * kernel's grid. 0 on success; -1 with an exception set. */
+static inline int Custream_SmCount(PyObject *stream, unsigned int *out) {
+    CUSTREAM_API_OR(-1);
+    return custream_capi->sm_count(stream, out);
 }
 
 #undef CUSTREAM_API_OR

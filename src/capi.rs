@@ -3,7 +3,7 @@
 //! entry's contract (custream.h) is that of a C API call: the GIL is held and every
 //! `PyObject *` is NULL or alive; src/object.rs turns those pointers into safe views.
 
-use std::ffi::{c_int, c_void, CStr};
+use std::ffi::{c_int, c_uint, c_void, CStr};
 use std::ptr::NonNull;
 use std::sync::OnceLock;
 
@@ -16,8 +16,8 @@ use crate::boundary::boundary;
 use crate::callback;
 use crate::current;
 use crate::layout::{
-    custream_deleter_t, custream_handle_t, custream_host_fn_t, CustreamCAPI, CustreamStream, CUSTREAM_ABI_VERSION,
-    CUSTREAM_CAPSULE_NAME,
+    custream_deleter_t, custream_green_ctx_t, custream_handle_t, custream_host_fn_t, CustreamCAPI, CustreamStream,
+    CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME,
 };
 use crate::object::{self, StreamObject};
 use crate::pool::StreamPool;
@@ -187,6 +187,36 @@ unsafe extern "C" fn is_capturing(obj: *mut ffi::PyObject) -> c_int {
     }
 }
 
+unsafe extern "C" fn green_context(obj: *mut ffi::PyObject, out: *mut custream_green_ctx_t) -> c_int {
+    // SAFETY: the C API's contract; `out` is NULL or a place for one handle (custream.h).
+    unsafe { object::function_o(obj, |py, obj| green_context_of(py, obj.as_deref(), out.as_mut())) }
+}
+
+fn green_context_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut custream_green_ctx_t>) -> c_int {
+    boundary(|_| {
+        let gc = stream_arg(obj, "Custream_GreenContext")?.green_context(py)?;
+        if let Some(out) = out {
+            *out = gc.map_or(0, |gc| gc.get().view().as_u64()) as usize as custream_green_ctx_t;
+        }
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn sm_count(obj: *mut ffi::PyObject, out: *mut c_uint) -> c_int {
+    // SAFETY: the C API's contract; `out` is NULL or a place for one unsigned int (custream.h).
+    unsafe { object::function_o(obj, |py, obj| sm_count_of(py, obj.as_deref(), out.as_mut())) }
+}
+
+fn sm_count_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut c_uint>) -> c_int {
+    boundary(|_| {
+        let n = stream_arg(obj, "Custream_SmCount")?.sm_count(py)?;
+        if let Some(out) = out {
+            *out = n;
+        }
+        Ok(0)
+    })
+}
+
 /// The capsule holding the table; the table lives for the process.
 pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     let table = TABLE.get_or_init(|| {
@@ -207,6 +237,8 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
             pool_get: Some(pool_get),
             launch_host_func: Some(launch_host_func),
             is_capturing: Some(is_capturing),
+            green_context: Some(green_context),
+            sm_count: Some(sm_count),
         })
     });
     let name = CStr::from_bytes_with_nul(CUSTREAM_CAPSULE_NAME).map_err(|e| PyValueError::new_err(e.to_string()))?;

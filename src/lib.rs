@@ -2,9 +2,9 @@
 //!
 //! The modules, from the Python face down to the driver (docs/design.md, "Code layout"):
 //! - face: `stream_type` (the Stream type's slots), `event_type`, `pool_type`, `graph_type`,
-//!   `host_function_type`, `closable` (the methods they share), `functions`, `capi`
-//! - core: `stream`, `event`, `pool`, `graph`, `current`, `callback`, `protocol`, `relay`,
-//!   `flags`, `owner`
+//!   `green_type`, `host_function_type`, `closable` (the methods they share), `functions`, `capi`
+//! - core: `stream`, `event`, `pool`, `graph`, `green`, `current`, `callback`, `protocol`,
+//!   `relay`, `flags`, `owner`
 //! - capture: `capture` (what a capture is to custream, by handle)
 //! - base: `object` (the one module that touches Python objects raw), `lifecycle`, `errors`,
 //!   `args`, `boundary`, `gil`
@@ -36,6 +36,8 @@ mod functions;
 mod gil;
 mod graph;
 mod graph_type;
+mod green;
+mod green_type;
 mod host_function_type;
 mod layout;
 mod libcuda;
@@ -56,7 +58,7 @@ use pyo3::prelude::*;
 /// destroy does not compile) can name them; not an API.
 #[doc(hidden)]
 pub mod handles {
-    pub use crate::driver::{Context, DriverError, EventHandle, OwnedEvent, OwnedStream, StreamHandle};
+    pub use crate::driver::{Context, DriverError, EventHandle, OwnedEvent, OwnedGreenCtx, OwnedStream, StreamHandle};
 }
 
 #[pymodule]
@@ -69,6 +71,7 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Stream", stream_type)?;
     m.add_class::<event::Event>()?;
     m.add_class::<pool::StreamPool>()?;
+    m.add_class::<green::GreenContext>()?;
     m.add("CudaError", py.get_type::<errors::CudaError>())?;
     m.add("CudaUnavailableError", py.get_type::<errors::CudaUnavailableError>())?;
     m.add("DEFAULT_STREAM", stream::default_stream(py, 0)?)?;

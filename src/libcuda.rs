@@ -12,7 +12,8 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 use std::sync::OnceLock;
 
 use cudarc::driver::sys::{
-    self as cu, CUcontext, CUdevice, CUevent, CUgraph, CUgraphExec, CUgraphNode, CUhostFn, CUstream, CUuserObject,
+    self as cu, CUcontext, CUdevResourceDesc, CUdevice, CUevent, CUgraph, CUgraphExec, CUgraphNode, CUgreenCtx,
+    CUhostFn, CUstream, CUuserObject,
 };
 use libloading::Library;
 
@@ -137,12 +138,60 @@ entry_points!(Api {
     cuStreamBatchMemOp_v2(CUstream, c_uint, *mut cu::CUstreamBatchMemOpParams, c_uint);
 });
 
+// Green contexts (src/driver/green.rs), CUDA 12.4 and newer: a table of their own, so that a
+// 12.0 to 12.3 driver still loads and only a green context is refused (by version).
+entry_points!(Green {
+    cuDeviceGetDevResource(CUdevice, *mut DevResource, c_uint);
+    cuDevSmResourceSplitByCount(*mut DevResource, *mut c_uint, *const DevResource, *mut DevResource, c_uint, c_uint);
+    cuDevResourceGenerateDesc(*mut CUdevResourceDesc, *mut DevResource, c_uint);
+    cuGreenCtxCreate(*mut CUgreenCtx, CUdevResourceDesc, CUdevice, c_uint);
+    cuGreenCtxDestroy(CUgreenCtx);
+    cuGreenCtxGetDevResource(CUgreenCtx, *mut DevResource, c_uint);
+    cuGreenCtxStreamCreate(*mut CUstream, CUgreenCtx, c_uint, c_int);
+    cuCtxFromGreenCtx(*mut CUcontext, CUgreenCtx);
+    cuStreamGetGreenCtx(CUstream, *mut CUgreenCtx);
+});
+
+/// `CUdevResource`, as the driver reads and writes it: 144 bytes in every version. CUDA 12.4
+/// ends it with a union of 48 bytes (`CUdevSmResource sm`, whose first field is `smCount`);
+/// CUDA 13.1 takes 8 of them for a `nextResource` pointer, hence the alignment. Only the type
+/// and the SM count are read; the rest is the driver's, copied as it is.
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+pub struct DevResource {
+    pub kind: c_uint,
+    internal: [u8; 92],
+    /// The union's `sm.smCount`, for a resource of type `RESOURCE_SM`.
+    pub sm_count: c_uint,
+    rest: [u8; 44],
+}
+
+const _: () = assert!(std::mem::size_of::<DevResource>() == 144);
+const _: () = assert!(std::mem::offset_of!(DevResource, sm_count) == 96);
+
+impl DevResource {
+    /// `CU_DEV_RESOURCE_TYPE_SM`.
+    pub const RESOURCE_SM: c_uint = 1;
+
+    /// All zero, as the driver expects an output it fills (13.1's `nextResource` NULL).
+    pub fn zeroed() -> Self {
+        DevResource {
+            kind: 0,
+            internal: [0; 92],
+            sm_count: 0,
+            rest: [0; 44],
+        }
+    }
+}
+
 /// An opened driver library: kept open for the process, so its entry points stay valid.
 struct Opened {
     _lib: Library,
     boot: Boot,
     /// The rest of the table, or the first entry point the library lacks.
     api: Result<Api, &'static str>,
+    /// The green-context entry points, or the first one the library lacks.
+    green: Result<Green, &'static str>,
 }
 
 static OPENED: OnceLock<Result<Opened, LoadError>> = OnceLock::new();
@@ -173,7 +222,14 @@ fn open() -> Result<&'static Opened, LoadError> {
                 }
                 // SAFETY: as for `Boot::resolve`.
                 let api = unsafe { Api::resolve(&lib) };
-                return Ok(Opened { _lib: lib, boot, api });
+                // SAFETY: as for `Boot::resolve`.
+                let green = unsafe { Green::resolve(&lib) };
+                return Ok(Opened {
+                    _lib: lib,
+                    boot,
+                    api,
+                    green,
+                });
             }
             Err(LoadError::NotFound { looked_for, stub })
         })
@@ -189,12 +245,20 @@ pub fn boot() -> Result<&'static Boot, LoadError> {
 /// The full table, or the first entry point the library lacks with the driver's version.
 pub fn api() -> Result<&'static Api, LoadError> {
     let opened = open()?;
-    opened.api.as_ref().map_err(|&symbol| {
-        let mut version: c_int = 0;
-        // SAFETY: a valid out-pointer; cuDriverGetVersion needs no cuInit.
-        unsafe { (opened.boot.cuDriverGetVersion)(&mut version) };
-        LoadError::MissingSymbol { symbol, version }
-    })
+    opened.api.as_ref().map_err(|&symbol| missing(opened, symbol))
+}
+
+fn missing(opened: &Opened, symbol: &'static str) -> LoadError {
+    let mut version: c_int = 0;
+    // SAFETY: a valid out-pointer; cuDriverGetVersion needs no cuInit.
+    unsafe { (opened.boot.cuDriverGetVersion)(&mut version) };
+    LoadError::MissingSymbol { symbol, version }
+}
+
+/// The green-context entry points, or the first one the library lacks with its version.
+pub fn green() -> Result<&'static Green, LoadError> {
+    let opened = open()?;
+    opened.green.as_ref().map_err(|&symbol| missing(opened, symbol))
 }
 
 #[cfg(test)]

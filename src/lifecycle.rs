@@ -166,6 +166,24 @@ pub fn enter<'a, T: Managed>(obj: &'a T, py: Python<'a>, what: &str) -> PyResult
     Ok(InUse { obj, py })
 }
 
+impl<T: Managed> InUse<'_, T> {
+    /// Keep the use open past this guard, until `end_kept_use`: for what lives inside the
+    /// object (a stream made in a green context), which must not see it released first.
+    pub fn keep(self) {
+        std::mem::forget(self);
+    }
+}
+
+/// End a use that `InUse::keep` kept open; a `close()` meanwhile is carried out now if this
+/// was the last use.
+pub fn end_kept_use<T: Managed>(obj: &T, py: Python<'_>) {
+    if Word(obj.state()).leave() == Release::Now {
+        // The close() that came first left the release to the last use; its errors have no
+        // caller to go to.
+        let _ = obj.release(py);
+    }
+}
+
 impl<T: Managed> Drop for InUse<'_, T> {
     fn drop(&mut self) {
         if Word(self.obj.state()).leave() == Release::Now {

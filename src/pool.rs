@@ -8,14 +8,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::green::GreenContext;
 use crate::lifecycle::Closable;
 use crate::object::StreamObject;
 use crate::stream;
 
 /// A fixed set of owned streams, handed out round-robin.
 ///
-/// ``StreamPool(size, *, device=None, non_blocking=True, priority=0)`` creates ``size``
-/// streams in ``device``'s primary context (default: the current context's device, else 0).
+/// ``StreamPool(size, *, device=None, non_blocking=True, priority=0, green_context=None)``
+/// creates ``size`` streams in ``device``'s primary context (default: the current context's
+/// device, else 0), or in ``green_context`` (a custream.GreenContext) when given.
 /// ``get()`` hands them out in turn (thread-safe, no lock), ``pool[i]`` and ``len(pool)``
 /// index them. A pool's stream is a plain custream.Stream to every consumer; it stays valid
 /// while the pool is open, and only ``pool.close()`` (idempotent) closes it.
@@ -28,10 +30,22 @@ pub struct StreamPool {
 }
 
 impl StreamPool {
-    pub fn new(py: Python<'_>, size: usize, device: Option<i32>, non_blocking: bool, priority: i32) -> PyResult<Self> {
+    /// `green`: made in that green context (non-blocking, on its device; checked by the caller).
+    pub fn new(
+        py: Python<'_>,
+        size: usize,
+        device: Option<i32>,
+        non_blocking: bool,
+        priority: i32,
+        green: Option<&Bound<'_, GreenContext>>,
+    ) -> PyResult<Self> {
         let mut streams: Vec<Py<PyAny>> = Vec::with_capacity(size);
         for _ in 0..size {
-            match stream::create(py, device, non_blocking, priority, true) {
+            let made = match green {
+                Some(gc) => stream::create_green(py, gc, priority, true, "StreamPool()"),
+                None => stream::create(py, device, non_blocking, priority, true),
+            };
+            match made {
                 Ok(s) => streams.push(s.unbind()),
                 Err(e) => {
                     close_all(py, &streams);

@@ -17,9 +17,10 @@ use pyo3::types::{PyInt, PyTuple};
 use crate::capture;
 use crate::driver::{self, CaptureMode, CaptureStatus, Context, OwnedStream, StreamHandle};
 use crate::gil;
+use crate::green::{self, GreenContext};
 use crate::layout::{
-    custream_deleter_t, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_NON_BLOCKING,
-    CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED, CUSTREAM_FLAG_SHARED,
+    custream_deleter_t, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_GREEN,
+    CUSTREAM_FLAG_NON_BLOCKING, CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED, CUSTREAM_FLAG_SHARED,
 };
 use crate::lifecycle::{self, Home, Managed};
 use crate::object::{self, Fields, StreamObject};
@@ -169,6 +170,49 @@ pub fn create(
     }
 }
 
+/// A new owned stream in green context `gc`, its owner, which it holds open until released
+/// (src/green.rs). Non-blocking, as CUDA requires of a green context's streams.
+/// `pooled`: made for a StreamPool, which alone may close it.
+pub fn create_green<'py>(
+    py: Python<'py>,
+    gc: &Bound<'py, GreenContext>,
+    priority: i32,
+    pooled: bool,
+    what: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let g = gc.get();
+    let (in_use, handle) = g.make_stream(py, what, priority)?;
+    green::register(gc)?;
+    let home = g.home();
+    let parts = Parts {
+        handle: handle.handle().as_u64(),
+        flags: CUSTREAM_FLAG_OWNED
+            | CUSTREAM_FLAG_NON_BLOCKING
+            | CUSTREAM_FLAG_GREEN
+            | if pooled { CUSTREAM_FLAG_POOLED } else { 0 },
+        device: home.device,
+        priority,
+        owner: Some(gc.clone().into_any()),
+        deleter: None,
+        deleter_ctx: null_mut(),
+        home: Some((home.context, home.context_id)),
+        protocol: None,
+    };
+    match make(py, parts) {
+        Ok(obj) => {
+            // The object owns the stream, and its use of `gc`, from here on: `release`
+            // destroys the one and ends the other, once.
+            owned_streams().insert(handle.into_raw(), (home.context, home.context_id));
+            in_use.keep();
+            Ok(obj)
+        }
+        Err(e) => {
+            let _ = home.release(py, move |_| handle.destroy());
+            Err(e)
+        }
+    }
+}
+
 /// `device`, or else the device of `current` (the calling thread's current context), or else
 /// 0; refused by name when the machine has no such device.
 pub fn existing_device(device: Option<i32>, current: Option<Context>) -> PyResult<i32> {
@@ -239,6 +283,64 @@ impl StreamObject<'_> {
     /// Made by a StreamPool, which alone closes it.
     pub fn is_pooled(self) -> bool {
         self.flags() & CUSTREAM_FLAG_POOLED != 0
+    }
+
+    /// Made in a custream.GreenContext, its owner.
+    pub fn is_green(self) -> bool {
+        self.flags() & CUSTREAM_FLAG_GREEN != 0
+    }
+
+    /// The GreenContext of a stream made in one, while the stream is open.
+    fn own_green_context<'py>(self, py: Python<'py>, what: &str) -> PyResult<Bound<'py, GreenContext>> {
+        match self.owner(py) {
+            Some(owner) if !self.is_closed() => Ok(owner.cast_into::<GreenContext>()?),
+            _ => Err(closed_error(what)),
+        }
+    }
+
+    /// `s.green_context`: the GreenContext the stream's work runs in, or None. A stream made
+    /// in one answers with it; any other asks the driver (cuStreamGetGreenCtx), and one in a
+    /// green context custream does not know gets a GreenContext that keeps this stream (and
+    /// so whatever keeps the green context alive for it) as its owner.
+    pub fn green_context<'py>(self, py: Python<'py>) -> PyResult<Option<Bound<'py, GreenContext>>> {
+        if self.is_green() {
+            return self.own_green_context(py, "green_context").map(Some);
+        }
+        let found = self.use_handle(py, "green_context", |h| {
+            gil::brief(py, move || driver::stream_green_context(h))
+        })?;
+        let Some(view) = found else { return Ok(None) };
+        if let Some(known) = green::known(py, view.as_u64()) {
+            return Ok(Some(known));
+        }
+        // Held open meanwhile: the stream's owner keeps its green context alive.
+        let _in_use = lifecycle::enter(&self, py, "green_context")?;
+        let gc = GreenContext::borrowed(py, view, Some(self.object(py).unbind()))?;
+        let gc = Bound::new(py, gc)?;
+        green::register(&gc)?;
+        Ok(Some(gc))
+    }
+
+    /// `s.sm_count`: the SMs the stream's work may use, its green context's or the device's.
+    pub fn sm_count(self, py: Python<'_>) -> PyResult<u32> {
+        if self.is_green() {
+            return Ok(self.own_green_context(py, "sm_count")?.get().sm_count());
+        }
+        if self.is_owned() {
+            // Made in the primary context: the whole device.
+            lifecycle::ensure_usable(&self, "sm_count")?;
+            return Ok(driver::device_sm_count(self.device(py)?)?);
+        }
+        let partition = self.use_handle(py, "sm_count", |h| {
+            gil::brief(py, move || match driver::stream_green_context(h)? {
+                Some(g) => driver::green_sm_count(g).map(Some),
+                None => Ok(None),
+            })
+        })?;
+        match partition {
+            Some(n) => Ok(n),
+            None => Ok(driver::device_sm_count(self.device(py)?)?),
+        }
     }
 
     /// The device if known without a driver call.
@@ -499,6 +601,8 @@ impl Managed for StreamObject<'_> {
         let (context, context_id) = s.known_context(py);
         s.set_context(py, None, context_id);
         let deleter = s.take_deleter(py);
+        // A green stream's owner is the GreenContext it holds open: ended after the destroy.
+        let green = s.is_green().then(|| s.owner(py)).flatten();
         let owner = s.take_owner(py);
         let may_call = || lifecycle::may_release(s.fork_generation());
 
@@ -510,7 +614,8 @@ impl Managed for StreamObject<'_> {
                     context,
                     context_id,
                     device: s.device_cell().load(Ordering::Acquire),
-                    retains_primary: true,
+                    // A green context's streams retain nothing: it does.
+                    retains_primary: !s.is_green(),
                 };
                 // SAFETY: an owned stream's handle came from `OwnedStream::into_raw` in
                 // `create`, and this is the one release of the object (lifecycle.rs's state
@@ -521,6 +626,9 @@ impl Managed for StreamObject<'_> {
                     owned.destroy()
                 });
             }
+        }
+        if let Some(gc) = green.as_ref().and_then(|g| g.cast::<GreenContext>().ok()) {
+            gc.get().stream_closed(py);
         }
         if let Some(deleter) = deleter.filter(|_| may_call()) {
             deleter.call(py);

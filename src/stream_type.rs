@@ -21,18 +21,21 @@ use crate::current;
 use crate::driver::CaptureMode;
 use crate::event::{self, Event};
 use crate::graph::Graph;
+use crate::green_type::green_context_arg;
 use crate::layout::CustreamStream;
 use crate::object::{self, entry, Fastcall, StreamObject, TupleDict};
 use crate::protocol::{self, handle_from_int};
 use crate::stream::{self, closed_error, Parts};
 
-const DOC: &CStr = c"Stream(*, device=None, non_blocking=True, priority=0)
+const DOC: &CStr = c"Stream(*, device=None, non_blocking=True, priority=0, green_context=None)
 --
 
 A CUDA stream shared by Python, Cython and C, speaking the CUDA Stream Protocol.
 
 ``Stream()`` creates an owned stream in the device's primary context (``device`` defaults to
-the current context's device, else 0) and leaves the thread's current context as it was.
+the current context's device, else 0) and leaves the thread's current context as it was;
+with ``green_context=gc`` (a custream.GreenContext) it is made in that green context instead,
+its work running on that context's SMs only, and keeps ``gc`` open.
 ``Stream.from_handle(handle, owner=...)`` and ``custream.as_stream(obj)`` wrap a stream
 somebody else made, keeping its owner alive. ``with s:`` makes ``s`` the current stream
 (``custream.current_stream()``) for the block and closes nothing. ``close()`` destroys an
@@ -57,16 +60,19 @@ fn type_name(got: &Bound<'_, PyAny>) -> String {
 static NEW_SIG: Signature = Signature {
     name: "Stream",
     positional: &[],
-    keyword_only: &["device", "non_blocking", "priority"],
+    keyword_only: &["device", "non_blocking", "priority", "green_context"],
     required: 0,
 };
 
 fn new(py: Python<'_>, args: TupleDict<'_, '_>) -> *mut ffi::PyObject {
     boundary(|_| {
-        let [device, non_blocking, priority] = NEW_SIG.parse_tuple_dict::<3>(&args)?;
+        let [device, non_blocking, priority, green] = NEW_SIG.parse_tuple_dict::<4>(&args)?;
         let device = device_arg(device.as_ref(), "Stream")?;
         let non_blocking = bool_arg(non_blocking.as_ref(), "Stream", "non_blocking", true)?;
         let priority = i32_arg(priority.as_ref(), "Stream", "priority", 0)?;
+        if let Some(gc) = green_context_arg(green.as_ref(), "Stream", device, non_blocking)? {
+            return Ok(stream::create_green(py, &gc, priority, false, "Stream()")?.into_ptr());
+        }
         Ok(stream::create(py, device, non_blocking, priority, false)?.into_ptr())
     })
 }
@@ -95,7 +101,12 @@ fn repr(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
         } else if s.is_shared() {
             " shared".to_owned()
         } else if s.is_pooled() {
-            " owned by a StreamPool".to_owned()
+            format!(
+                " owned by a StreamPool{}",
+                if s.is_green() { " in a green context" } else { "" }
+            )
+        } else if s.is_green() {
+            " owned in a green context".to_owned()
         } else if s.is_owned() {
             " owned".to_owned()
         } else if let Some(owner) = s.owner(py) {
@@ -375,6 +386,17 @@ fn get_is_capturing(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
     boundary(|_| Ok(bool_ptr(py, s.is_capturing(py)?)))
 }
 
+fn get_green_context(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
+    boundary(|_| match s.green_context(py)? {
+        Some(gc) => Ok(gc.into_ptr()),
+        None => Ok(none(py)),
+    })
+}
+
+fn get_sm_count(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
+    boundary(|_| Ok(s.sm_count(py)?.into_pyobject(py)?.into_ptr()))
+}
+
 // ---- the type ---------------------------------------------------------------------------
 
 fn method(name: &'static CStr, meth: ffi::PyMethodDefPointer, flags: c_int, doc: &'static CStr) -> ffi::PyMethodDef {
@@ -482,6 +504,16 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
             c"is_capturing",
             entry!(getter, get_is_capturing),
             c"True while the stream is capturing a CUDA graph (whoever began the capture).",
+        ),
+        getter(
+            c"green_context",
+            entry!(getter, get_green_context),
+            c"The custream.GreenContext the stream's work runs in, or None (the whole device).\nAny stream can be asked: one made in a green context by another library answers\ntoo (the driver is asked, and the green context adopted with the stream as owner).",
+        ),
+        getter(
+            c"sm_count",
+            entry!(getter, get_sm_count),
+            c"How many SMs the stream's work may use: its green context's, else the device's.",
         ),
         ffi::PyGetSetDef {
             name: std::ptr::null(),

@@ -71,7 +71,7 @@ fn generate(python: &Python, resource_dir: Option<&Path>) -> Result<String, bind
         builder = builder.clang_arg(format!("-resource-dir={}", dir.display()));
     }
     builder
-        .allowlist_type("CustreamStream|CustreamCAPI|custream_.*|CUstream_st")
+        .allowlist_type("CustreamStream|CustreamCAPI|custream_.*|CUstream_st|CUgreenCtx_st")
         .allowlist_var("CUSTREAM_.*")
         // Stop at our own types: the object header and PyTypeObject come from pyo3's
         // declarations of CPython's structs, so the output is the same for every Python.

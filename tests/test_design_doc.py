@@ -13,10 +13,12 @@ C_GUIDE = (ROOT / "docs" / "c.md").read_text()
 FLOORS = {
     "lib": 0,
     **dict.fromkeys(
-        ["stream_type", "event_type", "pool_type", "graph_type", "host_function_type", "closable", "functions", "capi"], 1
+        ["stream_type", "event_type", "pool_type", "graph_type", "green_type", "host_function_type", "closable", "functions",
+         "capi"],
+        1,
     ),
     **dict.fromkeys(
-        ["stream", "event", "pool", "graph", "current", "callback", "protocol", "relay", "flags", "owner"], 2
+        ["stream", "event", "pool", "graph", "green", "current", "callback", "protocol", "relay", "flags", "owner"], 2
     ),
     "capture": 3,
     **dict.fromkeys(["object", "lifecycle", "errors", "args", "boundary", "gil"], 4),

@@ -12,6 +12,7 @@ pub const CUSTREAM_FLAG_DEFAULT: u32 = 2;
 pub const CUSTREAM_FLAG_NON_BLOCKING: u32 = 4;
 pub const CUSTREAM_FLAG_SHARED: u32 = 8;
 pub const CUSTREAM_FLAG_POOLED: u32 = 16;
+pub const CUSTREAM_FLAG_GREEN: u32 = 32;
 pub const CUSTREAM_STATE_CLOSED: u32 = 2147483648;
 pub const CUSTREAM_STATE_RELEASED: u32 = 1073741824;
 pub const CUSTREAM_STATE_USERS: u32 = 1073741823;
@@ -22,6 +23,12 @@ pub struct CUstream_st {
     _unused: [u8; 0],
 }
 pub type custream_handle_t = *mut CUstream_st;
+#[repr(C)]
+#[derive(Debug)]
+pub struct CUgreenCtx_st {
+    _unused: [u8; 0],
+}
+pub type custream_green_ctx_t = *mut CUgreenCtx_st;
 pub type custream_deleter_t =
     ::std::option::Option<unsafe extern "C" fn(ctx: *mut ::std::os::raw::c_void, handle: custream_handle_t)>;
 pub type custream_host_fn_t = ::std::option::Option<unsafe extern "C" fn(user: *mut ::std::os::raw::c_void)>;
@@ -104,10 +111,16 @@ pub struct CustreamCAPI {
         ) -> ::std::os::raw::c_int,
     >,
     pub is_capturing: ::std::option::Option<unsafe extern "C" fn(stream: *mut PyObject) -> ::std::os::raw::c_int>,
+    pub green_context: ::std::option::Option<
+        unsafe extern "C" fn(stream: *mut PyObject, out: *mut custream_green_ctx_t) -> ::std::os::raw::c_int,
+    >,
+    pub sm_count: ::std::option::Option<
+        unsafe extern "C" fn(stream: *mut PyObject, out: *mut ::std::os::raw::c_uint) -> ::std::os::raw::c_int,
+    >,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of CustreamCAPI"][::std::mem::size_of::<CustreamCAPI>() - 112usize];
+    ["Size of CustreamCAPI"][::std::mem::size_of::<CustreamCAPI>() - 128usize];
     ["Alignment of CustreamCAPI"][::std::mem::align_of::<CustreamCAPI>() - 8usize];
     ["Offset of field: CustreamCAPI::abi_version"][::std::mem::offset_of!(CustreamCAPI, abi_version) - 0usize];
     ["Offset of field: CustreamCAPI::api_size"][::std::mem::offset_of!(CustreamCAPI, api_size) - 4usize];
@@ -127,4 +140,6 @@ const _: () = {
     ["Offset of field: CustreamCAPI::launch_host_func"]
         [::std::mem::offset_of!(CustreamCAPI, launch_host_func) - 96usize];
     ["Offset of field: CustreamCAPI::is_capturing"][::std::mem::offset_of!(CustreamCAPI, is_capturing) - 104usize];
+    ["Offset of field: CustreamCAPI::green_context"][::std::mem::offset_of!(CustreamCAPI, green_context) - 112usize];
+    ["Offset of field: CustreamCAPI::sm_count"][::std::mem::offset_of!(CustreamCAPI, sm_count) - 120usize];
 };

@@ -1,9 +1,9 @@
 //! Every CUDA driver call custream makes, over small typed handles.
 //!
 //! A driver object crosses this boundary only as a typed handle: an owning one (`OwnedStream`,
-//! `OwnedEvent`, `OwnedGraph`, `OwnedGraphExec`: not `Copy`, destroyed by consuming it) or a
-//! `Copy` view for calls (`StreamHandle`, `EventHandle`, `GraphHandle`, `GraphExecHandle`),
-//! and a `Context`. Nothing here touches Python. Every call starts at `init()`, which refuses
+//! `OwnedEvent`, `OwnedGraph`, `OwnedGraphExec`, `OwnedGreenCtx`: not `Copy`, destroyed by
+//! consuming it) or a `Copy` view for calls (`StreamHandle`, `EventHandle`, `GraphHandle`,
+//! `GraphExecHandle`, `GreenCtxHandle`), and a `Context`. Nothing here touches Python. Every call starts at `init()`, which refuses
 //! after `fork()` and during finalization (src/process.rs).
 //!
 //! **The handle rule**, which the `unsafe` blocks below rely on: a view names a driver object
@@ -47,6 +47,7 @@ pub mod code {
     pub const INVALID_CONTEXT: Status = R::CUDA_ERROR_INVALID_CONTEXT as Status;
     pub const NOT_READY: Status = R::CUDA_ERROR_NOT_READY as Status;
     pub const CONTEXT_IS_DESTROYED: Status = R::CUDA_ERROR_CONTEXT_IS_DESTROYED as Status;
+    pub const NOT_SUPPORTED: Status = R::CUDA_ERROR_NOT_SUPPORTED as Status;
 }
 
 /// Why a driver call was not made, or how it failed.
@@ -449,6 +450,21 @@ fn stream_priority_range(api: &Api) -> Result<(i32, i32)> {
     Ok((least, greatest))
 }
 
+/// Refuses a priority outside (least, greatest) by name: the driver would clamp it silently.
+fn check_priority(priority: i32, (least, greatest): (i32, i32)) -> Result<()> {
+    if priority > least || priority < greatest {
+        return Err(refused(
+            code::INVALID_VALUE,
+            "CUDA_ERROR_INVALID_VALUE",
+            format!(
+                "priority {priority} is outside this device's range [{greatest}, {least}] \
+                 (lower numbers are higher priority)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// An owned stream: created in `ctx`, which the caller has retained; `current` is the
 /// calling thread's current context.
 pub fn create_stream(ctx: Context, current: Option<Context>, non_blocking: bool, priority: i32) -> Result<OwnedStream> {
@@ -460,16 +476,7 @@ pub fn create_stream(ctx: Context, current: Option<Context>, non_blocking: bool,
         } else {
             stream_priority_range(api)?
         };
-        if priority > least || priority < greatest {
-            return Err(refused(
-                code::INVALID_VALUE,
-                "CUDA_ERROR_INVALID_VALUE",
-                format!(
-                    "priority {priority} is outside this device's range [{greatest}, {least}] \
-                     (lower numbers are higher priority)"
-                ),
-            ));
-        }
+        check_priority(priority, (least, greatest))?;
         let flags = if non_blocking {
             cu::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint
         } else {
@@ -590,9 +597,11 @@ pub fn event_elapsed_ms(start: EventHandle, end: EventHandle) -> Result<f32> {
     Ok(ms)
 }
 
-// After `handle!`, which it uses.
+// After `handle!`, which they use.
 mod capture;
 pub use capture::*;
+mod green;
+pub use green::*;
 
 #[cfg(test)]
 mod tests {

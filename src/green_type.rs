@@ -1,0 +1,201 @@
+//! The Python face of custream.GreenContext: arguments parsed, work delegated to src/green.rs
+//! (the green context) and src/stream.rs (the streams made in it). Also the `green_context=`
+//! argument that Stream() and StreamPool() take.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyInt;
+
+use crate::args::{device_arg, i32_arg, int_repr, is_int_not_bool};
+use crate::closable::closable_methods;
+use crate::driver;
+use crate::green::{self, closed_error, GreenContext};
+use crate::protocol::handle_from_int;
+use crate::stream;
+
+fn type_name(v: &Bound<'_, PyAny>) -> String {
+    v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+}
+
+/// An SM count: an int (not a bool) of at least 1.
+fn sm_count_arg(value: &Bound<'_, PyAny>, fname: &str) -> PyResult<u32> {
+    if !is_int_not_bool(value) {
+        return Err(PyTypeError::new_err(format!(
+            "{fname} sm_count must be an int, got {}",
+            type_name(value)
+        )));
+    }
+    match value.extract::<i64>() {
+        Ok(n) if n >= 1 => Ok(u32::try_from(n).unwrap_or(u32::MAX)),
+        _ => Err(PyValueError::new_err(format!(
+            "{fname} sm_count must be at least 1, got {}",
+            int_repr(value)
+        ))),
+    }
+}
+
+/// The device of `GreenContext()` and `split()`: given, else the current context's, else 0.
+fn device_of(device: Option<Bound<'_, PyAny>>, fname: &str) -> PyResult<i32> {
+    let device = device_arg(device.as_ref(), fname)?;
+    stream::existing_device(device, driver::current_context()?)
+}
+
+/// The `green_context=` argument of Stream() and StreamPool(): None, or a GreenContext whose
+/// device and CUDA's rule for its streams (non-blocking) agree with the other arguments.
+/// Checked before any driver call.
+pub fn green_context_arg<'py>(
+    value: Option<&Bound<'py, PyAny>>,
+    fname: &str,
+    device: Option<i32>,
+    non_blocking: bool,
+) -> PyResult<Option<Bound<'py, GreenContext>>> {
+    let Some(value) = value.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    let gc = value.cast::<GreenContext>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{fname}() green_context must be a custream.GreenContext or None, got {}",
+            type_name(value)
+        ))
+    })?;
+    let at = gc.get().device();
+    if let Some(d) = device.filter(|&d| d != at) {
+        return Err(PyValueError::new_err(format!(
+            "{fname}() device {d} is not the green context's: its SMs are device {at}'s \
+             (leave device out, or make the green context on device {d})"
+        )));
+    }
+    if !non_blocking {
+        return Err(PyValueError::new_err(format!(
+            "{fname}() non_blocking=False cannot be had in a green context: CUDA makes every \
+             stream of a green context non-blocking"
+        )));
+    }
+    Ok(Some(gc.clone()))
+}
+
+/// `from_handle`'s handle: an int (a CUgreenCtx), a cuda.bindings `CUgreenCtx` or `CUcontext`
+/// (the context converted from a green one: cuda.core's `Context.handle`), or a cuda.core
+/// `Context` itself, which then is the owner unless one is given. Returns (raw, is a context,
+/// the owner).
+fn green_handle_arg<'py>(
+    handle: &Bound<'py, PyAny>,
+    owner: Option<Bound<'py, PyAny>>,
+) -> PyResult<(u64, bool, Option<Bound<'py, PyAny>>)> {
+    if handle.is_instance_of::<PyInt>() {
+        return Ok((handle_from_int(handle, || "from_handle() handle".into())?, false, owner));
+    }
+    let tp = handle.get_type();
+    let name = tp.name()?.to_string();
+    let module = tp.module().map(|m| m.to_string()).unwrap_or_default();
+    let from_bindings = module.starts_with("cuda.bindings") || module.starts_with("cuda.cuda");
+    if from_bindings && (name == "CUgreenCtx" || name == "CUcontext") {
+        let raw = handle_from_int(&handle.call_method0("__int__")?, || {
+            format!("from_handle() int({name})")
+        })?;
+        return Ok((raw, name == "CUcontext", owner));
+    }
+    if module.starts_with("cuda.core") && name == "Context" {
+        let context = handle.getattr("handle")?;
+        let raw = handle_from_int(&context.call_method0("__int__")?, || {
+            "from_handle() Context.handle".into()
+        })?;
+        return Ok((raw, true, owner.or_else(|| Some(handle.clone()))));
+    }
+    Err(PyTypeError::new_err(format!(
+        "from_handle() handle must be an int (a CUgreenCtx), a cuda.bindings CUgreenCtx or \
+         CUcontext, or a cuda.core Context, got {}",
+        type_name(handle)
+    )))
+}
+
+#[pymethods]
+impl GreenContext {
+    #[new]
+    #[pyo3(signature = (sm_count, *, device = None))]
+    fn py_new(py: Python<'_>, sm_count: &Bound<'_, PyAny>, device: Option<Bound<'_, PyAny>>) -> PyResult<GreenContext> {
+        let sm_count = sm_count_arg(sm_count, "GreenContext()")?;
+        let device = device_of(device, "GreenContext")?;
+        GreenContext::create(py, device, sm_count)
+    }
+
+    /// Two disjoint green contexts of ``device`` (default: the current context's device,
+    /// else 0): at least ``sm_count`` SMs, rounded up as the driver requires, and the rest.
+    /// E.g. ``small, rest = GreenContext.split(16)`` on a 132-SM H200 gives 16 and 116.
+    #[staticmethod]
+    #[pyo3(name = "split", signature = (sm_count, *, device = None))]
+    fn py_split<'py>(
+        py: Python<'py>,
+        sm_count: &Bound<'py, PyAny>,
+        device: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<(Bound<'py, GreenContext>, Bound<'py, GreenContext>)> {
+        let sm_count = sm_count_arg(sm_count, "GreenContext.split()")?;
+        let device = device_of(device, "split")?;
+        let (slice, rest) = GreenContext::split_device(py, device, sm_count)?;
+        let (slice, rest) = (Bound::new(py, slice)?, Bound::new(py, rest)?);
+        green::register(&slice)?;
+        green::register(&rest)?;
+        Ok((slice, rest))
+    }
+
+    /// Adopt another library's green context: ``handle`` is a ``CUgreenCtx`` (an int or a
+    /// cuda.bindings ``CUgreenCtx``), or the context converted from one (a cuda.bindings
+    /// ``CUcontext``, such as cuda.core's ``Context.handle``), or a cuda.core ``Context``.
+    /// ``owner`` is kept alive until ``close()`` (a cuda.core ``Context`` is its own owner
+    /// unless one is given); custream never destroys an adopted green context.
+    #[staticmethod]
+    #[pyo3(signature = (handle, *, owner = None))]
+    fn from_handle<'py>(
+        py: Python<'py>,
+        handle: &Bound<'py, PyAny>,
+        owner: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, GreenContext>> {
+        let (raw, is_context, owner) = green_handle_arg(handle, owner.filter(|o| !o.is_none()))?;
+        let gc = GreenContext::adopt(py, raw, is_context, owner.map(Bound::unbind))?;
+        let gc = Bound::new(py, gc)?;
+        green::register(&gc)?;
+        Ok(gc)
+    }
+
+    /// The ``CUgreenCtx`` handle as an int; raises once closed.
+    #[getter]
+    fn handle(slf: &Bound<'_, Self>) -> PyResult<u64> {
+        if slf.get().is_closed() {
+            return Err(closed_error("handle"));
+        }
+        // Whoever makes a stream in it with this handle finds this object as its green context.
+        green::register(slf)?;
+        Ok(slf.get().view().as_u64())
+    }
+
+    /// A new custream.Stream in this green context (non-blocking, as CUDA requires): its work
+    /// runs on this green context's SMs only. The stream keeps the green context open.
+    #[pyo3(signature = (*, priority = None), text_signature = "($self, *, priority=0)")]
+    fn create_stream<'py>(slf: &Bound<'py, Self>, priority: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+        let priority = i32_arg(priority.as_ref(), "create_stream", "priority", 0)?;
+        stream::create_green(slf.py(), slf, priority, false, "create_stream()")
+    }
+
+    fn __repr__(&self) -> String {
+        let how = if self.is_closed() {
+            " closed"
+        } else if self.is_owned() {
+            " owned"
+        } else {
+            " borrowed"
+        };
+        format!(
+            "<custream.GreenContext handle={:#x} device={} sm_count={}{how}>",
+            self.view().as_u64(),
+            self.device(),
+            self.sm_count()
+        )
+    }
+}
+
+closable_methods!(
+    GreenContext,
+    "Refuse new streams from now on and destroy the green context once its last stream is \
+     closed (now, if it has none); idempotent.",
+    with
+);
