@@ -153,6 +153,16 @@ PyObject *synchronize(PyObject *, PyObject *obj) {
     Py_RETURN_NONE;
 }
 
+PyObject *slice(PyObject *, PyObject *obj) {
+    custream::stream s = custream::stream::from_python(obj);
+    if (!s) return nullptr;
+    std::optional<unsigned> n = s.sm_count();
+    if (!n) return nullptr;
+    std::optional<custream_green_ctx_t> g = s.green_context();
+    if (!g) return nullptr;
+    return Py_BuildValue("(NI)", PyLong_FromVoidPtr(static_cast<void *>(*g)), *n);
+}
+
 PyObject *close(PyObject *, PyObject *obj) {
     custream::stream s = custream::stream::from_python(obj);
     if (!s || !s.close() || !s.close()) return nullptr;  // twice: close() is idempotent
@@ -378,6 +388,7 @@ PyMethodDef methods[] = {
     {"adopt", adopt, METH_O, "stream::adopt(new reference to obj)."},
     {"stream_state", stream_state, METH_O, "(ref().get(), is_closed()) of stream::from_python(obj)."},
     {"synchronize", synchronize, METH_O, "stream::synchronize()."},
+    {"slice", slice, METH_O, "(stream::green_context(), stream::sm_count())."},
     {"close", close, METH_O, "stream::close() twice; is_closed() after."},
     {"empty_stream_calls", empty_stream_calls, METH_NOARGS, "close() and is_closed() of an empty stream."},
     {"wrap", wrap, METH_VARARGS, "from_handle(handle, device, owner)."},

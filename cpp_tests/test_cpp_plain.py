@@ -82,6 +82,16 @@ def test_synchronize_reports_the_python_error(plain):
         plain.synchronize(Stream.from_handle(0))
 
 
+@pytest.mark.skipif(custream.is_available(), reason="checks the no-driver error; this machine has a driver")
+def test_sm_count_and_green_context_report_the_python_error(plain):
+    with pytest.raises(custream.CudaUnavailableError):
+        plain.slice(Stream.from_handle(0x1000))
+    closed = Stream.from_handle(0x1000)
+    closed.close()
+    with pytest.raises(ValueError, match="sm_count on a closed custream.Stream"):
+        plain.slice(closed)
+
+
 def test_from_handle_borrows_and_keeps_the_owner(plain):
     owner = Producer(0)
     s = plain.wrap(0x5000, 3, owner)

@@ -138,6 +138,14 @@ static PyObject *pool_get(PyObject *self, PyObject *pool) {
     return Custream_PoolGet(pool);
 }
 
+static PyObject *slice(PyObject *self, PyObject *obj) {
+    custream_green_ctx_t g = NULL;
+    unsigned int n = 0;
+    (void)self;
+    if (Custream_SmCount(obj, &n) < 0 || Custream_GreenContext(obj, &g) < 0) return NULL;
+    return Py_BuildValue("(NI)", PyLong_FromVoidPtr((void *)g), n);
+}
+
 static PyMethodDef methods[] = {
     {"abi", abi, METH_NOARGS, "ABI versions and sizes: compiled and from the imported table."},
     {"layout", layout, METH_NOARGS, "sizeof and offsetof as compiled."},
@@ -153,6 +161,7 @@ static PyMethodDef methods[] = {
     {"current_stream", current_stream, METH_NOARGS, "Custream_CurrentStream()."},
     {"default_stream", default_stream, METH_VARARGS, "Custream_DefaultStream(token)."},
     {"pool_get", pool_get, METH_O, "Custream_PoolGet(pool)."},
+    {"slice", slice, METH_O, "(Custream_GreenContext(obj), Custream_SmCount(obj))."},
     {NULL, NULL, 0, NULL},
 };
 

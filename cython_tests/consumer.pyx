@@ -12,10 +12,12 @@ from custream cimport (
     default_stream,
     from_handle,
     from_handle_with_deleter,
+    green_context,
     handle_checked,
     is_closed,
     is_stream,
     pool_get,
+    sm_count,
     synchronize,
 )
 
@@ -102,7 +104,7 @@ def flag_values():
     return {"OWNED": custream.CUSTREAM_FLAG_OWNED, "DEFAULT": custream.CUSTREAM_FLAG_DEFAULT,
             "NON_BLOCKING": custream.CUSTREAM_FLAG_NON_BLOCKING,
             "SHARED": custream.CUSTREAM_FLAG_SHARED, "POOLED": custream.CUSTREAM_FLAG_POOLED,
-            "DEVICE_UNKNOWN": custream.CUSTREAM_DEVICE_UNKNOWN}
+            "GREEN": custream.CUSTREAM_FLAG_GREEN, "DEVICE_UNKNOWN": custream.CUSTREAM_DEVICE_UNKNOWN}
 
 
 def current():
@@ -123,6 +125,11 @@ def default_of(uintptr_t token):
 def pool_next(pool):
     cdef Stream s = pool_get(pool)
     return s
+
+
+def slice_of(Stream s not None):
+    """(green_context(s), sm_count(s)), as a Cython library sizing a grid asks."""
+    return (<uintptr_t>green_context(s), sm_count(s))
 
 
 # ---- a C owner's deleter: counts calls per slot (ctx is the slot number) ---------------

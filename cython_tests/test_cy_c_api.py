@@ -120,3 +120,18 @@ def test_synchronize_checks_its_argument(cext):
 def test_synchronize_without_a_driver_raises_cuda_unavailable(cext):
     with pytest.raises(custream.CudaUnavailableError):
         cext.synchronize(custream.Stream.from_handle(0))
+
+
+def test_green_context_and_sm_count_check_their_argument(cext):
+    with pytest.raises(TypeError, match="Custream_SmCount\\(\\) expected a custream.Stream, got Producer"):
+        cext.slice(Producer(0))
+    closed = custream.Stream.from_handle(0x1000)
+    closed.close()
+    with pytest.raises(ValueError, match="sm_count on a closed custream.Stream"):
+        cext.slice(closed)
+
+
+@pytest.mark.skipif(custream.is_available(), reason="checks the no-driver error; this machine has a driver")
+def test_sm_count_without_a_driver_raises_cuda_unavailable(cext):
+    with pytest.raises(custream.CudaUnavailableError):
+        cext.slice(custream.Stream.from_handle(0x1000))

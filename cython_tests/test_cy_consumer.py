@@ -46,7 +46,8 @@ def test_struct_fields_read_from_cython(cy):
 def test_header_constants_agree_with_python(cy):
     assert cy.abi_version() == custream.ABI_VERSION
     assert cy.default_tokens() == (0, custream.LEGACY_DEFAULT_STREAM.handle, custream.PER_THREAD_DEFAULT_STREAM.handle)
-    assert cy.flag_values() == {"OWNED": 1, "DEFAULT": 2, "NON_BLOCKING": 4, "SHARED": 8, "POOLED": 16, "DEVICE_UNKNOWN": -1}
+    assert cy.flag_values() == {"OWNED": 1, "DEFAULT": 2, "NON_BLOCKING": 4, "SHARED": 8, "POOLED": 16, "GREEN": 32,
+                                "DEVICE_UNKNOWN": -1}
 
 
 def test_as_stream_wraps_a_protocol_object(cy):
@@ -177,6 +178,16 @@ def test_the_type_check(cy):
 def test_synchronize_without_a_driver_raises_cuda_unavailable(cy):
     with pytest.raises(custream.CudaUnavailableError):
         cy.sync(custream.Stream.from_handle(0))
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-driver error; this machine has a driver")
+def test_sm_count_without_a_driver_raises_cuda_unavailable(cy):
+    with pytest.raises(custream.CudaUnavailableError):
+        cy.slice_of(custream.Stream.from_handle(0x1000))
+    closed = custream.Stream.from_handle(0x1000)
+    closed.close()
+    with pytest.raises(ValueError, match="^green_context on a closed custream.Stream$"):
+        cy.slice_of(closed)
 
 
 def test_deleter_called_once_on_close(cy):

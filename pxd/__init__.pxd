@@ -13,8 +13,8 @@ Names:
   ``priority``) read the struct field: one load, usable inside ``nogil``. Type arguments as
   ``Stream s not None``: Cython lets None through a typed argument otherwise.
 * ``as_stream``, ``from_handle``, ``from_handle_with_deleter``, ``synchronize``,
-  ``handle_checked``, ``is_closed``, ``is_stream``, ``launch_host_func``, ``is_capturing``:
-  the C API with Cython signatures.
+  ``handle_checked``, ``is_closed``, ``is_stream``, ``launch_host_func``, ``is_capturing``,
+  ``sm_count``, ``green_context``: the C API with Cython signatures.
 * ``Custream_*`` and ``custream_import``: the C functions exactly as custream.h has them.
 """
 
@@ -30,6 +30,11 @@ cdef extern from "custream.h":
         pass
     ctypedef CUstream_st *custream_handle_t
 
+    # The same C type as CUDA's CUgreenCtx (CUDA 12.4 and newer).
+    cdef struct CUgreenCtx_st:
+        pass
+    ctypedef CUgreenCtx_st *custream_green_ctx_t
+
     const custream_handle_t CUSTREAM_NULL_STREAM
     const custream_handle_t CUSTREAM_LEGACY_DEFAULT_STREAM
     const custream_handle_t CUSTREAM_PER_THREAD_DEFAULT_STREAM
@@ -40,6 +45,7 @@ cdef extern from "custream.h":
         CUSTREAM_FLAG_NON_BLOCKING
         CUSTREAM_FLAG_SHARED
         CUSTREAM_FLAG_POOLED
+        CUSTREAM_FLAG_GREEN
         CUSTREAM_DEVICE_UNKNOWN
 
     # Called exactly once, with the GIL held, when a stream wrapped with it is closed or
@@ -76,6 +82,8 @@ cdef extern from "custream.h":
     object Custream_PoolGet(object pool)
     int Custream_LaunchHostFunc(object stream, custream_host_fn_t fn, void *user) except -1
     int Custream_IsCapturing(object stream) except -1
+    int Custream_GreenContext(object stream, custream_green_ctx_t *out) except -1
+    int Custream_SmCount(object stream, unsigned int *out) except -1
 
 
 cdef inline Stream as_stream(object obj):
@@ -154,3 +162,19 @@ cdef inline bint is_capturing(Stream s) except -1:
     """Whether the stream is capturing a CUDA graph (whoever began it): one driver call, no
     Python call."""
     return Custream_IsCapturing(s)
+
+
+cdef inline unsigned int sm_count(Stream s) except 0:
+    """How many SMs the stream's work may use: its green context's, else the whole device's
+    (never 0), e.g. to size a persistent kernel's grid. One call, no Python call."""
+    cdef unsigned int n = 0
+    Custream_SmCount(s, &n)
+    return n
+
+
+cdef inline custream_green_ctx_t green_context(Stream s) except? NULL:
+    """The green context the stream runs in (a CUgreenCtx), or NULL when it runs on the whole
+    device; valid while the stream is open. The Python object is ``s.green_context``."""
+    cdef custream_green_ctx_t g = NULL
+    Custream_GreenContext(s, &g)
+    return g

@@ -294,6 +294,24 @@ class stream {
     /* Wait for the stream's work (custream releases the GIL while waiting). Needs the GIL. */
     bool synchronize() const noexcept { return Custream_Synchronize(obj_) == 0; }
 
+    /* How many SMs the stream's work may use: its green context's, else the whole device's
+     * (Custream_SmCount), e.g. to size a persistent kernel's grid. Empty, with a Python error
+     * set, on failure (a closed or empty stream, no driver). Needs the GIL. */
+    std::optional<unsigned> sm_count() const noexcept {
+        unsigned n = 0;
+        if (Custream_SmCount(obj_, &n) < 0) return std::nullopt;
+        return n;
+    }
+
+    /* The green context the stream runs in (the same type as CUDA's CUgreenCtx), nullptr when
+     * it runs on the whole device (Custream_GreenContext). It stays valid while the stream is
+     * open. Empty, with a Python error set, on failure. Needs the GIL. */
+    std::optional<custream_green_ctx_t> green_context() const noexcept {
+        custream_green_ctx_t g = nullptr;
+        if (Custream_GreenContext(obj_, &g) < 0) return std::nullopt;
+        return g;
+    }
+
     /* Stream.close(): idempotent; runs a C++ owner's release if this is the first close.
      * Needs the GIL. */
     bool close() const noexcept {

@@ -25,13 +25,14 @@ fn sm_count_arg(value: &Bound<'_, PyAny>, fname: &str) -> PyResult<u32> {
             type_name(value)
         )));
     }
-    match value.extract::<i64>() {
-        Ok(n) if n >= 1 => Ok(u32::try_from(n).unwrap_or(u32::MAX)),
-        _ => Err(PyValueError::new_err(format!(
+    if !value.gt(0)? {
+        return Err(PyValueError::new_err(format!(
             "{fname} sm_count must be at least 1, got {}",
             int_repr(value)
-        ))),
+        )));
     }
+    // Past u32 it is past any device's count, which the caller refuses by name.
+    Ok(value.extract::<u32>().unwrap_or(u32::MAX))
 }
 
 /// The device of `GreenContext()` and `split()`: given, else the current context's, else 0.

@@ -28,6 +28,10 @@ class CAPI(ctypes.Structure):
         ("current_stream", ctypes.PYFUNCTYPE(ctypes.py_object)),
         ("default_stream", ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p)),
         ("pool_get", ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object)),
+        ("launch_host_func", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p)),
+        ("is_capturing", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object)),
+        ("green_context", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))),
+        ("sm_count", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_uint))),
     ]
 
 

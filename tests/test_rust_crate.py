@@ -461,8 +461,8 @@ def test_a_custream_without_the_capsule_is_an_import_error():
     [
         (0, 99, "custream C API version mismatch: pyo3-custream 0.1.0 was built against custream.h ABI 1 but the installed custream provides ABI 99"),
         (0, 0, "provides ABI 0"),
-        (4, 64, "custream C API layout mismatch: pyo3-custream 0.1.0 was built against a table of 112 bytes and a Stream of 104 bytes, the installed custream has 64 and 104 (too old?)"),
-        (8, 96, "the installed custream has 112 and 96"),
+        (4, 64, "custream C API layout mismatch: pyo3-custream 0.1.0 was built against a table of 128 bytes and a Stream of 104 bytes, the installed custream has 64 and 104 (too old?)"),
+        (8, 96, "the installed custream has 128 and 96"),
     ],
     ids=["newer-abi", "older-abi", "smaller-table", "other-struct"],
 )
@@ -476,7 +476,7 @@ def test_an_incompatible_custream_is_an_import_error(offset, value, message):
         new = ctypes.pythonapi.PyCapsule_New
         new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
         real = C._C_API
-        table = ctypes.create_string_buffer(ctypes.string_at(get(real, NAME), 112), 112)
+        table = ctypes.create_string_buffer(ctypes.string_at(get(real, NAME), 128), 128)
         struct.pack_into("<I", table, {offset}, {value})
         C._C_API = new(ctypes.addressof(table), NAME, None)
         for call in (lambda: rx.handle_of(custream.Stream.from_handle(5)), lambda: rx.give(5)):

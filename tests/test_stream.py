@@ -195,9 +195,14 @@ def test_read_only_attributes():
 
 
 def test_signatures_are_introspectable():
-    assert str(inspect.signature(Stream)) == "(*, device=None, non_blocking=True, priority=0)"
+    assert str(inspect.signature(Stream)) == "(*, device=None, non_blocking=True, priority=0, green_context=None)"
     assert str(inspect.signature(Stream.from_handle)) == "(handle, *, owner=None, device=None)"
     assert str(inspect.signature(custream.Event)) == "(*, device=None, timing=False)"
+    assert str(inspect.signature(custream.GreenContext)) == "(sm_count, *, device=None)"
+    assert str(inspect.signature(custream.GreenContext.split)) == "(sm_count, *, device=None)"
+    assert str(inspect.signature(custream.GreenContext.from_handle)) == "(handle, *, owner=None)"
+    assert "(size, *, device=None, non_blocking=True, priority=0, green_context=None)" == str(
+        inspect.signature(custream.StreamPool))
     assert "Wrap an existing CUDA stream handle" in Stream.from_handle.__doc__
 
 

@@ -11,6 +11,7 @@ __all__ = [
     "CudaError",
     "CudaUnavailableError",
     "Event",
+    "GreenContext",
     "Stream",
     "StreamPool",
     "as_stream",
@@ -69,7 +70,16 @@ class Stream:
     raises ValueError.
     """
 
-    def __new__(cls, *, device: int | None = None, non_blocking: bool = True, priority: int = 0) -> Stream: ...
+    def __new__(
+        cls,
+        *,
+        device: int | None = None,
+        non_blocking: bool = True,
+        priority: int = 0,
+        green_context: GreenContext | None = None,
+    ) -> Stream:
+        """``green_context=gc`` makes the stream in that green context (on its SMs only); it
+        must then be non-blocking, and ``device`` left out or ``gc.device``."""
     @staticmethod
     def from_handle(handle: int, *, owner: object | None = None, device: int | None = None) -> Stream:
         """Wrap an existing CUDA stream handle (an int) without calling the driver.
@@ -131,6 +141,13 @@ class Stream:
     @property
     def is_capturing(self) -> bool:
         """True while the stream is capturing a CUDA graph, whoever began the capture."""
+    @property
+    def green_context(self) -> GreenContext | None:
+        """The green context the stream's work runs in, or None (the whole device); any stream
+        can be asked, another library's too."""
+    @property
+    def sm_count(self) -> int:
+        """How many SMs the stream's work may use: its green context's, else the device's."""
 
 @final
 class Event:
@@ -159,9 +176,58 @@ class Event:
     def __exit__(self, *exc: object) -> bool: ...
 
 @final
+class GreenContext:
+    """A slice of one device's SMs (a CUDA green context, driver 12.4 and newer) to make streams
+    in: their work runs on those SMs only.
+
+    ``GreenContext(sm_count)`` asks the driver for at least ``sm_count`` SMs (it rounds up to
+    its granularity, 8 SMs on Hopper); ``sm_count`` reports what it granted. ``close()``
+    refuses new streams at once; the driver's green context goes when its last stream is closed.
+    """
+
+    def __new__(cls, sm_count: int, *, device: int | None = None) -> GreenContext: ...
+    @staticmethod
+    def split(sm_count: int, *, device: int | None = None) -> tuple[GreenContext, GreenContext]:
+        """Two disjoint green contexts: at least ``sm_count`` SMs, and the rest of the device."""
+    @staticmethod
+    def from_handle(handle: object, *, owner: object | None = None) -> GreenContext:
+        """Adopt another library's green context (a ``CUgreenCtx``, the context converted from
+        one, or a cuda.core ``Context``), keeping ``owner`` alive; never destroyed by custream."""
+    def create_stream(self, *, priority: int = 0) -> Stream:
+        """A new Stream in this green context; it keeps the green context open."""
+    @property
+    def handle(self) -> int:
+        """The ``CUgreenCtx`` handle as an int."""
+    @property
+    def device(self) -> int: ...
+    @property
+    def sm_count(self) -> int:
+        """The SMs the driver granted."""
+    @property
+    def owned(self) -> bool:
+        """True if custream made the green context and destroys it."""
+    @property
+    def owner(self) -> Any:
+        """The object kept alive for an adopted green context, or None."""
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None:
+        """Refuse new streams; the green context is destroyed once its last stream is closed."""
+    def __enter__(self) -> GreenContext: ...
+    def __exit__(self, *exc: object) -> bool: ...
+
+@final
 class StreamPool:
     """``size`` owned streams made up front, handed out round-robin; ``close()`` closes them all."""
-    def __new__(cls, size: int, *, device: int | None = None, non_blocking: bool = True, priority: int = 0) -> StreamPool: ...
+    def __new__(
+        cls,
+        size: int,
+        *,
+        device: int | None = None,
+        non_blocking: bool = True,
+        priority: int = 0,
+        green_context: GreenContext | None = None,
+    ) -> StreamPool: ...
     def get(self) -> Stream:
         """The next stream, round-robin (thread-safe, no lock)."""
     def __getitem__(self, index: int, /) -> Stream: ...

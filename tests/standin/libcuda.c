@@ -1,7 +1,18 @@
 /* A stand-in libcuda for CPU tests of custream's own bookkeeping (pools, the current
- * stream, the default-stream rule, the primary-context retains): one device, streams and
- * events as heap cells, counters the tests read back with ctypes. It runs no GPU work and
- * checks nothing a real driver checks; what needs a real driver is in tests/gpu/. */
+ * stream, the default-stream rule, the primary-context retains, green contexts): one device
+ * (STANDIN_DEVICES=2 makes two), streams and events as heap cells, counters the tests read
+ * back with ctypes. It runs no GPU work and checks nothing a real driver checks but what is
+ * said below; what needs a real driver is in tests/gpu/.
+ *
+ * Green contexts (CUDA 12.4) as the driver documents them: a device has 132 SMs, split in
+ * groups of a multiple of 8 (at least 8), disjoint, the rest in a remainder; an output of a
+ * split cannot be split again; cuGreenCtxCreate needs CU_GREEN_CTX_DEFAULT_STREAM and retains
+ * the primary context until cuGreenCtxDestroy; cuGreenCtxStreamCreate needs
+ * CU_STREAM_NON_BLOCKING; a stream made while a context converted from a green one is current
+ * belongs to that green context (cuStreamGetGreenCtx). What a real driver leaves undefined is
+ * counted instead: calls on a destroyed green context (standin_green_misuse), and streams a
+ * green context's destroy left detached (standin_detached_streams). */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,45 +20,127 @@
 
 typedef int CUresult;
 typedef int CUdevice;
-typedef struct ctx { unsigned long long id; } *CUcontext;
-typedef void *CUstream;
+struct green;
+typedef struct ctx { unsigned long long id; int device; struct green *green; } *CUcontext;
+typedef struct stream { struct ctx *ctx; struct green *green; struct stream *next; } *CUstream;
 typedef void *CUevent;
 
-enum { OK = 0, INVALID_VALUE = 1, INVALID_DEVICE = 101, INVALID_CONTEXT = 201, NOT_READY = 600 };
+enum {
+    OK = 0, INVALID_VALUE = 1, INVALID_DEVICE = 101, INVALID_CONTEXT = 201, NOT_READY = 600,
+    NOT_SUPPORTED = 801, INVALID_RESOURCE_TYPE = 914, INVALID_RESOURCE_CONFIGURATION = 915,
+    STREAM_DETACHED = 917,
+};
+enum { SMS = 132, SM_GRANULE = 8, RESOURCE_SM = 1, GREEN_DEFAULT_STREAM = 1, NON_BLOCKING = 1, ATTR_SMS = 16 };
 
-static struct ctx primary = {1};
+static struct ctx primary[2] = {{1, 0, NULL}, {1001, 1, NULL}};
 static int primary_retains, live_streams, live_events, pushes;
 static __thread CUcontext stack[16];
 static __thread int depth;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int devices(void) {
+    const char *n = getenv("STANDIN_DEVICES");
+    return n && atoi(n) == 2 ? 2 : 1;
+}
 
 int standin_primary_retains(void) { return primary_retains; }
 int standin_live_streams(void) { return live_streams; }
 int standin_live_events(void) { return live_events; }
 int standin_pushes(void) { return pushes; }
 /* Like cuDevicePrimaryCtxReset in another library: the context gets a new id. */
-void standin_reset_primary(void) { primary.id++; }
+void standin_reset_primary(void) { primary[0].id++; }
 
 CUresult cuInit(unsigned f) { (void)f; return OK; }
-CUresult cuDriverGetVersion(int *v) { *v = 13000; return OK; }
-CUresult cuGetErrorName(CUresult e, const char **s) { *s = e == INVALID_CONTEXT ? "CUDA_ERROR_INVALID_CONTEXT" : "CUDA_ERROR_STANDIN"; return OK; }
+/* STANDIN_DRIVER_VERSION=12030 plays a driver from before green contexts (the entry points
+ * are still exported: custream refuses by version). */
+CUresult cuDriverGetVersion(int *v) {
+    const char *env = getenv("STANDIN_DRIVER_VERSION");
+    *v = env ? atoi(env) : 13000;
+    return OK;
+}
+CUresult cuGetErrorName(CUresult e, const char **s) {
+    switch (e) {
+    case INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; break;
+    case INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; break;
+    case INVALID_RESOURCE_CONFIGURATION: *s = "CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION"; break;
+    case STREAM_DETACHED: *s = "CUDA_ERROR_STREAM_DETACHED"; break;
+    default: *s = "CUDA_ERROR_STANDIN"; break;
+    }
+    return OK;
+}
 CUresult cuGetErrorString(CUresult e, const char **s) { (void)e; *s = "stand-in driver"; return OK; }
-CUresult cuDeviceGetCount(int *n) { *n = 1; return OK; }
-CUresult cuDeviceGet(CUdevice *d, int i) { *d = i; return i == 0 ? OK : INVALID_DEVICE; }
+CUresult cuDeviceGetCount(int *n) { *n = devices(); return OK; }
+CUresult cuDeviceGet(CUdevice *d, int i) { *d = i; return i >= 0 && i < devices() ? OK : INVALID_DEVICE; }
 CUresult cuDeviceGetName(char *s, int n, CUdevice d) { (void)d; strncpy(s, "stand-in", (size_t)n); return OK; }
 CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice d) { (void)d; *b = 0; return OK; }
-CUresult cuDeviceGetAttribute(int *v, int a, CUdevice d) { (void)a; (void)d; *v = 9; return OK; }
+CUresult cuDeviceGetAttribute(int *v, int a, CUdevice d) { (void)d; *v = a == ATTR_SMS ? SMS : 9; return OK; }
 CUresult cuCtxGetCurrent(CUcontext *c) { *c = depth ? stack[depth - 1] : NULL; return OK; }
-CUresult cuCtxGetDevice(CUdevice *d) { *d = 0; return depth ? OK : INVALID_CONTEXT; }
+CUresult cuCtxGetDevice(CUdevice *d) { *d = depth ? stack[depth - 1]->device : 0; return depth ? OK : INVALID_CONTEXT; }
 CUresult cuCtxGetId(CUcontext c, unsigned long long *id) { *id = c->id; return OK; }
 CUresult cuCtxPushCurrent_v2(CUcontext c) { stack[depth++] = c; pushes++; return OK; }
 CUresult cuCtxPopCurrent_v2(CUcontext *c) { *c = depth ? stack[--depth] : NULL; return OK; }
 CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) { *least = 0; *greatest = -5; return depth ? OK : INVALID_CONTEXT; }
-CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { (void)d; *c = &primary; primary_retains++; return OK; }
+CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { *c = &primary[d == 1]; primary_retains++; return OK; }
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) { (void)d; primary_retains--; return OK; }
-CUresult cuStreamCreateWithPriority(CUstream *s, unsigned f, int p) { (void)f; (void)p; if (!depth) return INVALID_CONTEXT; *s = malloc(16); live_streams++; return OK; }
-CUresult cuStreamDestroy_v2(CUstream s) { free(s); live_streams--; return OK; }
-/* The default-stream tokens need a current context, as with a real driver. */
-static CUresult on(CUstream s) { return (uintptr_t)s <= 2 && !depth ? INVALID_CONTEXT : OK; }
+
+/* ---- streams: cells on a list, so a handle made up by a test is known not to be one ---- */
+static struct stream *streams;
+static int green_streams, detached_calls;
+
+static CUstream new_stream(struct ctx *c, struct green *g) {
+    CUstream s = calloc(1, sizeof *s);
+    s->ctx = c;
+    s->green = g;
+    pthread_mutex_lock(&mu);
+    s->next = streams;
+    streams = s;
+    live_streams++;
+    green_streams += g != NULL;
+    pthread_mutex_unlock(&mu);
+    return s;
+}
+static CUstream known_stream(CUstream s) {
+    CUstream found = NULL;
+    pthread_mutex_lock(&mu);
+    for (CUstream p = streams; p && !found; p = p->next) found = p == s ? p : NULL;
+    pthread_mutex_unlock(&mu);
+    return found;
+}
+
+struct green { int destroyed, device, first, sm_count; struct ctx ctx; };
+static int live_greens, green_misuse, detached_streams;
+static unsigned long long next_green_id = 100;
+
+int standin_green_streams(void) { return green_streams; }
+int standin_live_greens(void) { return live_greens; }
+int standin_green_misuse(void) { return green_misuse; }
+int standin_detached_streams(void) { return detached_streams; }
+int standin_detached_calls(void) { return detached_calls; }
+
+CUresult cuStreamCreateWithPriority(CUstream *s, unsigned f, int p) {
+    (void)f; (void)p;
+    if (!depth) return INVALID_CONTEXT;
+    *s = new_stream(stack[depth - 1], stack[depth - 1]->green);
+    return OK;
+}
+CUresult cuStreamDestroy_v2(CUstream s) {
+    pthread_mutex_lock(&mu);
+    for (CUstream *p = &streams; *p; p = &(*p)->next)
+        if (*p == s) { *p = s->next; break; }
+    live_streams--;
+    green_streams -= s->green != NULL;
+    pthread_mutex_unlock(&mu);
+    free(s);
+    return OK;
+}
+/* The default-stream tokens need a current context, as with a real driver; a stream whose
+ * green context was destroyed is detached. */
+static CUresult on(CUstream s) {
+    if ((uintptr_t)s <= 2) return depth ? OK : INVALID_CONTEXT;
+    CUstream k = known_stream(s);
+    if (k && k->green && k->green->destroyed) { detached_calls++; return STREAM_DETACHED; }
+    return OK;
+}
 /* standin_slow_synchronize(ms): streams are busy (cuStreamQuery answers NOT_READY) and every
  * cuStreamSynchronize takes that long, so a test can have a thread inside the driver while
  * the interpreter exits. */
@@ -62,7 +155,14 @@ CUresult cuStreamSynchronize(CUstream s) {
 }
 CUresult cuStreamQuery(CUstream s) { return slow_sync_ms && on(s) == OK ? NOT_READY : on(s); }
 CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned f) { (void)e; (void)f; return on(s); }
-CUresult cuStreamGetCtx(CUstream s, CUcontext *c) { *c = (uintptr_t)s <= 2 ? (depth ? stack[depth - 1] : NULL) : &primary; return *c ? OK : INVALID_CONTEXT; }
+CUresult cuStreamGetCtx(CUstream s, CUcontext *c) {
+    if ((uintptr_t)s <= 2) *c = depth ? stack[depth - 1] : NULL;
+    else {
+        CUstream k = known_stream(s);
+        *c = k ? k->ctx : &primary[0];
+    }
+    return *c ? OK : INVALID_CONTEXT;
+}
 CUresult cuStreamGetFlags(CUstream s, unsigned *f) { (void)s; *f = 1; return OK; }
 CUresult cuStreamGetPriority(CUstream s, int *p) { (void)s; *p = 0; return OK; }
 CUresult cuEventCreate(CUevent *e, unsigned f) { (void)f; *e = malloc(16); live_events++; return OK; }
@@ -71,3 +171,147 @@ CUresult cuEventRecord(CUevent e, CUstream s) { (void)e; return on(s); }
 CUresult cuEventSynchronize(CUevent e) { (void)e; return OK; }
 CUresult cuEventQuery(CUevent e) { (void)e; return OK; }
 CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { (void)a; (void)b; *ms = 0; return OK; }
+
+/* ---- green contexts (left out with -DSTANDIN_NO_GREEN: a driver without them) ------------- */
+#ifndef STANDIN_NO_GREEN
+/* CUdevResource: 144 bytes; the stand-in keeps its notes in the driver's internal part. */
+typedef struct {
+    unsigned type;
+    int device, first, split_output;
+    unsigned char internal[92 - 3 * sizeof(int)];
+    unsigned sm_count;
+    unsigned char rest[44];
+} __attribute__((aligned(8))) CUdevResource;
+_Static_assert(sizeof(CUdevResource) == 144, "CUdevResource is 144 bytes");
+_Static_assert(__builtin_offsetof(CUdevResource, sm_count) == 96, "smCount follows 96 bytes");
+typedef CUdevResource *CUdevResourceDesc;
+typedef struct green *CUgreenCtx;
+
+static int misused(CUgreenCtx g) {
+    if (g && !g->destroyed) return 0;
+    green_misuse++;
+    return 1;
+}
+
+CUresult cuDeviceGetDevResource(CUdevice d, CUdevResource *r, unsigned type) {
+    if (type != RESOURCE_SM) return INVALID_RESOURCE_TYPE;
+    if (d < 0 || d >= devices()) return INVALID_DEVICE;
+    memset(r, 0, sizeof *r);
+    r->type = RESOURCE_SM;
+    r->device = d;
+    r->sm_count = SMS;
+    return OK;
+}
+CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned *groups, const CUdevResource *in,
+                                     CUdevResource *rest, unsigned flags, unsigned min_count) {
+    (void)flags;
+    if (!in || in->type != RESOURCE_SM || !groups || !min_count) return INVALID_VALUE;
+    if (in->split_output) return INVALID_RESOURCE_CONFIGURATION;
+    unsigned size = (min_count + SM_GRANULE - 1) / SM_GRANULE * SM_GRANULE;
+    unsigned possible = in->sm_count / size;
+    if (!result) { *groups = possible; return OK; }
+    unsigned made = *groups < possible ? *groups : possible;
+    for (unsigned i = 0; i < made; i++) {
+        result[i] = *in;
+        result[i].first = in->first + (int)(i * size);
+        result[i].sm_count = size;
+        result[i].split_output = 1;
+    }
+    if (rest) {
+        *rest = *in;
+        rest->first = in->first + (int)(made * size);
+        rest->sm_count = in->sm_count - made * size;
+        rest->split_output = 1;
+    }
+    *groups = made;
+    return OK;
+}
+CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *desc, CUdevResource *r, unsigned n) {
+    if (!desc || !r || n != 1 || r->type != RESOURCE_SM || !r->sm_count) return INVALID_VALUE;
+    *desc = malloc(sizeof **desc);
+    **desc = *r;
+    return OK;
+}
+CUresult cuGreenCtxCreate(CUgreenCtx *g, CUdevResourceDesc desc, CUdevice d, unsigned flags) {
+    if (!(flags & GREEN_DEFAULT_STREAM) || !desc || desc->device != d) return INVALID_VALUE;
+    CUgreenCtx made = calloc(1, sizeof *made);
+    made->device = d;
+    made->first = desc->first;
+    made->sm_count = (int)desc->sm_count;
+    pthread_mutex_lock(&mu);
+    made->ctx = (struct ctx){next_green_id++, d, made};
+    live_greens++;
+    primary_retains++;  /* the driver retains the primary context for the green one's life */
+    pthread_mutex_unlock(&mu);
+    *g = made;
+    return OK;
+}
+/* Never freed: a later call on it is counted, not a crash. */
+CUresult cuGreenCtxDestroy(CUgreenCtx g) {
+    if (misused(g)) return INVALID_CONTEXT;
+    pthread_mutex_lock(&mu);
+    for (CUstream p = streams; p; p = p->next) detached_streams += p->green == g;
+    g->destroyed = 1;
+    live_greens--;
+    primary_retains--;
+    pthread_mutex_unlock(&mu);
+    return OK;
+}
+CUresult cuGreenCtxGetDevResource(CUgreenCtx g, CUdevResource *r, unsigned type) {
+    if (misused(g)) return INVALID_CONTEXT;
+    if (type != RESOURCE_SM) return INVALID_RESOURCE_TYPE;
+    memset(r, 0, sizeof *r);
+    r->type = RESOURCE_SM;
+    r->device = g->device;
+    r->first = g->first;
+    r->sm_count = (unsigned)g->sm_count;
+    return OK;
+}
+CUresult cuGreenCtxStreamCreate(CUstream *s, CUgreenCtx g, unsigned flags, int priority) {
+    (void)priority;
+    if (misused(g)) return INVALID_CONTEXT;
+    if (!(flags & NON_BLOCKING)) return INVALID_VALUE;
+    *s = new_stream(&g->ctx, g);
+    return OK;
+}
+CUresult cuCtxFromGreenCtx(CUcontext *c, CUgreenCtx g) {
+    if (misused(g)) return INVALID_CONTEXT;
+    *c = &g->ctx;
+    return OK;
+}
+CUresult cuStreamGetGreenCtx(CUstream s, CUgreenCtx *g) {
+    if ((uintptr_t)s <= 2) {
+        if (!depth) return INVALID_CONTEXT;
+        *g = stack[depth - 1]->green;
+        return OK;
+    }
+    CUstream k = known_stream(s);
+    *g = k ? k->green : NULL;
+    return OK;
+}
+
+/* For tests: another library's green context of `sms` SMs (its first SM in *first), and a
+ * stream made in one the way the runtime makes them (cuStreamCreate with the converted
+ * context current). */
+CUgreenCtx standin_foreign_green(unsigned sms) {
+    CUdevResource all, group, rest;
+    CUdevResourceDesc desc;
+    unsigned n = 1;
+    CUgreenCtx g = NULL;
+    cuDeviceGetDevResource(0, &all, RESOURCE_SM);
+    if (cuDevSmResourceSplitByCount(&group, &n, &all, &rest, 0, sms) != OK || n != 1) return NULL;
+    if (cuDevResourceGenerateDesc(&desc, &group, 1) != OK) return NULL;
+    cuGreenCtxCreate(&g, desc, 0, GREEN_DEFAULT_STREAM);
+    return g;
+}
+CUstream standin_runtime_stream_in(CUgreenCtx g) {
+    CUcontext c, popped;
+    CUstream s = NULL;
+    cuCtxFromGreenCtx(&c, g);
+    cuCtxPushCurrent_v2(c);
+    cuStreamCreateWithPriority(&s, NON_BLOCKING, 0);
+    cuCtxPopCurrent_v2(&popped);
+    return s;
+}
+int standin_green_first_sm(CUgreenCtx g) { return g->first; }
+#endif /* STANDIN_NO_GREEN */
