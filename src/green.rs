@@ -17,8 +17,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use pyo3::exceptions::PyValueError;
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::PyWeakrefReference;
+use pyo3::PyTraverseError;
 
 use crate::driver::{self, Context, GreenCtxHandle, GreenMade, OwnedGreenCtx, OwnedStream};
 use crate::gil;
@@ -278,6 +280,23 @@ impl GreenContext {
             .as_ref()
             .map(|o| o.clone_ref(py))
     }
+
+    /// The owner is a reference a cycle can go through (an owner that holds its green context).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        // Nobody holds the lock across a call that could wait: a traverse never waits on it.
+        if let Ok(owner) = self.owner.try_lock() {
+            if let Some(owner) = owner.as_ref() {
+                visit.call(owner)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Only cyclic garbage is cleared: closed, as deallocation would; the owner goes with the
+    /// release, once the streams made in it (garbage too) are released.
+    fn __clear__(&self) {
+        Python::attach(|py| lifecycle::close_quietly(self, py));
+    }
 }
 
 impl Managed for GreenContext {
@@ -342,18 +361,19 @@ fn known_map() -> MutexGuard<'static, Option<HashMap<u64, Py<PyWeakrefReference>
     KNOWN.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Remember `gc` as the object for its handle, unless another live one is already.
-pub fn register(gc: &Bound<'_, GreenContext>) -> PyResult<()> {
+/// Remember `gc` as the object for its handle, unless another live one is already: that one
+/// is returned then, so that two threads asking at once end with the same object.
+pub fn register<'py>(gc: &Bound<'py, GreenContext>) -> PyResult<Bound<'py, GreenContext>> {
     let py = gc.py();
-    if known(py, gc.get().view.as_u64()).is_some() {
-        return Ok(());
+    if let Some(known) = known(py, gc.get().view.as_u64()) {
+        return Ok(known);
     }
     let weak = PyWeakrefReference::new(gc)?.unbind();
     let mut map = known_map();
     let map = map.get_or_insert_with(HashMap::new);
     map.retain(|_, w| w.bind(py).upgrade().is_some());
     map.insert(gc.get().view.as_u64(), weak);
-    Ok(())
+    Ok(gc.clone())
 }
 
 /// The live, unreleased GreenContext over `handle`, if one is known.

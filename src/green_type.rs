@@ -4,13 +4,11 @@
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyInt;
 
 use crate::args::{device_arg, i32_arg, int_repr, is_int_not_bool};
 use crate::closable::closable_methods;
 use crate::driver;
 use crate::green::{self, closed_error, GreenContext};
-use crate::protocol::handle_from_int;
 use crate::stream;
 
 fn type_name(v: &Bound<'_, PyAny>) -> String {
@@ -75,6 +73,16 @@ pub fn green_context_arg<'py>(
     Ok(Some(gc.clone()))
 }
 
+/// A driver handle given as an int: its address, in [0, 2**64).
+fn address(value: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
+    value.extract::<u64>().map_err(|_| {
+        PyValueError::new_err(format!(
+            "{what} {} is out of range: a handle is an address, in [0, 2**64)",
+            int_repr(value)
+        ))
+    })
+}
+
 /// `from_handle`'s handle: an int (a CUgreenCtx), a cuda.bindings `CUgreenCtx` or `CUcontext`
 /// (the context converted from a green one: cuda.core's `Context.handle`), or a cuda.core
 /// `Context` itself, which then is the owner unless one is given. Returns (raw, is a context,
@@ -83,24 +91,20 @@ fn green_handle_arg<'py>(
     handle: &Bound<'py, PyAny>,
     owner: Option<Bound<'py, PyAny>>,
 ) -> PyResult<(u64, bool, Option<Bound<'py, PyAny>>)> {
-    if handle.is_instance_of::<PyInt>() {
-        return Ok((handle_from_int(handle, || "from_handle() handle".into())?, false, owner));
+    if is_int_not_bool(handle) {
+        return Ok((address(handle, "from_handle() handle")?, false, owner));
     }
     let tp = handle.get_type();
     let name = tp.name()?.to_string();
     let module = tp.module().map(|m| m.to_string()).unwrap_or_default();
     let from_bindings = module.starts_with("cuda.bindings") || module.starts_with("cuda.cuda");
     if from_bindings && (name == "CUgreenCtx" || name == "CUcontext") {
-        let raw = handle_from_int(&handle.call_method0("__int__")?, || {
-            format!("from_handle() int({name})")
-        })?;
+        let raw = address(&handle.call_method0("__int__")?, &format!("from_handle() int({name})"))?;
         return Ok((raw, name == "CUcontext", owner));
     }
     if module.starts_with("cuda.core") && name == "Context" {
         let context = handle.getattr("handle")?;
-        let raw = handle_from_int(&context.call_method0("__int__")?, || {
-            "from_handle() Context.handle".into()
-        })?;
+        let raw = address(&context.call_method0("__int__")?, "from_handle() int(Context.handle)")?;
         return Ok((raw, true, owner.or_else(|| Some(handle.clone()))));
     }
     Err(PyTypeError::new_err(format!(

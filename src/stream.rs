@@ -316,9 +316,7 @@ impl StreamObject<'_> {
         // Held open meanwhile: the stream's owner keeps its green context alive.
         let _in_use = lifecycle::enter(&self, py, "green_context")?;
         let gc = GreenContext::borrowed(py, view, Some(self.object(py).unbind()))?;
-        let gc = Bound::new(py, gc)?;
-        green::register(&gc)?;
-        Ok(Some(gc))
+        Ok(Some(green::register(&Bound::new(py, gc)?)?))
     }
 
     /// `s.sm_count`: the SMs the stream's work may use, its green context's or the device's.
