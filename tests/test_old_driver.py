@@ -29,7 +29,8 @@ CHECKS = textwrap.dedent(
     assert custream.driver_version() == 11080
     assert custream.is_available() is False
     for call in (custream.Stream, custream.Event, custream.device_count,
-                 lambda: custream.Stream.from_handle(0x1000).synchronize()):
+                 lambda: custream.Stream.from_handle(0x1000).synchronize(),
+                 lambda: custream.GreenContext(16), lambda: custream.Stream.from_handle(0x1000).sm_count):
         try:
             call()
         except custream.CudaUnavailableError as e:
