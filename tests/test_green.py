@@ -98,8 +98,10 @@ def test_a_green_context_is_not_subclassed_or_pickled(standin_lib):
 # ---- bookkeeping: what the driver granted --------------------------------------------------------
 
 
-def test_the_count_is_rounded_as_the_driver_requires_and_reported_as_granted(standin_lib):
-    out = green_run(standin_lib, """
+@pytest.mark.parametrize("refuses", [False, True], ids=["no-group", "refused"])
+def test_the_count_is_rounded_as_the_driver_requires_and_reported_as_granted(standin_lib, refuses):
+    prelude = 'os.environ["STANDIN_SPLIT_REFUSES"] = "1"\n' if refuses else ""
+    out = green_run(standin_lib, prelude=prelude, code="""
         for asked in (1, 8, 9, 16, 100, 128, 129, 132):
             gc = custream.GreenContext(asked)
             assert gc.device == 0 and gc.owned and gc.owner is None and not gc.closed
@@ -118,8 +120,10 @@ def test_the_count_is_rounded_as_the_driver_requires_and_reported_as_granted(sta
     assert "GreenContext() sm_count 133 is more than device 0 has: 132 SMs" in out
 
 
-def test_split_gives_two_disjoint_partitions(standin_lib):
-    out = green_run(standin_lib, """
+@pytest.mark.parametrize("refuses", [False, True], ids=["no-group", "refused"])
+def test_split_gives_two_disjoint_partitions(standin_lib, refuses):
+    prelude = 'os.environ["STANDIN_SPLIT_REFUSES"] = "1"\n' if refuses else ""
+    out = green_run(standin_lib, prelude=prelude, code="""
         small, rest = custream.GreenContext.split(16)
         assert (small.sm_count, rest.sm_count) == (16, 116)
         first = [standin.standin_green_first_sm(g.handle) for g in (small, rest)]

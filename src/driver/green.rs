@@ -113,23 +113,20 @@ pub fn device_sm_resource(ordinal: i32) -> Result<DevResource> {
 }
 
 /// `input` split into one group of at least `sm_count` SMs (rounded up as the driver requires)
-/// and the SMs left over, disjoint; None when no such group fits in `input`.
+/// and the SMs left over, disjoint; None when no such group fits in `input` (the driver makes
+/// fewer groups than asked for then, or refuses the configuration).
 pub fn sm_split(input: &DevResource, sm_count: u32) -> Result<Option<(DevResource, DevResource)>> {
     let g = green()?;
-    let mut groups: c_uint = 0;
-    // SAFETY: `input` is a whole resource the driver filled; a NULL result asks for the number
-    // of groups the split would make (the driver's dry run), with nothing written but it.
-    check(unsafe {
-        (g.cuDevSmResourceSplitByCount)(std::ptr::null_mut(), &mut groups, input, null_mut(), 0, sm_count)
-    })?;
-    if groups == 0 {
+    let (mut group, mut rest) = (DevResource::zeroed(), DevResource::zeroed());
+    let mut made: c_uint = 1;
+    // SAFETY: room for the one group asked for and for the remainder; `input` is a whole
+    // resource the driver filled.
+    let status = unsafe { (g.cuDevSmResourceSplitByCount)(&mut group, &mut made, input, &mut rest, 0, sm_count) };
+    if status == code::INVALID_RESOURCE_CONFIGURATION {
         return Ok(None);
     }
-    let (mut group, mut rest) = (DevResource::zeroed(), DevResource::zeroed());
-    let mut wanted: c_uint = 1;
-    // SAFETY: room for the one group asked for, and for the remainder; `input` as above.
-    check(unsafe { (g.cuDevSmResourceSplitByCount)(&mut group, &mut wanted, input, &mut rest, 0, sm_count) })?;
-    Ok((wanted == 1).then_some((group, rest)))
+    check(status)?;
+    Ok((made == 1).then_some((group, rest)))
 }
 
 /// A green context custream made, with what it was granted.

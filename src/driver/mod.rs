@@ -48,6 +48,7 @@ pub mod code {
     pub const NOT_READY: Status = R::CUDA_ERROR_NOT_READY as Status;
     pub const CONTEXT_IS_DESTROYED: Status = R::CUDA_ERROR_CONTEXT_IS_DESTROYED as Status;
     pub const NOT_SUPPORTED: Status = R::CUDA_ERROR_NOT_SUPPORTED as Status;
+    pub const INVALID_RESOURCE_CONFIGURATION: Status = R::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION as Status;
 }
 
 /// Why a driver call was not made, or how it failed.

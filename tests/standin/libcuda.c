@@ -211,6 +211,8 @@ CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned *groups, co
     unsigned possible = in->sm_count / size;
     if (!result) { *groups = possible; return OK; }
     unsigned made = *groups < possible ? *groups : possible;
+    /* Drivers differ on a split that fits no group: fewer groups (none), or a refusal. */
+    if (!made && getenv("STANDIN_SPLIT_REFUSES")) return INVALID_RESOURCE_CONFIGURATION;
     for (unsigned i = 0; i < made; i++) {
         result[i] = *in;
         result[i].first = in->first + (int)(i * size);
