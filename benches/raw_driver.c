@@ -24,11 +24,6 @@ static CUresult (*cuStreamQuery)(CUstream);
 static CUresult (*cuLaunchHostFunc)(CUstream, void (*)(void *), void *);
 static CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
 
-/* Green contexts (CUDA 12.4): looked up apart, so an older driver still runs the rest. */
-static CUresult (*cuGreenCtxStreamCreate)(CUstream *, void *, unsigned, int);
-static void *green; /* 16 SMs of device 0, made by green_init */
-typedef struct { unsigned char b[144]; } __attribute__((aligned(8))) devres; /* CUdevResource */
-
 static CUstream idle;
 static int failed; /* the first failing CUresult, reported by raw_time as -1 */
 
@@ -36,21 +31,6 @@ static int failed; /* the first failing CUresult, reported by raw_time as -1 */
     do { CUresult r_ = (call); if (r_ && !failed) failed = r_; } while (0)
 
 #define SYM(f, name) if (!(f = dlsym(lib, name))) return 2
-
-static void green_init(void *lib, int dev) {
-    CUresult (*get)(int, devres *, unsigned) = dlsym(lib, "cuDeviceGetDevResource");
-    CUresult (*split)(devres *, unsigned *, const devres *, devres *, unsigned, unsigned) =
-        dlsym(lib, "cuDevSmResourceSplitByCount");
-    CUresult (*desc)(void **, devres *, unsigned) = dlsym(lib, "cuDevResourceGenerateDesc");
-    CUresult (*create)(void **, void *, int, unsigned) = dlsym(lib, "cuGreenCtxCreate");
-    devres all = {{0}}, group = {{0}}, rest = {{0}};
-    unsigned n = 1;
-    void *d;
-    cuGreenCtxStreamCreate = dlsym(lib, "cuGreenCtxStreamCreate");
-    if (!get || !split || !desc || !create || !cuGreenCtxStreamCreate || get(dev, &all, 1 /* SM */) ||
-        split(&group, &n, &all, &rest, 0, 16) || n != 1 || desc(&d, &group, 1) || create(&green, d, dev, 1))
-        green = NULL;
-}
 
 /* 0 on success; else the failing step (1: no libcuda, 2: a symbol missing, 3: a call failed). */
 int raw_init(void) {
@@ -65,7 +45,6 @@ int raw_init(void) {
     if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx) ||
         cuStreamCreate(&idle, 1 /* non-blocking */))
         return 3;
-    green_init(lib, dev);
     return 0;
 }
 
@@ -77,12 +56,6 @@ double raw_time(const char *key, long n) {
         for (long i = 0; i < n; i++) {
             CUstream s;
             CALL(cuStreamCreate(&s, 1));
-            CALL(cuStreamDestroy(s));
-        }
-    } else if (strcmp(key, "green_create_destroy") == 0 && green) {
-        for (long i = 0; i < n; i++) {
-            CUstream s;
-            CALL(cuGreenCtxStreamCreate(&s, green, 1 /* non-blocking, required */, 0));
             CALL(cuStreamDestroy(s));
         }
     } else if (strcmp(key, "synchronize") == 0) {
