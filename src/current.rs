@@ -92,7 +92,7 @@ pub fn exit(py: Python<'_>, s: &Bound<'_, PyAny>) -> PyResult<()> {
         let mut at = OPEN.with_borrow(Vec::len);
         while let Some(i) = at.checked_sub(1) {
             at = i;
-            let token = OPEN.with_borrow(|open| open.get(i).filter(|(o, _)| o.is(s)).map(|(_, t)| t.clone_ref(py)));
+            let token = OPEN.with_borrow(|open| open.get(i).filter(|(o, _)| o.is(s)).map(|(_, t)| t.bind(py).clone()));
             let Some(token) = token else { continue };
             match vars.reset.bind(py).call1((&token,)) {
                 Ok(_) => {
@@ -100,7 +100,9 @@ pub fn exit(py: Python<'_>, s: &Bound<'_, PyAny>) -> PyResult<()> {
                         let ours = open.get(i).is_some_and(|(_, t)| t.is(&token));
                         ours.then(|| open.remove(i))
                     });
-                    drop(entry); // after the borrow: a last reference may run Python code
+                    // Released now, bound (a `Py` dropped in a slot of ours waits for pyo3's
+                    // next attach), and after the borrow: a last reference may run Python.
+                    drop(entry.map(|(stream, token)| (stream.into_bound(py), token.into_bound(py))));
                     return Ok(());
                 }
                 // A token of another context: an interleaved task's block of the same stream.

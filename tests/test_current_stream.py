@@ -69,6 +69,15 @@ def test_with_makes_a_stream_current_nests_and_closes_nothing():
     a.close(), b.close()
 
 
+def test_a_block_left_holds_no_reference_to_its_stream():
+    s = Stream.from_handle(0x1000)
+    before = sys.getrefcount(s)
+    for _ in range(3):
+        with s:
+            pass
+    assert sys.getrefcount(s) == before
+
+
 def test_the_previous_stream_comes_back_when_the_block_raises():
     a = Stream.from_handle(0x1000)
     with pytest.raises(KeyError), a:
