@@ -12,9 +12,10 @@
 //! costs a third of one). A host node of a graph posts its call here from the driver's
 //! thread, which returns at once.
 //!
-//! Polling: the thread spins for `SPIN` after its last call, then naps, from `FIRST_NAP`
-//! doubling to `LAST_NAP`, while a watched call is not ready (a new post wakes it at once),
-//! and sleeps while none is watched. A call ready while it naps waits up to `LAST_NAP`.
+//! Polling: the thread spins for `SPIN` after its last call, for a flag or for the next post;
+//! then it naps, from `FIRST_NAP` doubling to `LAST_NAP`, while a watched call is not ready
+//! (a new post wakes it at once), and sleeps while none is watched. A call ready while it
+//! naps waits up to `LAST_NAP`.
 //!
 //! Exit: `_finalize` sets the finalizing flag, then waits (GIL released) for the jobs already
 //! inside Python; every later job runs without Python (`None`): it raises its flag, so no
@@ -133,11 +134,24 @@ impl Worker {
         let mut idle_since = Instant::now();
         let mut nap = FIRST_NAP;
         loop {
-            if self.watched.is_empty() {
-                // Nothing to poll for: sleep until a post.
-                match posts.recv() {
+            if self.watched.is_empty() && self.due.is_empty() {
+                // Nothing to poll for: spin for the next post as for a flag (the post of a
+                // launch and synchronize loop would otherwise wake a sleeping thread each
+                // time: that wake was half of a round trip), then sleep until one comes.
+                let next = if idle_since.elapsed() < SPIN {
+                    match posts.try_recv() {
+                        Err(TryRecvError::Empty) => {
+                            std::hint::spin_loop();
+                            continue;
+                        }
+                        next => next.map_err(drop),
+                    }
+                } else {
+                    posts.recv().map_err(drop)
+                };
+                match next {
                     Ok(post) => self.take(post),
-                    Err(_) => return,
+                    Err(()) => return,
                 }
             }
             loop {
