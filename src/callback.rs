@@ -90,9 +90,9 @@ struct Call {
 }
 
 impl Call {
-    /// Run the call (or, without Python, skip it and leak its objects), then raise its flag.
-    /// On custream's thread.
-    fn run_once(self, py: Option<Python<'_>>) {
+    /// Run the call (or, without Python, skip it and leak its objects); its flag is raised
+    /// after. On custream's thread.
+    fn run_once(self, py: Option<Python<'_>>) -> relay::After {
         let Call { payload, flag, .. } = self;
         match py.filter(|_| lifecycle::may_release(payload.generation)) {
             Some(py) => {
@@ -102,8 +102,7 @@ impl Call {
             }
             None => std::mem::forget(payload),
         }
-        flag.raise();
-        flags::give_back_raised(flag);
+        relay::After::Raise(flag)
     }
 }
 
@@ -125,7 +124,7 @@ unsafe extern "C" fn run_in_graph(user: *mut c_void) {
             let _inside = HostFunctionScope::enter();
             call.payload.run(py);
         }
-        call.flag.raise();
+        relay::After::RaiseKept(call.flag.raiser())
     }));
 }
 
@@ -141,6 +140,7 @@ unsafe extern "C" fn release_graph_payload(user: *mut c_void) {
             None => std::mem::forget(payload),
         }
         flags::give_back(flag);
+        relay::After::Nothing
     }));
 }
 

@@ -46,10 +46,26 @@ impl Flag {
         self.word.store(1, Ordering::Release);
     }
 
+    /// What raises the flag later, from a thread that does not own it.
+    pub fn raiser(&self) -> Raiser {
+        Raiser(self.word)
+    }
+
     /// Whether the flag is up. Acquire: what the GPU wrote before it raised the flag (a
     /// stream's write, with its memory barrier) is visible after.
     pub fn is_raised(&self) -> bool {
         self.word.load(Ordering::Acquire) != 0
+    }
+}
+
+/// Raises a flag whose owner keeps it (a host node's, held by its graph).
+#[derive(Clone, Copy)]
+pub struct Raiser(&'static AtomicU32);
+
+impl Raiser {
+    /// As `Flag::raise`.
+    pub fn raise(self) {
+        self.0.store(1, Ordering::Release);
     }
 }
 

@@ -12,9 +12,10 @@
 //! costs a third of one). A host node of a graph posts its call here from the driver's
 //! thread, which returns at once.
 //!
-//! Polling: the thread spins for `SPIN` after its last call, then naps, from `FIRST_NAP`
-//! doubling to `LAST_NAP`, while a watched call is not ready (a new post wakes it at once),
-//! and sleeps while none is watched. A call ready while it naps waits up to `LAST_NAP`.
+//! Polling: the thread spins for `SPIN` after its last call, for a flag or for the next post;
+//! then it naps, from `FIRST_NAP` doubling to `LAST_NAP`, while a watched call is not ready
+//! (a new post wakes it at once), and sleeps while none is watched. A call ready while it
+//! naps waits up to `LAST_NAP`.
 //!
 //! Exit: `_finalize` sets the finalizing flag, then waits (GIL released) for the jobs already
 //! inside Python; every later job runs without Python (`None`): it raises its flag, so no
@@ -34,7 +35,32 @@ use crate::gil::{self, Resident};
 use crate::process;
 
 /// A job: given the interpreter when Python may still be entered, `None` once it may not.
-pub type Job = Box<dyn for<'py> FnOnce(Option<Python<'py>>) + Send>;
+pub type Job = Box<dyn for<'py> FnOnce(Option<Python<'py>>) -> After + Send>;
+
+/// What a job leaves for after the thread let the GIL go: raising the flag a stream waits
+/// on. The thread that synchronizes that stream wants the GIL as soon as the stream moves
+/// on; raised while this thread still holds it, the flag sends that thread to sleep on the
+/// GIL, and waking it took more than the rest of the round trip (docs/benchmarks.md).
+pub enum After {
+    Nothing,
+    /// Raise a one-shot call's flag, then give it back to its pool.
+    Raise(Flag),
+    /// Raise a host node's flag, which its graph keeps for the next launch.
+    RaiseKept(flags::Raiser),
+}
+
+impl After {
+    fn finish(self) {
+        match self {
+            After::Nothing => {}
+            After::Raise(flag) => {
+                flag.raise();
+                flags::give_back_raised(flag);
+            }
+            After::RaiseKept(raiser) => raiser.raise(),
+        }
+    }
+}
 
 enum Post {
     /// Run as soon as the thread gets to it.
@@ -79,7 +105,7 @@ fn send(post: Post) {
         // No thread to be had: the job runs here without Python, so its flag is raised.
         drop(queue);
         match post {
-            Post::Now(job) | Post::WhenRaised(_, job) => job(None),
+            Post::Now(job) | Post::WhenRaised(_, job) => job(None).finish(),
         }
         return;
     }
@@ -108,11 +134,24 @@ impl Worker {
         let mut idle_since = Instant::now();
         let mut nap = FIRST_NAP;
         loop {
-            if self.watched.is_empty() {
-                // Nothing to poll for: sleep until a post.
-                match posts.recv() {
+            if self.watched.is_empty() && self.due.is_empty() {
+                // Nothing to poll for: spin for the next post as for a flag (the post of a
+                // launch and synchronize loop would otherwise wake a sleeping thread each
+                // time: that wake was half of a round trip), then sleep until one comes.
+                let next = if idle_since.elapsed() < SPIN {
+                    match posts.try_recv() {
+                        Err(TryRecvError::Empty) => {
+                            std::hint::spin_loop();
+                            continue;
+                        }
+                        next => next.map_err(drop),
+                    }
+                } else {
+                    posts.recv().map_err(drop)
+                };
+                match next {
                     Ok(post) => self.take(post),
-                    Err(_) => return,
+                    Err(()) => return,
                 }
             }
             loop {
@@ -169,21 +208,33 @@ impl Worker {
 }
 
 /// Run a burst of jobs in one attachment, or without Python once the interpreter finalizes.
+/// Each job's flag is raised once the next job is done with Python, the last one's after
+/// the GIL is let go (`After`).
 fn run(resident: &mut Resident, burst: Vec<Job>) {
     ENTERING.fetch_add(1, Ordering::SeqCst);
     if process::is_finalizing() {
         ENTERING.fetch_sub(1, Ordering::SeqCst);
         for job in burst {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(None)));
+            attempt(job, None).finish();
         }
         return;
     }
-    let _ = resident.enter(|py| {
+    let last = resident.enter(|py| {
+        let mut last = After::Nothing;
         for job in burst {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(Some(py))));
+            std::mem::replace(&mut last, attempt(job, Some(py))).finish();
         }
+        last
     });
     ENTERING.fetch_sub(1, Ordering::SeqCst);
+    if let Ok(last) = last {
+        last.finish();
+    }
+}
+
+/// A job run, a panic caught (the job's flag then stays down: a bug of ours, never a user's).
+fn attempt(job: Job, py: Option<Python<'_>>) -> After {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(py))).unwrap_or(After::Nothing)
 }
 
 /// At exit (from `_finalize`, after the finalizing flag is set): wait, without the GIL,

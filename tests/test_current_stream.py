@@ -69,6 +69,15 @@ def test_with_makes_a_stream_current_nests_and_closes_nothing():
     a.close(), b.close()
 
 
+def test_a_block_left_holds_no_reference_to_its_stream():
+    s = Stream.from_handle(0x1000)
+    before = sys.getrefcount(s)
+    for _ in range(3):
+        with s:
+            pass
+    assert sys.getrefcount(s) == before
+
+
 def test_the_previous_stream_comes_back_when_the_block_raises():
     a = Stream.from_handle(0x1000)
     with pytest.raises(KeyError), a:
@@ -166,6 +175,35 @@ def test_each_asyncio_task_has_its_own_current_stream():
     outside, inside = asyncio.run(main())
     assert outside is custream.DEFAULT_STREAM
     assert inside == [True, True]
+
+
+def test_tasks_that_interleave_blocks_of_one_stream_each_leave_their_own():
+    # Both tasks enter `s` on one thread; the first to enter leaves first, while the other's
+    # block is still open: each leaves with its own context's token.
+    s, t = Stream.from_handle(0x1000), Stream.from_handle(0x2000)
+
+    async def task(entered, leave):
+        with t:
+            with s:
+                entered.set()
+                await leave.wait()
+                inside = custream.current_stream() is s
+            return inside, custream.current_stream() is t
+
+    async def main():
+        entered, leave = [asyncio.Event(), asyncio.Event()], [asyncio.Event(), asyncio.Event()]
+        first = asyncio.create_task(task(entered[0], leave[0]))
+        await entered[0].wait()
+        second = asyncio.create_task(task(entered[1], leave[1]))
+        await entered[1].wait()
+        leave[0].set()
+        one = await first
+        assert custream.current_stream() is custream.DEFAULT_STREAM
+        leave[1].set()
+        return one, await second
+
+    assert asyncio.run(main()) == ((True, True), (True, True))
+    assert custream.current_stream() is custream.DEFAULT_STREAM
 
 
 def test_a_task_inherits_the_current_stream_of_its_creator():
