@@ -8,6 +8,10 @@
  *                                 with the GIL held)
  *     flaunch(G, S) ~ g.launch(s) (the GIL let go, as custream, CuPy and torch do)
  * The calls use the thread's current context, which the worker makes the primary context.
+ * And fstream(H).handle ~ s.handle, no driver call (so also run without a device): the least a
+ * C extension type can do for a handle attribute, a getset returning the stored int. CPython's
+ * LOAD_ATTR specializes instance-dict and __slots__ members, never a getset: what that path
+ * costs any type, beside CuPy's s.ptr (an instance attribute).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -24,6 +28,9 @@ static CUresult (*cuStreamSynchronize)(CUstream);
 static CUresult (*cuGraphLaunch)(void *, CUstream);
 
 #define FAILED(call, r) PyErr_Format(PyExc_RuntimeError, call " failed with CUresult %d", r)
+#define DONE(call, r) ((r) ? FAILED(call, r) : Py_NewRef(Py_None))
+/* `s`: the stream an int argument holds (returns NULL with the error set if it is no int). */
+#define STREAM(s, arg) CUstream s = PyLong_AsVoidPtr(arg); if (!s && PyErr_Occurred()) return NULL
 
 static PyObject *floor_create(PyObject *mod, PyObject *unused) {
     CUstream s;
@@ -35,35 +42,29 @@ static PyObject *floor_create(PyObject *mod, PyObject *unused) {
 }
 
 static PyObject *floor_destroy(PyObject *mod, PyObject *handle) {
-    CUstream s = PyLong_AsVoidPtr(handle);
+    STREAM(s, handle);
     CUresult r;
-    if (!s && PyErr_Occurred()) return NULL;
     Py_BEGIN_ALLOW_THREADS
     r = cuStreamDestroy(s);
     Py_END_ALLOW_THREADS
-    if (r) return FAILED("cuStreamDestroy", r);
-    Py_RETURN_NONE;
+    return DONE("cuStreamDestroy", r);
 }
 
 static PyObject *floor_query(PyObject *mod, PyObject *handle) {
-    CUstream s = PyLong_AsVoidPtr(handle);
-    if (!s && PyErr_Occurred()) return NULL;
+    STREAM(s, handle);
     CUresult r = cuStreamQuery(s);
-    if (r && r != NOT_READY) return FAILED("cuStreamQuery", r);
-    return PyBool_FromLong(r == 0);
+    return r && r != NOT_READY ? FAILED("cuStreamQuery", r) : PyBool_FromLong(r == 0);
 }
 
 static PyObject *floor_sync(PyObject *mod, PyObject *handle) {
-    CUstream s = PyLong_AsVoidPtr(handle);
-    if (!s && PyErr_Occurred()) return NULL;
+    STREAM(s, handle);
     CUresult r = cuStreamQuery(s);
     if (r == NOT_READY) {
         Py_BEGIN_ALLOW_THREADS
         r = cuStreamSynchronize(s);
         Py_END_ALLOW_THREADS
     }
-    if (r) return FAILED("cuStreamSynchronize", r);
-    Py_RETURN_NONE;
+    return DONE("cuStreamSynchronize", r);
 }
 
 static PyObject *floor_launch(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
@@ -74,23 +75,54 @@ static PyObject *floor_launch(PyObject *mod, PyObject *const *args, Py_ssize_t n
     Py_BEGIN_ALLOW_THREADS
     r = cuGraphLaunch(g, s);
     Py_END_ALLOW_THREADS
-    if (r) return FAILED("cuGraphLaunch", r);
-    Py_RETURN_NONE;
+    return DONE("cuGraphLaunch", r);
 }
 
-static PyMethodDef methods[] = {
+/* FloorStream: its handle, an int, and the getset `handle` that returns it, no check. */
+typedef struct { PyObject_HEAD PyObject *handle; } FloorStream;
+
+static PyTypeObject *floor_stream_type;
+
+static PyObject *floor_stream(PyObject *mod, PyObject *handle) {
+    if (!PyLong_Check(handle)) return PyErr_Format(PyExc_TypeError, "fstream(H) takes an int");
+    FloorStream *fs = PyObject_New(FloorStream, floor_stream_type);
+    if (fs) fs->handle = Py_NewRef(handle);
+    return (PyObject *)fs;
+}
+
+static PyObject *floor_stream_handle(PyObject *self, void *closure) { return Py_NewRef(((FloorStream *)self)->handle); }
+
+static void floor_stream_dealloc(PyObject *self) {
+    PyTypeObject *type = Py_TYPE(self);
+    Py_DECREF(((FloorStream *)self)->handle);
+    PyObject_Free(self);
+    Py_DECREF(type);
+}
+
+static PyGetSetDef floor_stream_getset[] = {{"handle", floor_stream_handle, NULL, NULL, NULL}, {NULL}};
+static PyType_Slot floor_stream_slots[] = {
+    {Py_tp_dealloc, floor_stream_dealloc}, {Py_tp_getset, floor_stream_getset}, {0, NULL}};
+static PyType_Spec floor_stream_spec = {"floor_ext.FloorStream", sizeof(FloorStream), 0, Py_TPFLAGS_DEFAULT,
+                                        floor_stream_slots};
+
+static PyMethodDef driver_methods[] = {
     {"fcreate", floor_create, METH_NOARGS, NULL}, {"fdestroy", floor_destroy, METH_O, NULL},
-    {"fquery", floor_query, METH_O, NULL}, {"fsync", floor_sync, METH_O, NULL}, {"flaunch", (PyCFunction)(void (*)(void))floor_launch, METH_FASTCALL, NULL},
-    {NULL, NULL, 0, NULL},
+    {"fquery", floor_query, METH_O, NULL}, {"fsync", floor_sync, METH_O, NULL},
+    {"flaunch", (PyCFunction)(void (*)(void))floor_launch, METH_FASTCALL, NULL}, {NULL, NULL, 0, NULL},
 };
+static PyMethodDef methods[] = {{"fstream", floor_stream, METH_O, NULL}, {NULL, NULL, 0, NULL}};
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "floor_ext", NULL, -1, methods};
 
+/* The driver's functions only where libcuda.so.1 loads: fstream needs none. */
 PyMODINIT_FUNC PyInit_floor_ext(void) {
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) return PyErr_Format(PyExc_ImportError, "cannot load libcuda.so.1: %s", dlerror());
-    if (!(cuStreamCreate = dlsym(lib, "cuStreamCreate")) || !(cuStreamDestroy = dlsym(lib, "cuStreamDestroy_v2")) ||
-        !(cuStreamQuery = dlsym(lib, "cuStreamQuery")) || !(cuStreamSynchronize = dlsym(lib, "cuStreamSynchronize")) ||
-        !(cuGraphLaunch = dlsym(lib, "cuGraphLaunch")))
+    PyObject *mod;
+    if (lib && !((cuStreamCreate = dlsym(lib, "cuStreamCreate")) && (cuStreamDestroy = dlsym(lib, "cuStreamDestroy_v2"))
+                 && (cuStreamQuery = dlsym(lib, "cuStreamQuery")) && (cuGraphLaunch = dlsym(lib, "cuGraphLaunch"))
+                 && (cuStreamSynchronize = dlsym(lib, "cuStreamSynchronize"))))
         return PyErr_Format(PyExc_ImportError, "libcuda lacks a stream entry point");
-    return PyModule_Create(&module);
+    if (!(floor_stream_type = (PyTypeObject *)PyType_FromSpec(&floor_stream_spec)) || !(mod = PyModule_Create(&module)))
+        return NULL;
+    if (lib && PyModule_AddFunctions(mod, driver_methods) < 0) Py_CLEAR(mod);
+    return mod;
 }

@@ -1,7 +1,8 @@
 """What is measured: the operations of the target table in docs/design.md, and how each
 library spells them. A library's `setup` runs once in a fresh interpreter and defines `s` (a
 stream it owns) and `H` (its handle as an int); `p = Producer(H)` follows. Per operation, the
-statements to time: the first that runs is used and recorded; `NA(reason)` where it has none.
+statement to time, or a tuple of them (the first that runs is used and recorded); `NA(reason)`
+where it has none.
 """
 
 from dataclasses import dataclass, field
@@ -72,9 +73,10 @@ class Lib:
     import_stmt: str
     dists: tuple  # distribution names that give the version
     setup: str
-    ops: dict  # op key -> [stmt, ...] | NA
+    ops: dict  # op key -> stmt | (stmt, ...) | NA
     notes: dict = field(default_factory=dict)  # op key -> note printed under the table
     not_best: tuple = ()  # op keys where the figure measures something else: not a "best peer"
+    cpu_setup: str | None = None  # the setup without a device (None: measured with --gpu only)
 
 
 # A producer as small as the protocol allows: what every library wraps in `wrap_protocol`;
@@ -91,6 +93,9 @@ def with_(cm):
         pass
 """
 NO_CURRENT, NO_POOL = NA("no current-stream notion"), NA("no stream pool")
+NEITHER = {"current_stream": NO_CURRENT, "with_stream": NO_CURRENT, "pool_get": NO_POOL}
+FAKE_H = 0x7F3A2C001230  # the handle the CPU run wraps: nothing calls the driver
+CV = "import contextvars\ncv = contextvars.ContextVar('bench', default=None)\n"
 
 CUSTREAM = Lib(
     "custream", "import custream", ("custream",),
@@ -98,22 +103,21 @@ CUSTREAM = Lib(
     # setup leave it (custream itself never changes the current context).
     "import ctypes\n_cu = ctypes.CDLL('libcuda.so.1')\n_ctx = ctypes.c_void_p()\n"
     "assert _cu.cuInit(0) == 0 and _cu.cuDevicePrimaryCtxRetain(ctypes.byref(_ctx), 0) == 0\n"
-    "assert _cu.cuCtxSetCurrent(_ctx) == 0\nCS = custream.Stream\ns = CS()\nH = s.handle\npool = custream.StreamPool(4)\n"
-    "import contextvars\ncv = contextvars.ContextVar('bench', default=None)\n",
-    {"cuda_stream": ["s.__cuda_stream__()"], "handle_int": ["s.handle"], "wrap_protocol": ["custream.as_stream(p)"],
-     "wrap_int": ["CS.from_handle(H)"], "create_destroy": ["CS().close()"], "synchronize": ["s.synchronize()"],
-     "query": ["s.query()"], "contextvar_get": ["cv.get()"], "current_stream": ["custream.current_stream()"],
-     "with_stream": ["with_(s)"], "pool_get": ["pool.get()"], "cpp_uintptr": ["nb.handle_of_uintptr(H)"],
-     "cpp_stream_ref": ["nb.handle_of(s)"], "rust_usize": ["rx.handle_of_usize(H)"], "rust_stream_ref": ["rx.handle_of(s)"]},
-)
-# The CPU run wraps a made-up handle: nothing calls the driver.
-CUSTREAM_CPU_SETUP = ("CS = custream.Stream\nH = 0x7F3A2C001230\ns = CS.from_handle(H)\n"
-                      "import contextvars\ncv = contextvars.ContextVar('bench', default=None)\n")
+    "assert _cu.cuCtxSetCurrent(_ctx) == 0\nCS = custream.Stream\ns = CS()\nH = s.handle\n"
+    "pool = custream.StreamPool(4)\n" + CV,
+    {"cuda_stream": "s.__cuda_stream__()", "handle_int": "s.handle", "wrap_protocol": "custream.as_stream(p)",
+     "wrap_int": "CS.from_handle(H)", "create_destroy": "CS().close()", "synchronize": "s.synchronize()",
+     "query": "s.query()", "contextvar_get": "cv.get()", "current_stream": "custream.current_stream()",
+     "with_stream": "with_(s)", "pool_get": "pool.get()", "cpp_uintptr": "nb.handle_of_uintptr(H)",
+     "cpp_stream_ref": "nb.handle_of(s)", "rust_usize": "rx.handle_of_usize(H)", "rust_stream_ref": "rx.handle_of(s)"},
+    cpu_setup=f"CS = custream.Stream\nH = {FAKE_H}\ns = CS.from_handle(H)\n" + CV)
 
 # The least a Python binding can add: floor_ext.c, one C function per driver call (its stream
-# made by the binding itself, in the primary context raw_driver.c leaves current).
-LEAST = Lib("least binding", "", (), "H = fcreate()\n",
-            {"create_destroy": ["fdestroy(fcreate())"], "synchronize": ["fsync(H)"], "query": ["fquery(H)"]})
+# made by the binding itself, in the primary context raw_driver.c leaves current), and the
+# least a C type can do for a handle attribute (fstream: no driver call, so the CPU run too).
+LEAST = Lib("least binding", "", (), "H = fcreate()\nfs = fstream(H)\n",
+            {"handle_int": "fs.handle", "create_destroy": "fdestroy(fcreate())", "synchronize": "fsync(H)",
+             "query": "fquery(H)"}, cpu_setup=f"H = {FAKE_H}\nfs = fstream(H)\n")
 
 DESTROYED_ON_DEALLOC = "the stream is destroyed when the object is deallocated"
 PEERS = [
@@ -121,45 +125,44 @@ PEERS = [
         "try:\n    from cuda.core import Device, Stream as CoreStream\n"
         "except ImportError:\n    from cuda.core.experimental import Device, Stream as CoreStream\n"
         "dev = Device(0)\ndev.set_current()\ns = dev.create_stream()\nH = int(s.handle)\n",
-        {"cuda_stream": ["s.__cuda_stream__()"], "handle_int": ["int(s.handle)"], "wrap_protocol": ["dev.create_stream(p)"],
-         "wrap_int": ["CoreStream.from_handle(H)"], "create_destroy": ["dev.create_stream().close()"],
-         "synchronize": ["s.sync()"], "query": NA("cuda.core's Stream has no query()"),
-         "current_stream": NO_CURRENT, "with_stream": NO_CURRENT, "pool_get": NO_POOL}),
+        {"cuda_stream": "s.__cuda_stream__()", "handle_int": "int(s.handle)", "wrap_protocol": "dev.create_stream(p)",
+         "wrap_int": "CoreStream.from_handle(H)", "create_destroy": "dev.create_stream().close()",
+         "synchronize": "s.sync()", "query": NA("cuda.core's Stream has no query()"), **NEITHER}),
     Lib("CuPy", "import cupy", ("cupy-cuda13x", "cupy-cuda12x", "cupy"),
         "s = cupy.cuda.Stream(non_blocking=True)\nH = s.ptr\n",
-        {"cuda_stream": ["s.__cuda_stream__()"], "handle_int": ["s.ptr"],
-         "wrap_protocol": ["cupy.cuda.Stream.from_external(p)"], "wrap_int": ["cupy.cuda.ExternalStream(H)"],
-         "create_destroy": ["cupy.cuda.Stream(non_blocking=True)"], "synchronize": ["s.synchronize()"], "query": ["s.done"],
-         "current_stream": ["cupy.cuda.get_current_stream()"], "with_stream": ["with_(s)"], "pool_get": NO_POOL},
+        {"cuda_stream": "s.__cuda_stream__()", "handle_int": "s.ptr", "wrap_int": "cupy.cuda.ExternalStream(H)",
+         "wrap_protocol": "cupy.cuda.Stream.from_external(p)", "create_destroy": "cupy.cuda.Stream(non_blocking=True)",
+         "synchronize": "s.synchronize()", "query": "s.done", **NEITHER,
+         "current_stream": "cupy.cuda.get_current_stream()", "with_stream": "with_(s)"},
         notes={"create_destroy": DESTROYED_ON_DEALLOC}),
     Lib("torch", "import torch", ("torch",),
         "torch.cuda.init()\ns = torch.cuda.Stream()\nH = s.cuda_stream\n",
-        {"cuda_stream": ["s.__cuda_stream__()"], "handle_int": ["s.cuda_stream"],
+        {"cuda_stream": "s.__cuda_stream__()", "handle_int": "s.cuda_stream",
          "wrap_protocol": NA("torch has no __cuda_stream__ consumer (ExternalStream takes an int)"),
-         "wrap_int": ["torch.cuda.ExternalStream(H)", "torch.cuda.get_stream_from_external(H)"],
-         "create_destroy": ["torch.cuda.Stream()"], "synchronize": ["s.synchronize()"], "query": ["s.query()"],
-         "current_stream": ["torch.cuda.current_stream()"], "with_stream": ["with_(torch.cuda.stream(s))"],
+         "wrap_int": ("torch.cuda.ExternalStream(H)", "torch.cuda.get_stream_from_external(H)"),
+         "create_destroy": "torch.cuda.Stream()", "synchronize": "s.synchronize()", "query": "s.query()",
+         "current_stream": "torch.cuda.current_stream()", "with_stream": "with_(torch.cuda.stream(s))",
          "pool_get": NA("torch's stream pool is internal (torch.cuda.Stream() draws from it: see create + destroy)"),
-         "cpp_stream_ref": ["nb.handle_of(s)"], "rust_stream_ref": ["rx.handle_of(s)"]},
+         "cpp_stream_ref": "nb.handle_of(s)", "rust_stream_ref": "rx.handle_of(s)"},
         notes={"create_destroy": "torch.cuda.Stream() hands out a stream from a fixed pool and never destroys it: "
                                  "not a create + destroy, kept out of 'best peer'"},
         not_best=("create_destroy",)),
     Lib("numba", "import numba.cuda", ("numba-cuda", "numba"),
         "s = numba.cuda.stream()\nH = s.__cuda_stream__()[1]\n",
-        {"cuda_stream": ["s.__cuda_stream__()"], "handle_int": ["s.handle.value", "int(s.handle)", "int(s)"],
+        {"cuda_stream": "s.__cuda_stream__()", "handle_int": ("s.handle.value", "int(s.handle)", "int(s)"),
          "wrap_protocol": NA("numba.cuda.external_stream takes an int, not a protocol object"),
-         "wrap_int": ["numba.cuda.external_stream(H)"], "create_destroy": ["numba.cuda.stream()"],
-         "synchronize": ["s.synchronize()"], "query": NA("numba's Stream has no query()"),
-         "current_stream": NO_CURRENT, "with_stream": NO_CURRENT, "pool_get": NO_POOL},
-        notes={"create_destroy": "numba queues the destroy and runs queued destroys in batches; the figure is amortized"}),
+         "wrap_int": "numba.cuda.external_stream(H)", "create_destroy": "numba.cuda.stream()",
+         "synchronize": "s.synchronize()", "query": NA("numba's Stream has no query()"), **NEITHER},
+        notes={"create_destroy": "numba queues the destroy and runs queued destroys in batches; "
+                                 "the figure is amortized"}),
     Lib("rmm", "import rmm", ("rmm-cu13", "rmm-cu12", "rmm"),
         "from rmm.pylibrmm.stream import Stream as RmmStream\ns = RmmStream()\nH = s.__cuda_stream__()[1]\n"
         "from rmm.pylibrmm.cuda_stream_pool import CudaStreamPool\npool = CudaStreamPool(4)\n",
-        {"cuda_stream": ["s.__cuda_stream__()"],
+        {"cuda_stream": "s.__cuda_stream__()",
          "handle_int": NA("rmm's Stream gives its handle as an int only through __cuda_stream__()"),
-         "wrap_protocol": ["RmmStream(p)"], "wrap_int": NA("rmm's Stream cannot wrap an int handle from Python"),
-         "create_destroy": ["RmmStream()"], "synchronize": ["s.synchronize()"], "query": NA("rmm's Stream has no query()"),
-         "current_stream": NO_CURRENT, "with_stream": NO_CURRENT, "pool_get": ["pool.get_stream()"]},
+         "wrap_protocol": "RmmStream(p)", "wrap_int": NA("rmm's Stream cannot wrap an int handle from Python"),
+         "create_destroy": "RmmStream()", "synchronize": "s.synchronize()", "query": NA("rmm's Stream has no query()"),
+         **NEITHER, "pool_get": "pool.get_stream()"},
         notes={"create_destroy": DESTROYED_ON_DEALLOC}),
 ]
 LIBS = {lib.name: lib for lib in [CUSTREAM, LEAST, *PEERS]}

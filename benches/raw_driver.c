@@ -3,6 +3,7 @@
  * worker.py calls raw_init() once through ctypes, then raw_time(op, n) in turn with a Python
  * statement, in one thread, device 0's primary context current, on an idle non-blocking
  * stream. raw_host_func and raw_graph_launch: capture.py's, on its stream and graph.
+ * Each timer returns the nanoseconds its n executions took, or -1 once a call has failed.
  */
 #include <dlfcn.h>
 #include <string.h>
@@ -11,7 +12,6 @@
 typedef int CUresult;
 typedef void *CUcontext;
 typedef void *CUstream;
-typedef void *CUgraphExec;
 
 static CUresult (*cuInit)(unsigned);
 static CUresult (*cuDeviceGet)(int *, int);
@@ -22,15 +22,19 @@ static CUresult (*cuStreamDestroy)(CUstream);
 static CUresult (*cuStreamSynchronize)(CUstream);
 static CUresult (*cuStreamQuery)(CUstream);
 static CUresult (*cuLaunchHostFunc)(CUstream, void (*)(void *), void *);
-static CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+static CUresult (*cuGraphLaunch)(void *, CUstream);
 
 static CUstream idle;
-static int failed; /* the first failing CUresult, reported by raw_time as -1 */
+static int failed; /* the first failing CUresult */
 
-#define CALL(call) \
-    do { CUresult r_ = (call); if (r_ && !failed) failed = r_; } while (0)
-
+#define CALL(call) do { CUresult r_ = (call); if (r_ && !failed) failed = r_; } while (0)
 #define SYM(f, name) if (!(f = dlsym(lib, name))) return 2
+
+static double now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
 
 /* 0 on success; else the failing step (1: no libcuda, 2: a symbol missing, 3: a call failed). */
 int raw_init(void) {
@@ -38,8 +42,9 @@ int raw_init(void) {
     CUcontext ctx;
     int dev;
     if (!lib) return 1;
-    SYM(cuInit, "cuInit"); SYM(cuDeviceGet, "cuDeviceGet"); SYM(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-    SYM(cuCtxSetCurrent, "cuCtxSetCurrent"); SYM(cuStreamCreate, "cuStreamCreate"); SYM(cuStreamDestroy, "cuStreamDestroy_v2");
+    SYM(cuInit, "cuInit"); SYM(cuDeviceGet, "cuDeviceGet"); SYM(cuCtxSetCurrent, "cuCtxSetCurrent");
+    SYM(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    SYM(cuStreamCreate, "cuStreamCreate"); SYM(cuStreamDestroy, "cuStreamDestroy_v2");
     SYM(cuStreamSynchronize, "cuStreamSynchronize"); SYM(cuStreamQuery, "cuStreamQuery");
     SYM(cuLaunchHostFunc, "cuLaunchHostFunc"); SYM(cuGraphLaunch, "cuGraphLaunch");
     if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx) ||
@@ -48,10 +53,9 @@ int raw_init(void) {
     return 0;
 }
 
-/* Nanoseconds that n executions of operation `key` take; -1 for an unknown key or a failed call. */
+/* Operation `key` of the ratio rows; -1 for an unknown key too. */
 double raw_time(const char *key, long n) {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t = now_ns();
     if (strcmp(key, "create_destroy") == 0) {
         for (long i = 0; i < n; i++) {
             CUstream s;
@@ -65,14 +69,7 @@ double raw_time(const char *key, long n) {
     } else {
         return -1;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return failed ? -1 : (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
-}
-
-static double now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+    return failed ? -1 : now_ns() - t;
 }
 
 static void nothing(void *user) { (void)user; }
@@ -89,7 +86,7 @@ double raw_host_func(CUstream s, long n) {
 
 /* n launches of `g` on `s` in batches, with an untimed synchronize between, so the launch
  * queue never fills: what is timed is the launch, not the GPU. */
-double raw_graph_launch(CUgraphExec g, CUstream s, long batch, long n) {
+double raw_graph_launch(void *g, CUstream s, long batch, long n) {
     double total = 0;
     for (long done = 0; done < n; done += batch) {
         double t = now_ns();

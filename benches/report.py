@@ -1,10 +1,12 @@
 """The workers' rounds as one results dict (what --json writes), the table and the chart."""
 
+import textwrap
 from statistics import median
 
 import ops
 
 LIBRARIES = ["raw", *(p.name for p in ops.PEERS), "custream"]
+PEERS, LEAST = LIBRARIES[1:-1], ops.LEAST.name
 NOT_APPLICABLE = {"na": "not applicable"}
 
 
@@ -23,60 +25,91 @@ def combine(entries: list[dict]) -> dict:
     out = {k: good[0][k] for k in ("stmt", "note", "not_best") if k in good[0]}
     out.update({unit: median(v), f"min_{unit}": min(v), f"max_{unit}": max(v), "rounds": len(v), f"per_round_{unit}": v})
     if "ratio" in good[0]:
-        out.update(ratio=median(e["ratio"] for e in good), ratios=[e["ratio"] for e in good], raw_ns=[e["raw_ns"] for e in good])
+        out.update(ratio=median(e["ratio"] for e in good), ratios=[e["ratio"] for e in good],
+                   raw_ns=[e["raw_ns"] for e in good])
     return out
+
+
+def _series(f: dict) -> dict:
+    return {"stmt": f["stmt"], "ratios": f["ratios"], "ratio_median": f["ratio"]}
 
 
 def assemble(mode: str, rounds: dict, cython: dict) -> dict:
     """rounds: per library, its workers' outputs, one a round; cython: the Cython worker's figures."""
     errors = {n: ws[0]["error"] for n, ws in rounds.items() if ws and all("error" in w for w in ws)}
-    figures = {n: {k: combine([w["ops"][k] for w in ws if k in w.get("ops", {})]) for k in ops.OPS} for n, ws in rounds.items()}
-    series = {n: {k: {"stmt": f["stmt"], "ratios": f["ratios"], "ratio_median": f["ratio"]} for k, f in fs.items() if "ratio" in f}
-              for n, fs in figures.items()}
+    figures = {n: {k: combine([w["ops"][k] for w in ws if k in w.get("ops", {})]) for k in ops.OPS}
+               for n, ws in rounds.items()}
     out: dict = {"schema": 2, "mode": mode, "libraries": LIBRARIES, "operations": {}, "paired": {}, "lib_errors": errors,
-                 "round_errors": sorted({f"{n}: {w['error']}" for n, ws in rounds.items() if n not in errors for w in ws if "error" in w}),
+                 "round_errors": sorted({f"{n}: {w['error']}" for n, ws in rounds.items() if n not in errors
+                                         for w in ws if "error" in w}),
                  "empty_loop_ns": {n: median(w["empty_loop"]["ns"] for w in ws if "empty_loop" in w)
                                    for n, ws in rounds.items() if any("empty_loop" in w for w in ws)}}
     for op in ops.OPERATIONS:
-        mine = figures.get("custream", {}).get(op.key, {})
-        res = {n: {"na": errors[n]} if n in errors else figures.get(n, {}).get(op.key, {"na": "not measured"}) for n in LIBRARIES}
-        res["raw"] = NOT_APPLICABLE
-        if op.key == "cython_handle_read":
+        fig = {n: fs[op.key] for n, fs in figures.items()}
+        mine, least = fig.get("custream", {}), fig.get(LEAST, {})
+        res = {n: {"na": errors[n]} if n in errors else fig.get(n, {"na": "not measured"}) for n in LIBRARIES}
+        res["raw"], floors = NOT_APPLICABLE, []
+        if op.load:
             res = {n: cython.get(n, {"na": "not measured"}) if n in ("custream", "rmm") else NOT_APPLICABLE for n in LIBRARIES}
+            if floor := _fig(cython.get("floor")):  # a field load adds well under a nanosecond to the loop
+                floors = [{"label": cython["floor"]["label"], "ns": floor, "stmt": "nogil loop, barrier only"}]
         elif op.raw is not None:  # the C loop: its median over the rounds, timed in turn with custream
-            res["raw"] = {"ns": median(mine["raw_ns"])} if "raw_ns" in mine else {"na": "timed with --gpu only" if mode != "gpu" else "not measured"}
+            res["raw"] = ({"ns": median(mine["raw_ns"])} if "raw_ns" in mine
+                          else {"na": "timed with --gpu only" if mode != "gpu" else "not measured"})
             if "ratios" in mine:
-                out["paired"][op.key] = {**series["custream"][op.key], "raw_ns": mine["raw_ns"], "custream_ns": mine["per_round_ns"]}
-                out["paired"][op.key].update({"floor": series["least binding"][op.key]} if op.key in series.get("least binding", {}) else {})
-                out["paired"][op.key]["peers"] = {n: series[n][op.key] for n in LIBRARIES[1:-1] if op.key in series.get(n, {})}
+                out["paired"][op.key] = {**_series(mine), "raw_ns": mine["raw_ns"], "custream_ns": mine["per_round_ns"],
+                                         **({"floor": _series(least)} if "ratios" in least else {}),
+                                         "peers": {n: _series(fig[n]) for n in PEERS if "ratios" in fig.get(n, {})}}
+        elif "ns" in least:  # the least binding's figure on a row without a C loop: a floor beside custream's
+            floors = [{"label": "least binding (floor_ext.c)", "lib": LEAST, "ns": least["ns"], "stmt": least["stmt"]}]
         unit = "ratio" if op.raw is not None else op.unit  # a ratio row's peers compare on their ratio to raw
         value = _fig(res["custream"], unit)
-        peers = {n: v for n in LIBRARIES[1:-1] if (v := _fig(res[n], unit)) is not None and not res[n].get("not_best")}
+        peers = {n: v for n in PEERS if (v := _fig(res[n], unit)) is not None and not res[n].get("not_best")}
         best = min(peers, key=peers.get) if peers else None
         row = out["operations"][op.key] = {
-            "title": op.title, "unit": op.unit, "target": op.target, "results": res, "floors": [], "best_peer": best,
+            "title": op.title, "unit": op.unit, "target": op.target, "results": res, "floors": floors, "best_peer": best,
             "ratio_best_peer": value / peers[best] if best and value else None, "ratio_raw": _fig(res["custream"], "ratio")}
-        if op.gpu and mode != "gpu":
-            row["status"] = "needs GPU"
-        elif op.load:  # a field load adds well under a nanosecond to the loop; any call adds more
-            floor = _fig(cython.get("floor"))
-            row.update(floor_ns=floor, generated_c_reads_field=cython.get("generated_c_reads_field"),
-                       floors=[{"label": cython["floor"]["label"], "ns": floor, "stmt": "nogil loop, barrier only"}] if floor else [])
-            row["status"] = "n/a" if value is None else "pass" if floor and row["generated_c_reads_field"] and value <= floor + 1 else "MISS"
+        limit = op.bound if op.bound is not None else op.raw
+        if op.load:
+            row.update(floor_ns=floor, generated_c_reads_field=cython.get("generated_c_reads_field"))
+            limit = floor + 1 if floor and row["generated_c_reads_field"] else None
         elif op.times is not None:  # against another figure of the same run
             factor, lib, key = op.times
             other = _fig(figures.get(lib, {}).get(key, {}), op.unit)
-            row.update(compared_to={"lib": lib, "op": key, op.unit: other})
-            row["status"] = "n/a" if value is None or other is None else "pass" if value <= factor * other else "MISS"
-        elif op.bound is None and op.raw is None:
+            row["compared_to"], limit = {"lib": lib, "op": key, op.unit: other}, other and factor * other
+        if op.gpu and mode != "gpu":
+            row["status"] = "needs GPU"
+        elif not op.target:
             row["status"] = ""  # printed to compare with, no target of its own
+        elif value is None or (limit is None and not op.load):
+            row["status"] = "n/a"
         else:
-            row["status"] = "n/a" if value is None else "pass" if value <= (op.bound or op.raw) else "MISS"
+            row["status"] = "pass" if limit is not None and value <= limit else "MISS"
     return out
 
 
 def fmt(v: float | None) -> str:
     return "n/a" if v is None else f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def times(r: float) -> str:
+    return f"{r:.2f}x" if r >= 0.1 else f"{r:.2g}x"
+
+
+def human(v: float, unit: str) -> str:
+    """A scale figure: ns as ns, µs or ms; calls/s as M calls/s."""
+    if unit == "calls/s":
+        return f"{v / 1e6:.1f} M calls/s"
+    return f"{fmt(v)} ns" if v < 1e4 else f"{fmt(v / 1e3)} µs" if v < 1e6 else f"{fmt(v / 1e6)} ms"
+
+
+def _growth(r: dict) -> str:
+    return f"growth{' per ' + r['per'] if r['per'] else ''} {r['growth']:.2f}x (expect {r['expect']})"
+
+
+def _capture(results: dict) -> dict:
+    cap = results.get("capture", {})
+    return {} if "error" in cap else cap
 
 
 def table(results: dict) -> str:
@@ -94,161 +127,118 @@ def table(results: dict) -> str:
            "empty timing loop (in every figure): " + ", ".join(f"{k} {fmt(v)}" for k, v in results.get("empty_loop_ns", {}).items()),
            ""] + ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
                   for r in [head, ["-" * w for w in widths], *rows]]
+    for o in opsd.values():  # the least binding's figure where it is no ratio to a C loop (those follow)
+        for f in [f for f in o["floors"] if f.get("lib") == LEAST and _fig(o["results"]["custream"])]:
+            out += ["", f"{o['title']}: least binding ({f['stmt']}) {fmt(f['ns'])} ns; custream over it: "
+                        f"{o['results']['custream']['ns'] / f['ns']:.2f}x"]
     ratios = lambda e: " ".join(f"{r:.2f}" for r in e["ratios"]) + f"  median {e['ratio_median']:.2f}x"  # noqa: E731
     for key, e in results.get("paired", {}).items():
-        if isinstance(e, dict) and "ratios" in e:
-            out += ["", f"{opsd[key]['title']}, ratio to raw_driver.c's loop timed in turn, per round: {ratios(e)}"]
-            out += [f"    least binding ({e['floor']['stmt']}): {ratios(e['floor'])}; custream over it: "
-                    f"{e['ratio_median'] / e['floor']['ratio_median']:.2f}x"] if "floor" in e else []
-            out += [f"    {n} ({p['stmt']}): {ratios(p)}" for n, p in e.get("peers", {}).items()]
-    cap = results.get("capture", {})
-    out += ["", "host functions and capture (capture.py): " + cap["error"]] if "error" in cap else []
-    for name, r in ({} if "error" in cap else cap).items():
+        out += ["", f"{opsd[key]['title']}, ratio to raw_driver.c's loop timed in turn, per round: {ratios(e)}"]
+        out += [f"    least binding ({e['floor']['stmt']}): {ratios(e['floor'])}; custream over it: "
+                f"{e['ratio_median'] / e['floor']['ratio_median']:.2f}x"] if "floor" in e else []
+        out += [f"    {n} ({p['stmt']}): {ratios(p)}" for n, p in e.get("peers", {}).items()]
+    if "error" in results.get("capture", {}):
+        out += ["", "host functions and capture (capture.py): " + results["capture"]["error"]]
+    for name, r in _capture(results).items():
         verdict = "" if r["target"] is None else f"  <= {r['target']}x: " + ("pass" if r["ratio"] <= r["target"] else "MISS")
         out += [f"{name:<40} {fmt(r['ns']):>9} ns   {r['vs']:<26} {fmt(r['vs_ns']):>9} ns  {r['ratio']:.2f}x{verdict}"]
-    out += scale_table(results.get("scale"))
+    if scale := results.get("scale"):  # a figure per size, and the growth
+        out += ["", f"scale rows (scale.py; driver: {scale.get('driver', '?')}): a figure per size N; "
+                "growth: the last size's figure over the first's"] + ([f"  {scale['error']}"] if "error" in scale else [])
+    width = max([52] + [len(r["title"]) for r in (scale or {}).get("rows", [])])
+    for r in (scale or {}).get("rows", []):
+        per = [f"{p['n']:,}: {human(p['value'], r['unit'])}" + (f" ({human(p['value'] / p['n'], 'ns')}/{r['per']})"
+                                                                 if r["per"] else "") for p in r.get("points", [])]
+        out += [f"{r['title']:<{width}} " + (r["error"] if "error" in r else f"{'   '.join(per)}   {_growth(r)}")]
+        out += [f"    {'raw_driver.c, same streams alive':<{width - 4}} " + "   ".join(
+            f"{p['n']:,}: {human(p['raw_ns'], 'ns')} (custream {p['ratio']:.2f}x)" for p in r["points"])
+            + f"   growth {r['raw_growth']:.2f}x"] if "raw_growth" in r else []
     notes = [f"  {x}" for x in results.get("round_errors", [])]
     for o in opsd.values():
         for n, r in o["results"].items():
             if n not in results.get("lib_errors", {}):
                 quiet = (None, "not applicable", "needs a GPU (run with --gpu)") + (("not measured",) if not o["status"] else ())
-                na = None if r.get("na") in quiet else f"n/a: {r['na']}"
                 label = r.get("label") if o["title"] == "Cython handle read" else None
-                notes += [f"  {n} / {o['title']}: {what}" for what in (na, r.get("note"), label) if what]
+                notes += [f"  {n} / {o['title']}: {what}" for what in (r.get("na") not in quiet and f"n/a: {r['na']}",
+                                                                        r.get("note"), label) if what]
     notes += [f"  {n}: {err}" for n, err in results.get("lib_errors", {}).items() if err != "peers are measured with --gpu"]
     return "\n".join(out + (["", "notes:", *notes] if notes else []))
-
-
-
-
-def human(v: float, unit: str) -> str:
-    """A scale figure: ns as ns, µs or ms; calls/s as M calls/s."""
-    if unit == "calls/s":
-        return f"{v / 1e6:.1f} M calls/s"
-    return f"{fmt(v)} ns" if v < 1e4 else f"{fmt(v / 1e3)} µs" if v < 1e6 else f"{fmt(v / 1e6)} ms"
-
-
-def scale_table(scale: dict | None) -> list[str]:
-    """The scale rows (scale.py): per row a figure per size and the growth."""
-    if not scale:
-        return []
-    out = ["", f"scale rows (scale.py; driver: {scale.get('driver', '?')}): a figure per size N; "
-           "growth: the last size's figure over the first's"]
-    if "error" in scale:
-        return out + [f"  {scale['error']}"]
-    for r in scale["rows"]:
-        if "error" in r:
-            out += [f"{r['title']:<52} {r['error']}"]
-            continue
-        per = [f"{p['n']:,}: {human(p['value'], r['unit'])}" + (f" ({human(p['value'] / p['n'], 'ns')}/{r['per']})" if r["per"] else "")
-               for p in r["points"]]
-        growth = f"growth{' per ' + r['per'] if r['per'] else ''} {r['growth']:.2f}x (expect {r['expect']})"
-        out += [f"{r['title']:<52} {'   '.join(per)}   {growth}"]
-        if "raw_growth" in r:
-            out += [f"    {'raw_driver.c, same streams alive':<48} " + "   ".join(f"{p['n']:,}: {human(p['raw_ns'], 'ns')} "
-                                                                         f"(custream {p['ratio']:.2f}x)" for p in r["points"])
-                    + f"   growth {r['raw_growth']:.2f}x"]
-    return out
 
 
 COLORS = {"raw": "#555555", "least binding": "#9a9a9a", "cuda.core": "#76b900", "CuPy": "#1f77b4", "torch": "#ee4c2c",
           "numba": "#00a3e0", "rmm": "#7f4fc9", "custream": "#f2a900"}
 REFERENCE = "#d0d0d0"  # a floor or reference figure of custream's own (hatched)
+SHADES = ["#fbe3a6", "#f6c453", "#f2a900"]  # custream's colour in a scale row: the first size lightest, the last full
 
 
-def _bar(lib: str, value: float, text: str, ref: bool = False) -> dict:
-    return {"lib": lib, "value": value, "text": text, "ref": ref}
+def _bar(lib: str, value: float, text: str, ref: bool = False, color: str | None = None) -> dict:
+    return {"lib": lib, "value": value, "text": text, "ref": ref, "color": color}
 
 
-def times(r: float) -> str:
-    return f"{r:.2f}x" if r >= 0.1 else f"{r:.2g}x"
-
-
-def _custream_text(o: dict, value: str, extra: str = "") -> str:
-    best = f": {times(o['ratio_best_peer'])} {o['best_peer']} (best peer)" if o.get("ratio_best_peer") else ""
-    return f"{value}  custream{best}{extra}"
-
-
-def _ns_groups(results: dict) -> list[dict]:
-    """The ns rows without a C loop: each library's bar, floors and references hatched."""
+def _op_groups(results: dict, panel: str) -> list[dict]:
+    """The table's rows drawn on `panel` ("ns", "ms", or "ratio": the rows timed in turn with a
+    C loop, each library's ratio to it), a bar a library: the least binding's first, floors and
+    references hatched; custream's labelled with its ratio to the best peer and the least binding.
+    A row another of custream's rows is compared with is drawn there, as its reference."""
     opsd, groups = results["operations"], []
     referenced = {o["compared_to"]["op"] for o in opsd.values() if o.get("compared_to", {}).get("lib") == "custream"}
     for key, o in opsd.items():
         op = ops.OPS.get(key)
-        if o["unit"] != "ns" or op is None or op.raw is not None or key in referenced:  # a referenced row: drawn where used
+        ratio = op is not None and op.raw is not None
+        if op is None or panel != ("ratio" if ratio else o["unit"]) or (key in referenced and not ratio):
             continue
-        bars = []
+        unit, show = ("ratio", times) if ratio else (o["unit"], fmt)
+        if (mine := _fig(o["results"].get("custream"), unit)) is None:
+            continue
+        least = (results.get("paired", {}).get(key, {}).get("floor", {}).get("ratio_median") if ratio
+                 else next((f["ns"] for f in o["floors"] if f.get("lib") == LEAST), None))
+        label = (f": {times(o['ratio_best_peer'])} {o['best_peer']} (best peer)" if o.get("ratio_best_peer") else "") \
+            + (f", {mine / least:.2f}x least binding" if least else "")
+        bars = [_bar(LEAST, least, f"{show(least)}  least binding (floor_ext.c)")] if least else []
         for n in results["libraries"]:
-            if (v := _fig(o["results"].get(n))) is not None:
-                bars.append(_bar(n, v, _custream_text(o, fmt(v)) if n == "custream" else f"{fmt(v)}  {n}"))
-        bars += [_bar("floor", f["ns"], f"{fmt(f['ns'])}  floor: {f['label']}", ref=True) for f in o["floors"] if f.get("ns")]
-        target, cmp = op.bound, o.get("compared_to")
+            if (v := _fig(o["results"].get(n), unit)) is not None:
+                odd = " (not a create + destroy: kept out of best peer)" if o["results"][n].get("not_best") else ""
+                bars.append(_bar(n, v, f"{show(v)}  custream{label}" if n == "custream" else f"{show(v)}  {n}{odd}"))
+        bars += [_bar("floor", f["ns"], f"{fmt(f['ns'])}  floor: {f['label']}", ref=True) for f in o["floors"]
+                 if f.get("ns") and "lib" not in f]
+        target, cmp = op.raw if ratio else op.bound, o.get("compared_to")
         if cmp and cmp.get("ns"):
             target = op.times[0] * cmp["ns"]
             if cmp["lib"] == "custream":
                 bars.append(_bar("reference", cmp["ns"], f"{fmt(cmp['ns'])}  reference: {ops.OPS[cmp['op']].title}", ref=True))
-        if any(b["lib"] == "custream" for b in bars):
-            groups.append({"label": o["title"], "note": f"{o['target']}: {o['status']}" if o["target"] else "", "bars": bars, "target": target})
+        note = f"{o['target']}: {o['status']}" if o["target"] else ""
+        groups.append({"label": o["title"], "bars": bars, "target": target,
+                       "note": f"C loop {fmt(_fig(o['results'].get('raw')))} ns; {note}" if ratio else note})
     return groups
 
 
-def _ratio_groups(results: dict) -> list[dict]:
-    """Rows timed in turn with a C loop: each library's ratio to it; the least binding's too."""
-    opsd, paired, groups = results["operations"], results.get("paired", {}), []
-    for key in ops.RATIO_KEYS:
-        o = opsd.get(key)
-        if not o or o["ratio_raw"] is None:
+def _capture_groups(results: dict, against_c: bool) -> list[dict]:
+    """capture.py's rows: those against a C loop as ratios to it (a main row, then its peers'
+    rows, "  CuPy ..."); those against a peer in milliseconds."""
+    groups = []
+    for name, r in _capture(results).items():
+        if r["vs"].startswith("C ") != against_c:
             continue
-        floor = paired.get(key, {}).get("floor", {}).get("ratio_median")
-        extra = f", {o['ratio_raw'] / floor:.2f}x least binding" if floor else ""
-        bars = [_bar("least binding", floor, f"{floor:.2f}x  least binding (floor_ext.c)")] if floor else []
-        for n in results["libraries"][1:]:
-            if (v := _fig(o["results"].get(n), "ratio")) is not None:
-                odd = " (not a create + destroy: kept out of best peer)" if o["results"][n].get("not_best") else ""
-                bars.append(_bar(n, v, _custream_text(o, times(v), extra) if n == "custream" else f"{times(v)}  {n}{odd}"))
-        raw = _fig(o["results"].get("raw"))
-        groups.append({"label": o["title"], "note": f"C loop {fmt(raw)} ns; {o['target']}: {o['status']}",
-                       "bars": bars, "target": ops.OPS[key].raw})
-    cap = results.get("capture", {})
-    for name, r in ({} if "error" in cap else cap).items():  # capture.py: a main row, then its peers' ("  CuPy ...")
-        if not r["vs"].startswith("C "):
+        if not against_c:
+            peer = r["vs"].split()[0]
+            groups.append({"label": name.replace(" (custream)", ""), "note": f"against {r['vs']}", "target": None,
+                           "bars": [_bar(peer, r["vs_ns"] / 1e6, f"{fmt(r['vs_ns'] / 1e6)}  {peer}"),
+                                    _bar("custream", r["ns"] / 1e6, f"{fmt(r['ns'] / 1e6)}  custream: {times(r['ratio'])} {peer}")]})
             continue
         lib = next((n for n in COLORS if name.strip().startswith(n)), None) if name.startswith(" ") else "custream"
-        if lib == "custream" or not groups or not groups[-1].get("capture"):
-            groups.append({"label": name.strip(), "note": f"{r['vs']} {fmt(r['vs_ns'])} ns" + (f"; <= {r['target']}x" if r["target"] else ""),
-                           "bars": [], "target": r["target"], "capture": True})
+        if lib == "custream" or not groups:
+            groups.append({"label": name.strip(), "bars": [], "target": r["target"],
+                           "note": f"{r['vs']} {fmt(r['vs_ns'])} ns" + (f"; <= {r['target']}x" if r["target"] else "")})
         text = f"{times(r['ratio'])}  {lib}" + (f" ({fmt(r['ns'])} ns)" if lib == "custream" else "")
         groups[-1]["bars"].append(_bar(lib or name.strip(), r["ratio"], text))
     return groups
 
 
-def _ms_groups(results: dict) -> list[dict]:
-    """Rows in milliseconds: import, and capture.py's rows against a peer rather than a C loop."""
-    groups = []
-    for key, o in results["operations"].items():
-        if o["unit"] == "ms" and _fig(o["results"].get("custream"), "ms") is not None:
-            bars = [_bar(n, v, _custream_text(o, fmt(v)) if n == "custream" else f"{fmt(v)}  {n}")
-                    for n in results["libraries"] if (v := _fig(o["results"].get(n), "ms")) is not None]
-            groups.append({"label": o["title"], "note": f"{o['target']}: {o['status']}", "bars": bars, "target": ops.OPS[key].bound})
-    cap = results.get("capture", {})
-    for name, r in ({} if "error" in cap else cap).items():
-        if r["vs"].startswith("C "):
-            continue
-        peer = r["vs"].split()[0]
-        groups.append({"label": name.replace(" (custream)", ""), "note": f"against {r['vs']}", "target": None,
-                       "bars": [_bar(peer, r["vs_ns"] / 1e6, f"{fmt(r['vs_ns'] / 1e6)}  {peer}"),
-                                _bar("custream", r["ns"] / 1e6, f"{fmt(r['ns'] / 1e6)}  custream: {times(r['ratio'])} {peer}")]})
-    return groups
-
-
-SHADES = ["#fbe3a6", "#f6c453", "#f2a900"]  # custream's colour: the first size lightest, the last full
-
-
 def _scale_groups(results: dict) -> list[dict]:
     """scale.py's rows, as ns per call (per kernel; threads: the wall time per call, all
     threads together), a bar a size."""
-    scale, groups = results.get("scale") or {}, []
-    for r in scale.get("rows", []):
+    groups = []
+    for r in (results.get("scale") or {}).get("rows", []):
         if "error" in r:
             continue
         bars = []
@@ -259,29 +249,25 @@ def _scale_groups(results: dict) -> list[dict]:
             else:
                 v = p["value"] / (p["n"] if r["per"] else 1)
                 text = f"N={p['n']:,}: {human(p['value'], r['unit'])}" + (f" ({human(v, 'ns')} a {r['per']})" if r["per"] else "")
-            bars.append({**_bar("custream", v, text), "color": SHADES[2 if i == len(r["points"]) - 1 else min(i, 1)]})
+            bars.append(_bar("custream", v, text, color=SHADES[2 if i == len(r["points"]) - 1 else min(i, 1)]))
             if "raw_ns" in p:
                 bars.append(_bar("raw", p["raw_ns"], f"N={p['n']:,}: {human(p['raw_ns'], 'ns')}  raw_driver.c"))
-        groups.append({"label": r["title"], "bars": bars, "target": None,
-                       "note": f"growth{' per ' + r['per'] if r['per'] else ''} {r['growth']:.2f}x (expect {r['expect']})"})
+        groups.append({"label": r["title"], "bars": bars, "target": None, "note": _growth(r)})
     return groups
 
 
 def _draw(ax, groups: list[dict], log: bool, reference: float | None, drawn: set) -> None:
     """Horizontal bars, a group a row, top to bottom; each bar's text at its end (`drawn`:
     the libraries drawn, for the legend)."""
-    import textwrap
-
     y, ticks, labels, values = 0.0, [], [], []
     for g in groups:
         top = y
         for b in g["bars"]:
-            color = b.get("color") or (REFERENCE if b["ref"] else COLORS.get(b["lib"], "#999999"))
             mine = b["lib"] == "custream"
-            ax.barh(y, b["value"], 0.8, color=color, hatch="//" if b["ref"] else None,
-                    edgecolor="black" if mine or b["ref"] else "none", linewidth=0.8)
+            ax.barh(y, b["value"], 0.8, color=b["color"] or (REFERENCE if b["ref"] else COLORS.get(b["lib"], "#999999")),
+                    hatch="//" if b["ref"] else None, edgecolor="black" if mine or b["ref"] else "none", linewidth=0.8)
             ax.annotate(b["text"], (b["value"], y), xytext=(4, 0), textcoords="offset points", va="center", zorder=5,
-                        fontsize=8.5, fontweight="bold" if mine and not b.get("color") else "normal",
+                        fontsize=8.5, fontweight="bold" if mine and not b["color"] else "normal",
                         bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.3, "alpha": 0.85})
             drawn.add("floor / reference" if b["ref"] else b["lib"])
             values.append(b["value"])
@@ -317,9 +303,11 @@ def plot(results: dict, path: str) -> None:
     from matplotlib.patches import Patch
 
     panels = [(title, groups, log, ref) for title, groups, log, ref in [
-        ("ns per call (log scale)", _ns_groups(results), True, None),
-        ("ratio to the driver calls in a C loop (raw_driver.c = 1, the grey line), timed in turn", _ratio_groups(results), False, 1.0),
-        ("milliseconds (log scale): import in a fresh interpreter; capture against a peer", _ms_groups(results), True, None),
+        ("ns per call (log scale)", _op_groups(results, "ns"), True, None),
+        ("ratio to the driver calls in a C loop (raw_driver.c = 1, the grey line), timed in turn",
+         _op_groups(results, "ratio") + _capture_groups(results, True), False, 1.0),
+        ("milliseconds (log scale): import in a fresh interpreter; capture against a peer",
+         _op_groups(results, "ms") + _capture_groups(results, False), True, None),
         ("scale rows (scale.py), log scale: ns a call at each size N; capture: ns a kernel; threads: the wall time a call,\n"
          f"all threads together; growth: the last size's figure over the first's. Driver: {(results.get('scale') or {}).get('driver')}",
          _scale_groups(results), True, None),

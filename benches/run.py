@@ -23,22 +23,24 @@ import scale  # noqa: E402
 def worker(lib: str, args: list[str], timeout: float, env: dict | None = None) -> dict:
     print(f"{lib} ...", file=sys.stderr, flush=True)
     try:
-        p = subprocess.run([sys.executable, os.path.join(HERE, "worker.py"), lib, *args],
-                           check=False, capture_output=True, text=True, timeout=timeout, env=env and {**os.environ, **env})
+        p = subprocess.run([sys.executable, os.path.join(HERE, "worker.py"), lib, *args], check=False,
+                           capture_output=True, text=True, timeout=timeout, env=env and {**os.environ, **env})
     except subprocess.TimeoutExpired:
         return {"error": f"worker timed out after {timeout:.0f} s"}
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode != 0 or not lines:
-        return {"error": f"worker exited with status {p.returncode}: " + " | ".join((p.stdout + p.stderr).strip().splitlines()[-6:])}
+        tail = " | ".join((p.stdout + p.stderr).strip().splitlines()[-6:])
+        return {"error": f"worker exited with status {p.returncode}: {tail}"}
     return json.loads(lines[-1])
 
 
-def build(source: str, name: str, *flags: str) -> str | dict:
-    """A C file of benches/ compiled as a shared object: its path, or {"error": ...}."""
+def build(source: str, name: str, *flags: str) -> str | None:
+    """A C file of benches/ compiled as a shared object: its path, or None (the error printed)."""
     out, cc = os.path.join(tempfile.mkdtemp(prefix="custream-bench-"), name), os.environ.get("CC", "gcc")
     p = subprocess.run([cc, "-O2", "-shared", "-fPIC", *flags, "-o", out, os.path.join(HERE, source), "-ldl"],
                        check=False, capture_output=True, text=True)
-    return out if p.returncode == 0 else {"error": f"{cc} failed: {p.stderr.strip()[-400:]}"}
+    print(f"{cc} failed on {source}: {p.stderr.strip()[-400:]}" if p.returncode else "", end="", file=sys.stderr)
+    return None if p.returncode else out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="PATH", help="write every figure, the machine and the versions here")
     ap.add_argument("--plot", metavar="PATH", help="write a PNG chart here (needs matplotlib)")
     ap.add_argument("--quick", action="store_true", help="few, short repeats: a smoke run, not figures to quote")
-    ap.add_argument("--budget-s", type=float, default=200.0, help="wall-clock budget (default 200 s): later libraries are skipped past it")
+    ap.add_argument("--budget-s", type=float, default=200.0,
+                    help="wall-clock budget (default 200 s): later libraries are skipped past it")
     ap.add_argument("--rounds", type=int, help="rounds of fresh workers, as the budget allows (default 8, 2 with --quick)")
     ap.add_argument("--from-json", metavar="PATH", help="measure nothing: print the table (and --plot) of an earlier --json")
     args = ap.parse_args(argv)
@@ -75,23 +78,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(args) -> dict:
     """Rounds of fresh workers, one a library a round, custream first, until the rounds are done
-    or the budget is spent (benches/README.md says why)."""
+    or the budget is spent (docs/benchmarks.md says why)."""
     t_start = time.perf_counter()
-    probe = subprocess.run([sys.executable, "-c", "import custream, sys; sys.exit(not custream.is_available())"], check=False)
+    probe = subprocess.run([sys.executable, "-c", "import custream, sys; sys.exit(not custream.is_available())"])
     gpu = args.gpu or (not args.cpu and probe.returncode == 0)
-
-    def left() -> float:
-        return args.budget_s - (time.perf_counter() - t_start)
-
+    left = lambda: args.budget_s - (time.perf_counter() - t_start)  # noqa: E731
     extra = ["--gpu"] * gpu + ["--quick"] * args.quick
     cy = worker("cython", extra, 120)
     cython = cy["ops"]["cython_handle_read"] if "ops" in cy else {"custream": {"na": cy.get("error", "not measured")}}
-    libs = ["custream"] + [n for n in ops.LIBS if gpu and n != "custream"]
-    if gpu:
-        raw = build("raw_driver.c", "libraw_driver.so")
-        ext = build("floor_ext.c", "floor_ext" + sysconfig.get_config_var("EXT_SUFFIX"), "-I" + sysconfig.get_paths()["include"])
-        extra += [*(["--raw", raw] if isinstance(raw, str) else []), *(["--floor-ext", ext] if isinstance(ext, str) else [])]
-        libs = [n for n in libs if n != "least binding" or isinstance(raw, str) and isinstance(ext, str)]
+    # The least binding: floor_ext.c, whose handle floor needs no device; on one, raw_driver.c's C loops too.
+    ext = build("floor_ext.c", "floor_ext" + sysconfig.get_config_var("EXT_SUFFIX"), "-I" + sysconfig.get_paths()["include"])
+    raw = build("raw_driver.c", "libraw_driver.so") if gpu else None
+    extra += ["--raw", raw] * bool(raw) + ["--floor-ext", ext] * bool(ext)
+    libs = [n for n, lib in ops.LIBS.items() if (gpu or lib.cpu_setup) and (lib is not ops.LEAST or ext and (raw or not gpu))]
     rounds: dict = {n: [] for n in libs}
     for r in range(args.rounds or (2 if args.quick else 8)):
         for name in [n for n in libs if not (rounds[n] and "not importable" in rounds[n][0].get("error", ""))]:
@@ -101,24 +100,25 @@ def measure(args) -> dict:
                 rounds[name].append({"error": f"skipped: the {args.budget_s:.0f} s budget was spent"})
     rounds.update({n: [{"error": "peers are measured with --gpu"}] for n in report.LIBRARIES[1:] if n not in rounds})
     results = report.assemble("gpu" if gpu else "cpu", rounds, cython)
-    if gpu and "--raw" in extra:  # host functions and capture: one worker, once (capture.py)
+    if raw:  # host functions and capture: one worker, once (capture.py)
         cap = worker("capture", extra, max(30, min(240, left())))
         results["capture"] = cap.get("rows") or {"error": cap.get("error", "no rows")}
     # the scale rows (scale.py): one worker, once; without a device against the stand-in driver
     lib = None if gpu else scale.standin()
-    if isinstance(lib, dict):
-        results["scale"] = lib
-    else:
-        sc = worker("scale", extra, max(90, min(240, left())), env=lib and {"CUSTREAM_LIBCUDA": lib})
-        results["scale"] = {"driver": "the GPU's driver" if gpu else "the stand-in (tests/standin/capture.c): custream's own cost, no GPU work",
-                            **({"rows": sc["rows"]} if "rows" in sc else {"error": sc.get("error", "no rows")})}
+    sc = lib if isinstance(lib, dict) else worker("scale", extra, max(90, min(240, left())), lib and {"CUSTREAM_LIBCUDA": lib})
+    results["scale"] = sc if isinstance(lib, dict) else {
+        "driver": "the GPU's driver" if gpu else "the stand-in (tests/standin/capture.c): custream's own cost, no GPU work",
+        **({"rows": sc["rows"]} if "rows" in sc else {"error": sc.get("error", "no rows")})}
     first = {n: next((w for w in ws if "version" in w), {}) for n, ws in rounds.items()}
     with open("/proc/cpuinfo" if os.path.exists("/proc/cpuinfo") else os.devnull) as f:
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.machine())
     results["machine"] = {**first["custream"].get("machine", {}), "cpu": cpu, "python": platform.python_version(),
-                          "platform": platform.platform(), "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                          "versions": {**{n: first.get(n, {}).get("version") for n in report.LIBRARIES[1:]}, "Cython": cy.get("version")}}
-    results["settings"] = {"quick": args.quick, "rounds": max(map(len, rounds.values())), "seconds": round(time.perf_counter() - t_start, 1),
+                          "platform": platform.platform(), "cpu_count": os.cpu_count(),
+                          "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                          "versions": {**{n: first.get(n, {}).get("version") for n in report.LIBRARIES[1:]},
+                                       "Cython": cy.get("version")}}
+    results["settings"] = {"quick": args.quick, "rounds": max(map(len, rounds.values())),
+                           "seconds": round(time.perf_counter() - t_start, 1),
                            "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
     return results
 

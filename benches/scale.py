@@ -1,61 +1,48 @@
 """The scale rows: how custream's costs grow with what is alive, running or queued, once per
 run in a worker of their own (`worker.py scale`). With --gpu on the device; without, against
-the stand-in driver (tests/standin/capture.c, built by `standin()`): custream's own cost, no
-GPU work. Each row: a figure per size and its growth, the last size's over the first's.
+the stand-in driver (tests/standin/capture.c): custream's own cost, no GPU work. Each row: a
+figure per size and its growth, the last size's over the first's (docs/benchmarks.md lists
+the rows and what each expects).
 
-- create + destroy with 1, 1,000 and 10,000 other custream streams alive (expect: flat); on
-  the GPU timed in turn with raw_driver.c's C loop, which sees the same streams.
-- current_stream(), pool.get() and query() from 1 and from 16 threads at once: the total
-  calls per second (expect: no collapse); the growth is 16 threads' total over one's.
-- capture of 10, 1,000 and 10,000 kernels, begin to end_capture().close(): CuPy kernels on
-  the GPU (as capture.py), the stand-in's fake_kernel on the CPU (expect: linear; the growth
-  is per kernel).
-- launch_host_func(noop), one call timed, queued behind 1 and 10,000 host functions pending
-  on a stream held by the GPU itself: a cuStreamWaitValue32 on a host word (custream's
-  thread stays free), raised in a `finally`, or by a watchdog should the queue fill and a
-  launch wait (expect: flat). The stand-in's queue holds 4,096 items, three a host
-  function: 1,000 there.
+The pending-host-function row holds streams with the GPU itself: a cuStreamWaitValue32 on a
+host word (custream's thread stays free), raised in a `finally`, or by a watchdog should a
+queue fill and a launch wait. A held stream's queue takes about 1,020 commands of any kind
+(measured on an H200: memsets and stream writes alike block at the 1,020th; a second held
+stream takes its own 1,020), and custream's launch_host_func is one (a cuStreamBatchMemOp):
+N host functions pending take ceil(N / 1,000) streams, all held by the one word, the timed
+call on the last. The stand-in's one queue holds 4,096 items, three a host function: 1,000.
 """
 
 import contextlib
 import ctypes
+import math
 import mmap
 import os
-import re
 import statistics
-import subprocess
+import sys
 import tempfile
 import threading
 import time
 
 import timing
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ALIVE = (1, 1_000, 10_000)
-THREADS = (1, 16)
-KERNELS = (10, 1_000, 10_000)
-PENDING = {"gpu": (1, 10_000), "cpu": (1, 1_000)}
+ALIVE, THREADS, KERNELS = (1, 1_000, 10_000), (1, 16), (10, 1_000, 10_000)
+PENDING, PER_STREAM = {"gpu": (1, 10_000), "cpu": (1, 1_000)}, 1_000
+PENDING_TITLE = f"launch_host_func(f) with N host functions pending, {PER_STREAM:,} per held stream"
 
 
 def standin() -> str | dict:
-    """tests/standin/capture.c built as a libcuda.so.1, every other entry point custream
-    resolves (src/libcuda.rs) a stub returning CUDA_SUCCESS, as tests/standin/__init__.py
-    builds it: its path, or {"error": ...}."""
+    """tests/standin/capture.c built as a libcuda.so.1 by tests/standin (the entry points it
+    does not model generated as stubs): its path, or {"error": ...}."""
+    sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
     try:
-        with open(os.path.join(ROOT, "tests", "standin", "capture.c")) as f:
-            source = f.read()
-        with open(os.path.join(ROOT, "src", "libcuda.rs")) as f:
-            tables = re.findall(r"entry_points!\(\w+ \{(.*?)\}\);", f.read(), re.S)
-    except OSError as e:
-        return {"error": f"no stand-in driver: {e}"}
-    defined = set(re.findall(r"^CUresult (cu\w+)\(", source, re.M))
-    wanted = [n for t in tables for n in re.findall(r"^\s*(cu\w+)\(", t, re.M) if n not in defined]
-    folder = tempfile.mkdtemp(prefix="custream-bench-standin-")
-    with open(src := os.path.join(folder, "capture.c"), "w") as f:
-        f.write(source + "\n" + "".join(f"CUresult {n}() {{ return 0; }}\n" for n in wanted))
-    cc, lib = os.environ.get("CC", "gcc"), os.path.join(folder, "libcuda.so.1")
-    p = subprocess.run([cc, "-O1", "-shared", "-fPIC", "-o", lib, src, "-lpthread"], check=False, capture_output=True, text=True)
-    return lib if p.returncode == 0 else {"error": f"{cc} failed on the stand-in driver: {p.stderr.strip()[-400:]}"}
+        import standin  # the CPU tests' builder (it needs pytest, to skip with)
+
+        return str(standin.build("capture.c", standin.pathlib.Path(tempfile.mkdtemp(prefix="custream-bench-"))))
+    except BaseException as e:  # pytest's skip (no compiler, no sources) is no Exception
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return {"error": f"no stand-in driver: {type(e).__name__}: {e}"}
 
 
 def row(title: str, unit: str, expect: str, points: list[dict], per: str = "", **extra) -> dict:
@@ -65,15 +52,15 @@ def row(title: str, unit: str, expect: str, points: list[dict], per: str = "", *
 
 
 def alive(cfg: dict, raw_loop) -> dict:
+    """create + destroy with N other streams alive; on the GPU in turn with raw_driver.c's loop."""
     import custream
 
     others, points, ns = [], [], {"CS": custream.Stream}
     try:
         for n in ALIVE:
             others += [custream.Stream() for _ in range(n - len(others))]
-            run = timing.timer("CS().close()", ns)
             if raw_loop:
-                r = timing.paired(run, raw_loop("create_destroy"), **cfg)
+                r = timing.paired(timing.timer("CS().close()", ns), raw_loop("create_destroy"), **cfg)
                 points.append({"n": n, "value": r["ns"], "raw_ns": r["raw_ns"], "ratio": r["ratio"]})
             else:
                 points.append({"n": n, "value": timing.measure("CS().close()", ns, **cfg)["ns"]})
@@ -108,48 +95,38 @@ def throughput(stmt: str, ns: dict, threads: int, seconds: float) -> float:
 
 
 def threaded(cfg: dict) -> list[dict]:
+    """current_stream(), pool.get() and query() from 1 and 16 threads: the total calls a second."""
     import custream
 
     s, pool = custream.Stream(), custream.StreamPool(4)
-    ns = {"custream": custream, "s": s, "pool": pool}
-    seconds = 0.05 if cfg["target_ms"] < 10 else 0.25
-    rows = []
+    ns, seconds = {"custream": custream, "s": s, "pool": pool}, 0.05 if cfg["target_ms"] < 10 else 0.25
     try:
-        for stmt in ("custream.current_stream()", "pool.get()", "s.query()"):
-            points = []
-            for n in THREADS:
-                rates = [throughput(stmt, ns, n, seconds) for _ in range(max(3, cfg["repeats"] // 3))]
-                points.append({"n": n, "value": statistics.median(rates)})
-            rows.append(row(f"{stmt}, N threads at once", "calls/s", "no collapse", points, stmt=stmt))
+        return [row(f"{stmt}, N threads at once", "calls/s", "no collapse", stmt=stmt, points=[
+            {"n": n, "value": statistics.median(throughput(stmt, ns, n, seconds) for _ in range(max(3, cfg["repeats"] // 3)))}
+            for n in THREADS]) for stmt in ("custream.current_stream()", "pool.get()", "s.query()")]
     finally:
         pool.close()
         s.close()
-    return rows
 
 
 def capture(cfg: dict, gpu: bool) -> dict:
+    """begin_capture to end_capture().close() around N kernels: CuPy's on the GPU (as
+    capture.py), the stand-in's fake_kernel on the CPU."""
     import custream
 
     s = custream.Stream()
-    if gpu:  # CuPy kernels on custream's stream, as capture.py
-        import cupy as cp
+    if gpu:
+        import capture as cap
 
-        cp.cuda.Device(0).use()
-        x = cp.zeros(16, dtype=cp.float32)
-        cp.add(x, 1, out=x)  # compile and load the kernel outside every capture
-        cp.cuda.Device(0).synchronize()
-        ns = {"s": s, "ext": cp.cuda.Stream.from_external(s), "x": x, "cp": cp}
-        body, kernel = "with ext:\n    for _ in range(N):\n        cp.add(x, 1, out=x)\n", "cp.add(x, 1, out=x)"
+        ns, kernel = cap.cupy_on(s), "cp.add(x, 1, out=x)"
+        body = f"with ext:\n    for _ in range(N):\n        {kernel}\n"
     else:  # the stand-in's kernel: a node of the capture
         lib = ctypes.CDLL(os.environ["CUSTREAM_LIBCUDA"])
         lib.fake_kernel.argtypes = [ctypes.c_void_p, ctypes.c_int]
-        ns = {"s": s, "k": lib.fake_kernel, "H": s.handle}
-        body, kernel = "for _ in range(N):\n    k(H, 0)\n", "the stand-in's fake_kernel"
+        ns, body, kernel = {"s": s, "k": lib.fake_kernel, "H": s.handle}, "for _ in range(N):\n    k(H, 0)\n", "the stand-in's fake_kernel"
     stmt = "s.begin_capture('relaxed')\n" + body + "s.end_capture().close()"
-    points = []
     try:
-        for n in KERNELS:
-            points.append({"n": n, "value": timing.measure(stmt, {**ns, "N": n}, **cfg)["ns"]})
+        points = [{"n": n, "value": timing.measure(stmt, {**ns, "N": n}, **cfg)["ns"]} for n in KERNELS]
     finally:
         if s.is_capturing:
             s.end_capture().close()
@@ -168,11 +145,12 @@ def driver():
 
 
 class Blocker:
-    """Holds a stream: `with blocker.hold(s) as held:` queues a wait until a host word reads 1
-    (a cuStreamWaitValue32, as custream's own hand-off does). The word is raised on leaving,
-    in a `finally`, and the stream synchronized; and by a watchdog thread after `timeout`
-    seconds, should a launch wait for room in a full queue meanwhile (the launching thread
-    waits in the driver, GIL released): `held["fired"]` then says how many were queued."""
+    """Holds streams: `with blocker.hold(*streams) as held:` queues on each a wait until one
+    host word reads 1 (a cuStreamWaitValue32, as custream's own hand-off does). The word is
+    raised on leaving, in a `finally`, and every stream synchronized; and by a watchdog thread
+    after `timeout` seconds, should a launch wait for room in a full queue meanwhile (the
+    launching thread waits in the driver, GIL released): `held["fired"]` then says how many
+    were queued."""
 
     def __init__(self, cu):
         self.cu, self.page = cu, mmap.mmap(-1, mmap.PAGESIZE)
@@ -182,7 +160,7 @@ class Blocker:
         assert cu.cuMemHostGetDevicePointer_v2(ctypes.byref(self.device), self.host, 0) == 0
 
     @contextlib.contextmanager
-    def hold(self, s, timeout: float = 5.0):
+    def hold(self, *streams, timeout: float = 5.0):
         held = {"queued": 0, "fired": None}
 
         def release(watchdog: bool) -> None:
@@ -191,17 +169,19 @@ class Blocker:
             self.word.value = 1
 
         self.word.value = 0
-        r = self.cu.cuStreamWaitValue32_v2(ctypes.c_void_p(s.handle), self.device, ctypes.c_uint32(1), 1)  # _EQ
-        assert r == 0, f"cuStreamWaitValue32_v2 failed: {r}"
         watchdog = threading.Timer(timeout, release, (True,))
         watchdog.daemon = True
         watchdog.start()
         try:
+            for s in streams:
+                r = self.cu.cuStreamWaitValue32_v2(ctypes.c_void_p(s.handle), self.device, ctypes.c_uint32(1), 1)  # _EQ
+                assert r == 0, f"cuStreamWaitValue32_v2 failed: {r}"
             yield held
         finally:
             watchdog.cancel()
             release(False)
-            s.synchronize()
+            for s in streams:
+                s.synchronize()
 
     def close(self) -> None:
         if hasattr(self.cu, "cuMemHostUnregister"):  # the stand-in has none
@@ -211,31 +191,35 @@ class Blocker:
 
 
 def pending(cfg: dict, gpu: bool) -> dict:
+    """One launch_host_func(noop) timed with N host functions pending, PER_STREAM a held stream."""
     import custream
 
-    s, blocker, points = custream.Stream(), Blocker(driver()), []
-    noop = lambda *_: None  # noqa: E731
+    sizes = PENDING["gpu" if gpu else "cpu"]
+    streams = [custream.Stream() for _ in range(math.ceil(max(sizes) / PER_STREAM))]
+    blocker, points, noop = Blocker(driver()), [], lambda *_: None
     try:
-        for n in PENDING["gpu" if gpu else "cpu"]:
-            samples: list[float] = []
+        for n in sizes:
+            held_streams, samples = streams[:math.ceil(n / PER_STREAM)], []
             deadline = time.perf_counter() + cfg["budget_s"]
             while len(samples) < 4 * cfg["repeats"] and (len(samples) < 3 or time.perf_counter() < deadline):
-                with blocker.hold(s) as held:
+                with blocker.hold(*held_streams) as held:
                     for i in range(n):
-                        s.launch_host_func(noop)
+                        held_streams[i // PER_STREAM].launch_host_func(noop)
                         held["queued"] = i + 1
                     t0 = time.perf_counter_ns()
-                    s.launch_host_func(noop)
+                    held_streams[-1].launch_host_func(noop)
                     samples.append(time.perf_counter_ns() - t0)
                 if held["fired"] is not None:
-                    so_far = "; ".join(f"behind {p['n']:,}: {p['value']:,.0f} ns" for p in points)
-                    raise RuntimeError(f"the stream's queue filled: behind {held['fired']:,} pending host functions "
+                    so_far = "; ".join(f"with {p['n']:,}: {p['value']:,.0f} ns" for p in points)
+                    raise RuntimeError(f"a held stream's queue filled: with {held['fired']:,} host functions pending, "
                                        f"launch_host_func waited for the blocker's release ({so_far or 'no figure'})")
-            points.append({"n": n, "value": statistics.median(samples), "samples": len(samples)})
+            points.append({"n": n, "value": statistics.median(samples), "samples": len(samples),
+                           "streams": len(held_streams)})
     finally:
         blocker.close()
-        s.close()
-    return row("launch_host_func(f) behind N pending, stream held", "ns", "flat", points, stmt="s.launch_host_func(noop)")
+        for s in streams:
+            s.close()
+    return row(PENDING_TITLE, "ns", "flat", points, stmt="s.launch_host_func(noop)")
 
 
 def run(cfg: dict, gpu: bool, raw_loop=None) -> list[dict]:
@@ -244,7 +228,7 @@ def run(cfg: dict, gpu: bool, raw_loop=None) -> list[dict]:
     for title, measure in [("create + destroy, N other streams alive", lambda: alive(cfg, raw_loop)),
                            ("N threads at once", lambda: threaded(cfg)),
                            ("capture N kernels", lambda: capture(cfg, gpu)),
-                           ("launch_host_func(f) behind N pending, stream held", lambda: pending(cfg, gpu))]:
+                           (PENDING_TITLE, lambda: pending(cfg, gpu))]:
         try:
             got = measure()
             rows += got if isinstance(got, list) else [got]

@@ -22,31 +22,30 @@ def loop_size(run, target_ms: float, max_number: int = 2_000_000) -> int:
     return int(min(max_number, max(1, target_ms * 1e6 / max(elapsed / number, 0.01))))
 
 
+def in_turn(runs: list, repeats: int, target_ms: float, budget_s: float) -> tuple[list, int]:
+    """Per runner (run(n) -> elapsed ns) its samples, ns per execution: a repeat of each in
+    turn, the one that goes first alternating; `budget_s` a runner caps the repeats (at least
+    3). Also the first runner's loop size."""
+    sizes, samples = [loop_size(run, target_ms) for run in runs], [[] for _ in runs]
+    deadline = time.perf_counter() + len(runs) * budget_s
+    while len(samples[0]) < repeats and (len(samples[0]) < 3 or time.perf_counter() < deadline):
+        for i in range(len(runs))[::-1 if len(samples[0]) % 2 else 1]:
+            samples[i].append(runs[i](sizes[i]) / sizes[i])
+    return samples, sizes[0]
+
+
 def measure(stmt: str, namespace: dict, *, repeats: int = 15, target_ms: float = 20.0, budget_s: float = 3.0) -> dict:
-    """Median ns per execution of `stmt`, with its spread; `budget_s` caps the repeats (at least 3)."""
-    run = timer(stmt, namespace)
-    number = loop_size(run, target_ms)
-    samples: list[float] = []
-    deadline = time.perf_counter() + budget_s
-    while len(samples) < repeats and (len(samples) < 3 or time.perf_counter() < deadline):
-        samples.append(run(number) / number)
-    return {"ns": statistics.median(samples), "min_ns": min(samples), "max_ns": max(samples),
-            "repeats": len(samples), "number": number, "stmt": stmt}
+    """Median ns per execution of `stmt`, with its spread."""
+    (s,), number = in_turn([timer(stmt, namespace)], repeats, target_ms, budget_s)
+    return {"ns": statistics.median(s), "min_ns": min(s), "max_ns": max(s), "repeats": len(s), "number": number,
+            "stmt": stmt}
 
 
 def paired(mine, theirs, *, repeats: int = 15, target_ms: float = 20.0, budget_s: float = 3.0) -> dict:
-    """`mine` and `theirs` (each: run(n) -> elapsed ns) timed in turn, one repeat of each,
-    the one that goes first alternating. The figure is the median over pairs of their ratio:
+    """`mine` and `theirs` timed in turn. The figure is the median over pairs of their ratio:
     what moves the cost of the calls underneath both (the driver's state, the CPU's clock
     and caches) between pairs moves both figures of a pair alike."""
-    n_mine, n_theirs = loop_size(mine, target_ms), loop_size(theirs, target_ms)
-    a: list[float] = []
-    b: list[float] = []
-    deadline = time.perf_counter() + 2 * budget_s
-    while len(a) < repeats and (len(a) < 3 or time.perf_counter() < deadline):
-        turn = [(mine, n_mine, a), (theirs, n_theirs, b)]
-        for run, n, samples in turn[::-1] if len(a) % 2 else turn:
-            samples.append(run(n) / n)
+    (a, b), number = in_turn([mine, theirs], repeats, target_ms, budget_s)
     ratios = [x / y for x, y in zip(a, b)]
     return {"ns": statistics.median(a), "raw_ns": statistics.median(b), "ratio": statistics.median(ratios),
-            "ratio_min": min(ratios), "ratio_max": max(ratios), "repeats": len(a), "number": n_mine}
+            "ratio_min": min(ratios), "ratio_max": max(ratios), "repeats": len(a), "number": number}

@@ -20,17 +20,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 import ops  # noqa: E402
 import timing  # noqa: E402
 
+IMPORT_LINE = re.compile(r"^import time:\s+\d+\s*\|\s*(\d+)\s*\| (\S+)")  # cumulative µs of a top-level import
+
 
 def time_ops(lib: ops.Lib, ns: dict, cfg: dict, gpu: bool, raw_loop=None) -> dict:
     """Per operation, `lib`'s first statement that runs (and gives the right value), timed."""
     out: dict = {}
     for key, spec in lib.ops.items():
-        why = "needs a GPU (run with --gpu)"
+        why = spec.reason if isinstance(spec, ops.NA) else "needs a GPU (run with --gpu)"
         if isinstance(spec, ops.NA) or (ops.OPS[key].gpu and not gpu):
-            out[key] = {"na": spec.reason if isinstance(spec, ops.NA) else why}
+            out[key] = {"na": why}
             continue
         expect = {"handle_int": ns["H"], "cuda_stream": (0, ns["H"])}.get(key)
-        for stmt in spec:
+        for stmt in (spec,) if isinstance(spec, str) else spec:
             try:
                 value = eval(compile(stmt, "<bench>", "eval"), ns)
                 if expect is None or value == expect:
@@ -48,26 +50,27 @@ def time_ops(lib: ops.Lib, ns: dict, cfg: dict, gpu: bool, raw_loop=None) -> dic
         except Exception as e:
             out[key] = {"na": f"{stmt} failed while timed: {type(e).__name__}: {e}"}
             continue
-        out[key].update(({"note": lib.notes[key]} if key in lib.notes else {}) | ({"not_best": True} if key in lib.not_best else {}))
+        out[key].update({"note": lib.notes[key]} if key in lib.notes else {})
+        out[key].update({"not_best": True} if key in lib.not_best else {})
     return out
 
 
 def raw_driver(path: str):
-    """raw_driver.c loaded and initialized (the primary context left current); key -> runner."""
-    raw = ctypes.CDLL(path)
-    raw.raw_time.restype, raw.raw_time.argtypes = ctypes.c_double, [ctypes.c_char_p, ctypes.c_long]
+    """raw_driver.c loaded and initialized (the primary context left current), its timers'
+    types set; `.loop(key)`: run(n) of the C loop for operation `key`."""
+    raw, p, n = ctypes.CDLL(path), ctypes.c_void_p, ctypes.c_long
+    for f, args in [(raw.raw_time, [ctypes.c_char_p, n]), (raw.raw_host_func, [p, n]), (raw.raw_graph_launch, [p, p, n, n])]:
+        f.restype, f.argtypes = ctypes.c_double, args
     if step := raw.raw_init():
         raise RuntimeError(f"raw_init failed at step {step} (1: no libcuda, 2: a symbol missing, 3: a driver call)")
 
     def loop(key: str):
         if raw.raw_time(key.encode(), 1) < 0:
             raise RuntimeError(f"raw_driver.c's {key} loop failed")
-        return lambda n: raw.raw_time(key.encode(), n)
+        return lambda k: raw.raw_time(key.encode(), k)
 
-    return loop
-
-
-IMPORT_LINE = re.compile(r"^import time:\s+\d+\s*\|\s*(\d+)\s*\| (\S+)")  # cumulative µs of a top-level import
+    raw.loop = loop
+    return raw
 
 
 def import_ms(stmt: str) -> dict:
@@ -86,20 +89,7 @@ def import_ms(stmt: str) -> dict:
     return {"ms": sum(us for mod, us in top_level(stmt).items() if mod not in startup) / 1000, "stmt": stmt}
 
 
-def nanobind_ext():
-    """cpp_tests/casters.cpp built with nanobind against the installed custream (cached)."""
-    sys.path[1:1] = [os.path.join(ROOT, "cpp_tests"), os.path.join(ROOT, "cython_tests")]
-    try:
-        from _cpp_tools import module, nanobind
-        from _cy_build import build
-
-        sys.path.insert(0, str(build([module("nb_bench", "casters.cpp", lib=nanobind())])))
-        return importlib.import_module("nb_bench")
-    except Exception:  # every cpp_* figure then reports the spelling that failed
-        return None
-
-
-class _Missing:
+class Missing:
     """Stands for a test extension that is not there: every spelling then says why."""
 
     def __init__(self, why: str):
@@ -109,12 +99,25 @@ class _Missing:
         raise RuntimeError(self.why)
 
 
-def rust_ext():
-    """tests/rust_ext, pyo3-custream's test extension (scripts/build-rust-ext.sh), if installed."""
+WHAT = {"nb": "cpp_tests/casters.cpp built with nanobind", "rx": "custream_rust_ext (scripts/build-rust-ext.sh builds it)"}
+
+
+def extension(name: str):
+    """A test extension the rows call: `nb`, cpp_tests/casters.cpp built with nanobind against
+    the installed custream (cached); `rx`, tests/rust_ext, pyo3-custream's."""
     try:
-        return importlib.import_module("custream_rust_ext")
-    except ImportError as e:
-        return _Missing(f"custream_rust_ext is not installed ({e}): scripts/build-rust-ext.sh builds it")
+        if name == "rx":
+            return importlib.import_module("custream_rust_ext")
+        sys.path[1:1] = [os.path.join(ROOT, "cpp_tests"), os.path.join(ROOT, "cython_tests")]
+        from _cpp_tools import module, nanobind
+        from _cy_build import build
+
+        if isinstance(lib := nanobind(), str):  # why not
+            raise RuntimeError(lib)
+        sys.path.insert(0, str(build([module("nb_bench", "casters.cpp", lib=lib)])))
+        return importlib.import_module("nb_bench")
+    except Exception as e:
+        return Missing(f"no {WHAT[name]} ({type(e).__name__}: {e})"[:300])
 
 
 def version(dists) -> str:
@@ -122,10 +125,8 @@ def version(dists) -> str:
     return metadata.version(found[0]) if found else "unknown"
 
 
-def floor_ext(path: str | None):
-    """floor_ext.c built as an extension of this interpreter (run.py builds it), or None."""
-    if not path:
-        return None
+def floor_ext(path: str):
+    """floor_ext.c built as an extension of this interpreter (run.py builds it)."""
     spec = importlib.util.spec_from_file_location("floor_ext", path)
     spec.loader.exec_module(mod := importlib.util.module_from_spec(spec))
     return mod
@@ -139,23 +140,19 @@ def measure(args, lib: ops.Lib, cfg: dict) -> dict:
     except Exception as e:
         return {"error": f"not importable: {type(e).__name__}: {e}"}
     imported = import_ms(lib.import_stmt) if lib.import_stmt else {"na": "not applicable"}
-    raw_loop = raw_driver(args.raw) if args.raw else None  # before the setup, as in a peer's program
+    raw = raw_driver(args.raw) if args.raw else None  # before the setup, as in a peer's program
     if lib is ops.LEAST:
-        mod = floor_ext(args.floor_ext)
-        ns.update(fcreate=mod.fcreate, fdestroy=mod.fdestroy, fquery=mod.fquery, fsync=mod.fsync)
-    exec((lib.setup if args.gpu or lib is not ops.CUSTREAM else ops.CUSTREAM_CPU_SETUP) + "p = Producer(H)\n", ns)
-    if "cpp_stream_ref" in lib.ops:
-        ns["nb"] = nanobind_ext()
-    if "rust_stream_ref" in lib.ops:
-        ns["rx"] = rust_ext()
+        ns.update({k: v for k, v in vars(floor_ext(args.floor_ext)).items() if not k.startswith("_")})
+    exec((lib.setup if args.gpu else lib.cpu_setup) + "p = Producer(H)\n", ns)
+    ns.update({x: extension(x) for x, key in (("nb", "cpp_stream_ref"), ("rx", "rust_stream_ref")) if key in lib.ops})
     out: dict = {"version": version(lib.dists), "empty_loop": timing.measure("pass", ns, **cfg)}
-    if lib is ops.CUSTREAM and args.gpu:  # the machine as custream sees it
+    timed = time_ops(lib, ns, cfg, args.gpu, raw and raw.loop)
+    if lib is ops.CUSTREAM and args.gpu:  # the machine as custream sees it; a create + destroy alone
         cu = ns["custream"]
         out["machine"] = {"gpu": cu.device_info(0)[0], "driver_version": cu.driver_version(), "device_count": cu.device_count()}
-    timed = time_ops(lib, ns, cfg, args.gpu, raw_loop)
-    if lib is ops.CUSTREAM and args.gpu:
         p = subprocess.run([sys.executable, "-c", ops.ALONE], capture_output=True, text=True, timeout=120)
-        timed["create_alone"] = {"ns": float(p.stdout), "stmt": "custream.Stream().close()"} if p.returncode == 0 else {"na": p.stderr[-200:]}
+        timed["create_alone"] = ({"ns": float(p.stdout), "stmt": "custream.Stream().close()"} if p.returncode == 0
+                                 else {"na": p.stderr[-200:]})
     return {**out, "ops": {**timed, "import": imported}}
 
 
@@ -167,7 +164,8 @@ def main() -> int:
     ap.add_argument("--raw", metavar="RAW_LIB", help="raw_driver.c built as a shared library")
     ap.add_argument("--floor-ext", help="floor_ext.c built as an extension of this interpreter")
     args = ap.parse_args()
-    cfg = {"repeats": 5, "target_ms": 2.0, "budget_s": 0.5} if args.quick else {"repeats": 15, "target_ms": 20.0, "budget_s": 4.0}
+    cfg = ({"repeats": 5, "target_ms": 2.0, "budget_s": 0.5} if args.quick
+           else {"repeats": 15, "target_ms": 20.0, "budget_s": 4.0})
     result: dict = {"lib": args.lib}
     try:
         if args.lib == "cython":
@@ -177,11 +175,11 @@ def main() -> int:
         elif args.lib == "capture":
             import capture
 
-            result.update(rows=capture.run(args.raw, cfg, floor_ext(args.floor_ext)))
+            result.update(rows=capture.run(raw_driver(args.raw), cfg, args.floor_ext and floor_ext(args.floor_ext)))
         elif args.lib == "scale":
             import scale
 
-            result.update(rows=scale.run(cfg, args.gpu, raw_driver(args.raw) if args.raw else None))
+            result.update(rows=scale.run(cfg, args.gpu, args.raw and raw_driver(args.raw).loop))
         else:
             result.update(measure(args, ops.LIBS[args.lib], cfg))
     except Exception as e:

@@ -49,6 +49,10 @@ def test_cpu_quick_run_reports_every_operation(tmp_path):
     assert isinstance(results["operations"]["import"]["results"]["custream"].get("ms"), float)
     for key in ("create_destroy", "synchronize", "query"):
         assert results["operations"][key]["status"] == "needs GPU"
+    if shutil.which(os.environ.get("CC", "gcc")):  # the least binding's handle floor (floor_ext.c) needs no device
+        floor = results["operations"]["handle_int"]["floors"]
+        assert floor[0]["lib"] == "least binding" and floor[0]["stmt"] == "fs.handle" and floor[0]["ns"] > 0, floor
+        assert "handle as Python int: least binding (fs.handle)" in p.stdout
     assert results["machine"]["versions"]["custream"]
     assert results["machine"]["python"]
     for line in ("s.__cuda_stream__()", "wrap a raw int handle", "Cython handle read"):
@@ -69,29 +73,32 @@ def test_cpu_quick_run_reports_every_operation(tmp_path):
         assert r["title"] in p.stdout
     assert [p["n"] for p in rows["create + destroy, N other streams alive"]["points"]] == [1, 1000, 10000]
     assert [p["n"] for p in rows["s.query(), N threads at once"]["points"]] == [1, 16]
+    pending = rows["launch_host_func(f) with N host functions pending, 1,000 per held stream"]
+    assert [(p["n"], p["streams"]) for p in pending["points"]] == [(1, 1), (1000, 1)]
 
 
 def test_the_blocker_is_released_by_its_watchdog(tmp_path):
-    """scale.py's pending-host-function row holds a stream with a wait on a host word; a
+    """scale.py's pending-host-function row holds streams with a wait each on one host word; a
     launch that waits for room in a full queue is let go by the watchdog, which records how
-    many were queued. Here nothing else releases the stream: the synchronize returns."""
+    many were queued. Here nothing else releases the streams: the synchronize returns."""
     import standin
 
     lib = standin.build("capture.c", tmp_path)
     out = standin.run(lib, f"""
         sys.path.insert(0, {str(BENCHES)!r})
         import time, scale
-        s, ran = custream.Stream(), []
+        s, t, ran = custream.Stream(), custream.Stream(), []
         blocker = scale.Blocker(scale.driver())
-        with blocker.hold(s, timeout=0.2) as held:
+        with blocker.hold(s, t, timeout=0.2) as held:
             s.launch_host_func(ran.append, 1)
-            held["queued"] = 1
-            assert not s.query() and not ran
-            s.synchronize()
-        assert held["fired"] == 1 and ran == [1]
+            t.launch_host_func(ran.append, 2)
+            held["queued"] = 2
+            assert not s.query() and not t.query() and not ran
+            t.synchronize()
+        assert held["fired"] == 2 and ran == [1, 2]
         with blocker.hold(s) as held:
-            s.launch_host_func(ran.append, 2)
-        assert held["fired"] is None and ran == [1, 2] and s.query()
+            s.launch_host_func(ran.append, 3)
+        assert held["fired"] is None and ran == [1, 2, 3] and s.query() and t.query()
         blocker.close()
         print("ok")
     """)
@@ -105,6 +112,7 @@ def test_the_plot_draws_a_stored_run_with_scale_rows(tmp_path):
     sys.path.insert(0, str(BENCHES))
     try:
         import report
+        import scale
     finally:
         sys.path.remove(str(BENCHES))
     results = json.loads((BENCHES / "results" / "h200.json").read_text())
@@ -114,10 +122,10 @@ def test_the_plot_draws_a_stored_run_with_scale_rows(tmp_path):
          "growth": 1.025, "raw_growth": 1.03},
         {"title": "pool.get(), N threads at once", "unit": "calls/s", "expect": "no collapse", "per": "",
          "points": [{"n": 1, "value": 2e7}, {"n": 16, "value": 1.8e7}], "growth": 0.9},
-        {"title": "launch_host_func(f) behind N pending, stream held", "error": "RuntimeError: the stream's queue filled"}]}
+        {"title": scale.PENDING_TITLE, "error": "RuntimeError: a held stream's queue filled"}]}
     text = report.table(results)
     assert "create + destroy, N other streams alive" in text and "growth 1.02x (expect flat)" in text
-    assert "16: 18.0 M calls/s" in text and "the stream's queue filled" in text
+    assert "16: 18.0 M calls/s" in text and "a held stream's queue filled" in text
     report.plot(results, str(tmp_path / "plot.png"))
     assert (tmp_path / "plot.png").stat().st_size > 50_000
 def test_paired_timing_takes_the_ratio_within_each_pair():
