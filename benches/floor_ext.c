@@ -8,45 +8,33 @@
  *                                 with the GIL held)
  *     flaunch(G, S) ~ g.launch(s) (the GIL let go, as custream, CuPy and torch do)
  * The calls use the thread's current context, which the worker makes the primary context.
- * And fstream(H).handle ~ s.handle, no driver call (so also run without a device): the least a
- * C extension type can do for a handle attribute, a getset returning the stored int. CPython's
+ * And fstream(H).handle ~ s.handle, no driver call (so the CPU run has it too): the least a C
+ * extension type can do for a handle attribute, a getset returning the stored int. CPython's
  * LOAD_ATTR specializes instance-dict and __slots__ members, never a getset: what that path
- * costs any type, beside CuPy's s.ptr (an instance attribute).
+ * costs any such type, beside CuPy's s.ptr (an instance attribute).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <dlfcn.h>
+#include "raw_driver.c" /* the driver's entry points: raw_load() */
 
-typedef int CUresult;
-typedef void *CUstream;
 #define NOT_READY 600 /* CUDA_ERROR_NOT_READY */
-
-static CUresult (*cuStreamCreate)(CUstream *, unsigned);
-static CUresult (*cuStreamDestroy)(CUstream);
-static CUresult (*cuStreamQuery)(CUstream);
-static CUresult (*cuStreamSynchronize)(CUstream);
-static CUresult (*cuGraphLaunch)(void *, CUstream);
-
 #define FAILED(call, r) PyErr_Format(PyExc_RuntimeError, call " failed with CUresult %d", r)
 #define DONE(call, r) ((r) ? FAILED(call, r) : Py_NewRef(Py_None))
-/* `s`: the stream an int argument holds (returns NULL with the error set if it is no int). */
+#define NOGIL(stmt) do { Py_BEGIN_ALLOW_THREADS stmt; Py_END_ALLOW_THREADS } while (0)
+/* `s`: the stream an int argument holds (returning NULL, the error set, if it is none). */
 #define STREAM(s, arg) CUstream s = PyLong_AsVoidPtr(arg); if (!s && PyErr_Occurred()) return NULL
 
 static PyObject *floor_create(PyObject *mod, PyObject *unused) {
     CUstream s;
     CUresult r;
-    Py_BEGIN_ALLOW_THREADS
-    r = cuStreamCreate(&s, 1 /* non-blocking */);
-    Py_END_ALLOW_THREADS
+    NOGIL(r = cuStreamCreate(&s, 1 /* non-blocking */));
     return r ? FAILED("cuStreamCreate", r) : PyLong_FromVoidPtr(s);
 }
 
 static PyObject *floor_destroy(PyObject *mod, PyObject *handle) {
     STREAM(s, handle);
     CUresult r;
-    Py_BEGIN_ALLOW_THREADS
-    r = cuStreamDestroy(s);
-    Py_END_ALLOW_THREADS
+    NOGIL(r = cuStreamDestroy(s));
     return DONE("cuStreamDestroy", r);
 }
 
@@ -59,11 +47,7 @@ static PyObject *floor_query(PyObject *mod, PyObject *handle) {
 static PyObject *floor_sync(PyObject *mod, PyObject *handle) {
     STREAM(s, handle);
     CUresult r = cuStreamQuery(s);
-    if (r == NOT_READY) {
-        Py_BEGIN_ALLOW_THREADS
-        r = cuStreamSynchronize(s);
-        Py_END_ALLOW_THREADS
-    }
+    if (r == NOT_READY) NOGIL(r = cuStreamSynchronize(s));
     return DONE("cuStreamSynchronize", r);
 }
 
@@ -72,15 +56,12 @@ static PyObject *floor_launch(PyObject *mod, PyObject *const *args, Py_ssize_t n
     void *g = PyLong_AsVoidPtr(args[0]), *s = PyLong_AsVoidPtr(args[1]);
     if (PyErr_Occurred()) return NULL;
     CUresult r;
-    Py_BEGIN_ALLOW_THREADS
-    r = cuGraphLaunch(g, s);
-    Py_END_ALLOW_THREADS
+    NOGIL(r = cuGraphLaunch(g, s));
     return DONE("cuGraphLaunch", r);
 }
 
 /* FloorStream: its handle, an int, and the getset `handle` that returns it, no check. */
 typedef struct { PyObject_HEAD PyObject *handle; } FloorStream;
-
 static PyTypeObject *floor_stream_type;
 
 static PyObject *floor_stream(PyObject *mod, PyObject *handle) {
@@ -90,13 +71,13 @@ static PyObject *floor_stream(PyObject *mod, PyObject *handle) {
     return (PyObject *)fs;
 }
 
-static PyObject *floor_stream_handle(PyObject *self, void *closure) { return Py_NewRef(((FloorStream *)self)->handle); }
+static PyObject *floor_stream_handle(PyObject *fs, void *closure) { return Py_NewRef(((FloorStream *)fs)->handle); }
 
-static void floor_stream_dealloc(PyObject *self) {
-    PyTypeObject *type = Py_TYPE(self);
-    Py_DECREF(((FloorStream *)self)->handle);
-    PyObject_Free(self);
-    Py_DECREF(type);
+static void floor_stream_dealloc(PyObject *fs) {
+    PyTypeObject *type = Py_TYPE(fs);
+    Py_DECREF(((FloorStream *)fs)->handle);
+    PyObject_Free(fs);
+    Py_DECREF(type); /* a heap type: each instance holds a reference */
 }
 
 static PyGetSetDef floor_stream_getset[] = {{"handle", floor_stream_handle, NULL, NULL, NULL}, {NULL}};
@@ -113,16 +94,11 @@ static PyMethodDef driver_methods[] = {
 static PyMethodDef methods[] = {{"fstream", floor_stream, METH_O, NULL}, {NULL, NULL, 0, NULL}};
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "floor_ext", NULL, -1, methods};
 
-/* The driver's functions only where libcuda.so.1 loads: fstream needs none. */
+/* The driver's functions only where libcuda.so.1 loads (with every entry point): fstream needs none. */
 PyMODINIT_FUNC PyInit_floor_ext(void) {
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    PyObject *mod;
-    if (lib && !((cuStreamCreate = dlsym(lib, "cuStreamCreate")) && (cuStreamDestroy = dlsym(lib, "cuStreamDestroy_v2"))
-                 && (cuStreamQuery = dlsym(lib, "cuStreamQuery")) && (cuGraphLaunch = dlsym(lib, "cuGraphLaunch"))
-                 && (cuStreamSynchronize = dlsym(lib, "cuStreamSynchronize"))))
-        return PyErr_Format(PyExc_ImportError, "libcuda lacks a stream entry point");
-    if (!(floor_stream_type = (PyTypeObject *)PyType_FromSpec(&floor_stream_spec)) || !(mod = PyModule_Create(&module)))
-        return NULL;
-    if (lib && PyModule_AddFunctions(mod, driver_methods) < 0) Py_CLEAR(mod);
+    PyObject *mod = NULL;
+    if ((floor_stream_type = (PyTypeObject *)PyType_FromSpec(&floor_stream_spec)) && (mod = PyModule_Create(&module)) &&
+        raw_load() == 0 && PyModule_AddFunctions(mod, driver_methods) < 0)
+        Py_CLEAR(mod);
     return mod;
 }

@@ -7,7 +7,6 @@ where it has none.
 
 from dataclasses import dataclass, field
 
-
 @dataclass(frozen=True)
 class Op:
     key: str
@@ -24,12 +23,8 @@ class Op:
         if self.times is not None:
             factor, lib, key = self.times
             return f"<= {factor:g}x {OPS[key].title if lib == 'custream' else lib}"
-        if self.bound is not None:
-            return f"<= {self.bound:g} {self.unit}"
-        if self.raw is not None:
-            return f"<= {self.raw:g}x raw"
-        return "one load, no call" if self.load else ""
-
+        return (f"<= {self.bound:g} {self.unit}" if self.bound is not None else f"<= {self.raw:g}x raw" if self.raw
+                else "one load, no call" if self.load else "")
 
 OPERATIONS = [
     Op("cuda_stream", "s.__cuda_stream__()", bound=35),
@@ -61,11 +56,9 @@ ALONE = ("import custream, time\ncustream.Stream().close()\nt = time.perf_counte
 OPS = {op.key: op for op in OPERATIONS}
 RATIO_KEYS = [op.key for op in OPERATIONS if op.raw is not None]  # timed in turn with raw_driver.c's loops
 
-
 @dataclass(frozen=True)
 class NA:
     reason: str
-
 
 @dataclass(frozen=True)
 class Lib:
@@ -78,20 +71,10 @@ class Lib:
     not_best: tuple = ()  # op keys where the figure measures something else: not a "best peer"
     cpu_setup: str | None = None  # the setup without a device (None: measured with --gpu only)
 
-
 # A producer as small as the protocol allows: what every library wraps in `wrap_protocol`;
 # `with_` times entering and leaving a `with` block of a context manager.
-PRODUCER = """
-class Producer:
-    __slots__ = ("_t",)
-    def __init__(self, h):
-        self._t = (0, h)
-    def __cuda_stream__(self):
-        return self._t
-def with_(cm):
-    with cm:
-        pass
-"""
+PRODUCER = ("class Producer:\n    __slots__ = ('_t',)\n    def __init__(self, h):\n        self._t = (0, h)\n"
+            "    def __cuda_stream__(self):\n        return self._t\ndef with_(cm):\n    with cm:\n        pass\n")
 NO_CURRENT, NO_POOL = NA("no current-stream notion"), NA("no stream pool")
 NEITHER = {"current_stream": NO_CURRENT, "with_stream": NO_CURRENT, "pool_get": NO_POOL}
 FAKE_H = 0x7F3A2C001230  # the handle the CPU run wraps: nothing calls the driver

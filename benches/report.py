@@ -6,20 +6,16 @@ from statistics import median
 import ops
 
 LIBRARIES = ["raw", *(p.name for p in ops.PEERS), "custream"]
-PEERS, LEAST = LIBRARIES[1:-1], ops.LEAST.name
-NOT_APPLICABLE = {"na": "not applicable"}
-
+PEERS, LEAST, NOT_APPLICABLE = LIBRARIES[1:-1], ops.LEAST.name, {"na": "not applicable"}
 
 def _fig(entry, unit: str = "ns") -> float | None:
     return entry.get(unit) if isinstance(entry, dict) else None
-
 
 def combine(entries: list[dict]) -> dict:
     """One library's figures for one operation over the rounds: the median and spread, and
     where it was timed in turn with raw_driver.c's loop, each round's ratio and their median."""
     unit = "ms" if any("ms" in e for e in entries) else "ns"
-    good = [e for e in entries if unit in e]
-    if not good:
+    if not (good := [e for e in entries if unit in e]):
         return entries[0] if entries else {"na": "not measured"}
     v = [e[unit] for e in good]
     out = {k: good[0][k] for k in ("stmt", "note", "not_best") if k in good[0]}
@@ -28,11 +24,6 @@ def combine(entries: list[dict]) -> dict:
         out.update(ratio=median(e["ratio"] for e in good), ratios=[e["ratio"] for e in good],
                    raw_ns=[e["raw_ns"] for e in good])
     return out
-
-
-def _series(f: dict) -> dict:
-    return {"stmt": f["stmt"], "ratios": f["ratios"], "ratio_median": f["ratio"]}
-
 
 def assemble(mode: str, rounds: dict, cython: dict) -> dict:
     """rounds: per library, its workers' outputs, one a round; cython: the Cython worker's figures."""
@@ -44,22 +35,24 @@ def assemble(mode: str, rounds: dict, cython: dict) -> dict:
                                          for w in ws if "error" in w}),
                  "empty_loop_ns": {n: median(w["empty_loop"]["ns"] for w in ws if "empty_loop" in w)
                                    for n, ws in rounds.items() if any("empty_loop" in w for w in ws)}}
+    series = lambda f: {"stmt": f["stmt"], "ratios": f["ratios"], "ratio_median": f["ratio"]}  # noqa: E731
     for op in ops.OPERATIONS:
         fig = {n: fs[op.key] for n, fs in figures.items()}
         mine, least = fig.get("custream", {}), fig.get(LEAST, {})
         res = {n: {"na": errors[n]} if n in errors else fig.get(n, {"na": "not measured"}) for n in LIBRARIES}
-        res["raw"], floors = NOT_APPLICABLE, []
-        if op.load:
+        res["raw"], floors, limit = NOT_APPLICABLE, [], op.bound if op.bound is not None else op.raw
+        if op.load:  # a field load adds well under a nanosecond to the loop; any call adds more
             res = {n: cython.get(n, {"na": "not measured"}) if n in ("custream", "rmm") else NOT_APPLICABLE for n in LIBRARIES}
-            if floor := _fig(cython.get("floor")):  # a field load adds well under a nanosecond to the loop
+            if floor := _fig(cython.get("floor")):
                 floors = [{"label": cython["floor"]["label"], "ns": floor, "stmt": "nogil loop, barrier only"}]
+            limit = floor + 1 if floor and cython.get("generated_c_reads_field") else None
         elif op.raw is not None:  # the C loop: its median over the rounds, timed in turn with custream
             res["raw"] = ({"ns": median(mine["raw_ns"])} if "raw_ns" in mine
                           else {"na": "timed with --gpu only" if mode != "gpu" else "not measured"})
             if "ratios" in mine:
-                out["paired"][op.key] = {**_series(mine), "raw_ns": mine["raw_ns"], "custream_ns": mine["per_round_ns"],
-                                         **({"floor": _series(least)} if "ratios" in least else {}),
-                                         "peers": {n: _series(fig[n]) for n in PEERS if "ratios" in fig.get(n, {})}}
+                out["paired"][op.key] = {**series(mine), "raw_ns": mine["raw_ns"], "custream_ns": mine["per_round_ns"],
+                                         **({"floor": series(least)} if "ratios" in least else {}),
+                                         "peers": {n: series(fig[n]) for n in PEERS if "ratios" in fig.get(n, {})}}
         elif "ns" in least:  # the least binding's figure on a row without a C loop: a floor beside custream's
             floors = [{"label": "least binding (floor_ext.c)", "lib": LEAST, "ns": least["ns"], "stmt": least["stmt"]}]
         unit = "ratio" if op.raw is not None else op.unit  # a ratio row's peers compare on their ratio to raw
@@ -69,32 +62,22 @@ def assemble(mode: str, rounds: dict, cython: dict) -> dict:
         row = out["operations"][op.key] = {
             "title": op.title, "unit": op.unit, "target": op.target, "results": res, "floors": floors, "best_peer": best,
             "ratio_best_peer": value / peers[best] if best and value else None, "ratio_raw": _fig(res["custream"], "ratio")}
-        limit = op.bound if op.bound is not None else op.raw
         if op.load:
             row.update(floor_ns=floor, generated_c_reads_field=cython.get("generated_c_reads_field"))
-            limit = floor + 1 if floor and row["generated_c_reads_field"] else None
         elif op.times is not None:  # against another figure of the same run
             factor, lib, key = op.times
             other = _fig(figures.get(lib, {}).get(key, {}), op.unit)
             row["compared_to"], limit = {"lib": lib, "op": key, op.unit: other}, other and factor * other
-        if op.gpu and mode != "gpu":
-            row["status"] = "needs GPU"
-        elif not op.target:
-            row["status"] = ""  # printed to compare with, no target of its own
-        elif value is None or (limit is None and not op.load):
-            row["status"] = "n/a"
-        else:
-            row["status"] = "pass" if limit is not None and value <= limit else "MISS"
+        row["status"] = ("needs GPU" if op.gpu and mode != "gpu" else "" if not op.target  # no target: to compare with
+                         else "n/a" if value is None or (limit is None and not op.load)
+                         else "pass" if limit is not None and value <= limit else "MISS")
     return out
-
 
 def fmt(v: float | None) -> str:
     return "n/a" if v is None else f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
 
-
 def times(r: float) -> str:
     return f"{r:.2f}x" if r >= 0.1 else f"{r:.2g}x"
-
 
 def human(v: float, unit: str) -> str:
     """A scale figure: ns as ns, µs or ms; calls/s as M calls/s."""
@@ -102,17 +85,9 @@ def human(v: float, unit: str) -> str:
         return f"{v / 1e6:.1f} M calls/s"
     return f"{fmt(v)} ns" if v < 1e4 else f"{fmt(v / 1e3)} µs" if v < 1e6 else f"{fmt(v / 1e6)} ms"
 
-
-def _growth(r: dict) -> str:
-    return f"growth{' per ' + r['per'] if r['per'] else ''} {r['growth']:.2f}x (expect {r['expect']})"
-
-
-def _capture(results: dict) -> dict:
-    cap = results.get("capture", {})
-    return {} if "error" in cap else cap
-
-
 def table(results: dict) -> str:
+    """The operations, a column a library; each round's ratio to the C loops; capture.py's and
+    scale.py's rows (as the chart draws them); the notes."""
     names, opsd, m = results["libraries"], results["operations"], results.get("machine", {})
     head = ["operation", *names, "floor", "/best", "/raw", "target", ""]
     rows = [[o["title"] + (" [ms]" if o["unit"] == "ms" else ""),
@@ -120,14 +95,16 @@ def table(results: dict) -> str:
              fmt(o["floors"][-1]["ns"]) if o["floors"] else "", f"{o['ratio_best_peer']:.2f}x" if o["ratio_best_peer"] else "",
              f"{o['ratio_raw']:.2f}x" if o["ratio_raw"] else "", o["target"], o["status"]] for o in opsd.values()]
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
-    out = [f"custream benchmarks ({results['mode'].upper()} run{', quick' if results.get('settings', {}).get('quick') else ''}):"
-           " median ns per call unless marked; '—' not applicable, 'n/a' see notes",
-           f"machine: {m.get('gpu') or 'no GPU'}, driver {m.get('driver_version') or '—'}; {m.get('cpu')}; Python {m.get('python')}",
-           "versions: " + ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if v),
-           "empty timing loop (in every figure): " + ", ".join(f"{k} {fmt(v)}" for k, v in results.get("empty_loop_ns", {}).items()),
-           ""] + ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-                  for r in [head, ["-" * w for w in widths], *rows]]
-    for o in opsd.values():  # the least binding's figure where it is no ratio to a C loop (those follow)
+    quick = ", quick" if results.get("settings", {}).get("quick") else ""
+    out = [f"custream benchmarks ({results['mode'].upper()} run{quick}): median ns per call unless marked; "
+           "'—' not applicable, 'n/a' see notes",
+           f"machine: {m.get('gpu') or 'no GPU'}, driver {m.get('driver_version') or '—'}; {m.get('cpu')}; "
+           f"Python {m.get('python')}", "versions: " + ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if v),
+           "empty timing loop (in every figure): "
+           + ", ".join(f"{k} {fmt(v)}" for k, v in results.get("empty_loop_ns", {}).items()), ""]
+    out += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+            for r in [head, ["-" * w for w in widths], *rows]]
+    for o in opsd.values():  # the least binding's figure where no C loop is timed
         for f in [f for f in o["floors"] if f.get("lib") == LEAST and _fig(o["results"]["custream"])]:
             out += ["", f"{o['title']}: least binding ({f['stmt']}) {fmt(f['ns'])} ns; custream over it: "
                         f"{o['results']['custream']['ns'] / f['ns']:.2f}x"]
@@ -137,22 +114,14 @@ def table(results: dict) -> str:
         out += [f"    least binding ({e['floor']['stmt']}): {ratios(e['floor'])}; custream over it: "
                 f"{e['ratio_median'] / e['floor']['ratio_median']:.2f}x"] if "floor" in e else []
         out += [f"    {n} ({p['stmt']}): {ratios(p)}" for n, p in e.get("peers", {}).items()]
-    if "error" in results.get("capture", {}):
-        out += ["", "host functions and capture (capture.py): " + results["capture"]["error"]]
-    for name, r in _capture(results).items():
+    cap, scale = results.get("capture", {}), results.get("scale") or {}
+    out += ["", "host functions and capture (capture.py): " + cap["error"]] if "error" in cap else []
+    for name, r in ({} if "error" in cap else cap).items():
         verdict = "" if r["target"] is None else f"  <= {r['target']}x: " + ("pass" if r["ratio"] <= r["target"] else "MISS")
         out += [f"{name:<40} {fmt(r['ns']):>9} ns   {r['vs']:<26} {fmt(r['vs_ns']):>9} ns  {r['ratio']:.2f}x{verdict}"]
-    if scale := results.get("scale"):  # a figure per size, and the growth
-        out += ["", f"scale rows (scale.py; driver: {scale.get('driver', '?')}): a figure per size N; "
-                "growth: the last size's figure over the first's"] + ([f"  {scale['error']}"] if "error" in scale else [])
-    width = max([52] + [len(r["title"]) for r in (scale or {}).get("rows", [])])
-    for r in (scale or {}).get("rows", []):
-        per = [f"{p['n']:,}: {human(p['value'], r['unit'])}" + (f" ({human(p['value'] / p['n'], 'ns')}/{r['per']})"
-                                                                 if r["per"] else "") for p in r.get("points", [])]
-        out += [f"{r['title']:<{width}} " + (r["error"] if "error" in r else f"{'   '.join(per)}   {_growth(r)}")]
-        out += [f"    {'raw_driver.c, same streams alive':<{width - 4}} " + "   ".join(
-            f"{p['n']:,}: {human(p['raw_ns'], 'ns')} (custream {p['ratio']:.2f}x)" for p in r["points"])
-            + f"   growth {r['raw_growth']:.2f}x"] if "raw_growth" in r else []
+    out += ["", f"scale rows (scale.py; driver: {scale.get('driver', '?')}): a figure per size N; growth: the last "
+            f"size's figure over the first's", *([f"  {scale['error']}"] if "error" in scale else [])] if scale else []
+    out += [f"{g['label']}: {g['note']}" + "".join(f"\n    {b['text']}" for b in g["bars"]) for g in groups(results)["scale"]]
     notes = [f"  {x}" for x in results.get("round_errors", [])]
     for o in opsd.values():
         for n, r in o["results"].items():
@@ -164,34 +133,28 @@ def table(results: dict) -> str:
     notes += [f"  {n}: {err}" for n, err in results.get("lib_errors", {}).items() if err != "peers are measured with --gpu"]
     return "\n".join(out + (["", "notes:", *notes] if notes else []))
 
-
 COLORS = {"raw": "#555555", "least binding": "#9a9a9a", "cuda.core": "#76b900", "CuPy": "#1f77b4", "torch": "#ee4c2c",
           "numba": "#00a3e0", "rmm": "#7f4fc9", "custream": "#f2a900"}
 REFERENCE = "#d0d0d0"  # a floor or reference figure of custream's own (hatched)
 SHADES = ["#fbe3a6", "#f6c453", "#f2a900"]  # custream's colour in a scale row: the first size lightest, the last full
 
-
 def _bar(lib: str, value: float, text: str, ref: bool = False, color: str | None = None) -> dict:
     return {"lib": lib, "value": value, "text": text, "ref": ref, "color": color}
 
-
-def _op_groups(results: dict, panel: str) -> list[dict]:
-    """The table's rows drawn on `panel` ("ns", "ms", or "ratio": the rows timed in turn with a
-    C loop, each library's ratio to it), a bar a library: the least binding's first, floors and
-    references hatched; custream's labelled with its ratio to the best peer and the least binding.
-    A row another of custream's rows is compared with is drawn there, as its reference."""
-    opsd, groups = results["operations"], []
+def groups(results: dict) -> dict:
+    """Per panel of the chart ("ns", "ratio": the rows timed in turn with a C loop, "ms",
+    "scale"), its groups of bars, a group a row. A row another of custream's rows is compared
+    with is drawn there, as its hatched reference; floors are hatched too. custream's bar is
+    labelled with its ratio to the best peer and the least binding, whose bar comes first."""
+    opsd, panels = results["operations"], {"ns": [], "ratio": [], "ms": [], "scale": []}
     referenced = {o["compared_to"]["op"] for o in opsd.values() if o.get("compared_to", {}).get("lib") == "custream"}
     for key, o in opsd.items():
-        op = ops.OPS.get(key)
-        ratio = op is not None and op.raw is not None
-        if op is None or panel != ("ratio" if ratio else o["unit"]) or (key in referenced and not ratio):
-            continue
+        ratio = (op := ops.OPS.get(key)) is not None and op.raw is not None
         unit, show = ("ratio", times) if ratio else (o["unit"], fmt)
-        if (mine := _fig(o["results"].get("custream"), unit)) is None:
-            continue
         least = (results.get("paired", {}).get(key, {}).get("floor", {}).get("ratio_median") if ratio
                  else next((f["ns"] for f in o["floors"] if f.get("lib") == LEAST), None))
+        if op is None or (key in referenced and not ratio) or (mine := _fig(o["results"].get("custream"), unit)) is None:
+            continue
         label = (f": {times(o['ratio_best_peer'])} {o['best_peer']} (best peer)" if o.get("ratio_best_peer") else "") \
             + (f", {mine / least:.2f}x least binding" if least else "")
         bars = [_bar(LEAST, least, f"{show(least)}  least binding (floor_ext.c)")] if least else []
@@ -207,54 +170,38 @@ def _op_groups(results: dict, panel: str) -> list[dict]:
             if cmp["lib"] == "custream":
                 bars.append(_bar("reference", cmp["ns"], f"{fmt(cmp['ns'])}  reference: {ops.OPS[cmp['op']].title}", ref=True))
         note = f"{o['target']}: {o['status']}" if o["target"] else ""
-        groups.append({"label": o["title"], "bars": bars, "target": target,
-                       "note": f"C loop {fmt(_fig(o['results'].get('raw')))} ns; {note}" if ratio else note})
-    return groups
-
-
-def _capture_groups(results: dict, against_c: bool) -> list[dict]:
-    """capture.py's rows: those against a C loop as ratios to it (a main row, then its peers'
-    rows, "  CuPy ..."); those against a peer in milliseconds."""
-    groups = []
-    for name, r in _capture(results).items():
-        if r["vs"].startswith("C ") != against_c:
-            continue
-        if not against_c:
-            peer = r["vs"].split()[0]
-            groups.append({"label": name.replace(" (custream)", ""), "note": f"against {r['vs']}", "target": None,
-                           "bars": [_bar(peer, r["vs_ns"] / 1e6, f"{fmt(r['vs_ns'] / 1e6)}  {peer}"),
-                                    _bar("custream", r["ns"] / 1e6, f"{fmt(r['ns'] / 1e6)}  custream: {times(r['ratio'])} {peer}")]})
+        panels["ratio" if ratio else unit].append({"label": o["title"], "bars": bars, "target": target,
+                                                   "note": f"C loop {fmt(_fig(o['results']['raw']))} ns; {note}" if ratio else note})
+    # capture.py's rows: against a C loop as ratios to it (a main row, then its peers' rows, "  CuPy ..."),
+    # against a peer in milliseconds
+    cap = results.get("capture", {})
+    for name, r in ({} if "error" in cap else cap).items():
+        if not r["vs"].startswith("C "):
+            peer, ms, mine = r["vs"].split()[0], r["vs_ns"] / 1e6, r["ns"] / 1e6
+            panels["ms"].append({"label": name.replace(" (custream)", ""), "note": f"against {r['vs']}", "target": None,
+                                 "rows": "capture", "bars": [_bar(peer, ms, f"{fmt(ms)}  {peer}"), _bar(
+                                     "custream", mine, f"{fmt(mine)}  custream: {times(r['ratio'])} {peer}")]})
             continue
         lib = next((n for n in COLORS if name.strip().startswith(n)), None) if name.startswith(" ") else "custream"
-        if lib == "custream" or not groups:
-            groups.append({"label": name.strip(), "bars": [], "target": r["target"],
-                           "note": f"{r['vs']} {fmt(r['vs_ns'])} ns" + (f"; <= {r['target']}x" if r["target"] else "")})
+        if lib == "custream" or not panels["ratio"] or panels["ratio"][-1].get("rows") != "capture":
+            panels["ratio"].append({"label": name.strip(), "bars": [], "target": r["target"], "rows": "capture",
+                                    "note": f"{r['vs']} {fmt(r['vs_ns'])} ns" + (f"; <= {r['target']}x" if r["target"] else "")})
         text = f"{times(r['ratio'])}  {lib}" + (f" ({fmt(r['ns'])} ns)" if lib == "custream" else "")
-        groups[-1]["bars"].append(_bar(lib or name.strip(), r["ratio"], text))
-    return groups
-
-
-def _scale_groups(results: dict) -> list[dict]:
-    """scale.py's rows, as ns per call (per kernel; threads: the wall time per call, all
-    threads together), a bar a size."""
-    groups = []
+        panels["ratio"][-1]["bars"].append(_bar(lib or name.strip(), r["ratio"], text))
+    # scale.py's rows, as ns per call (per kernel; threads: the wall time per call, all threads together), a bar a size
     for r in (results.get("scale") or {}).get("rows", []):
-        if "error" in r:
-            continue
         bars = []
-        for i, p in enumerate(r["points"]):
-            if r["unit"] == "calls/s":
-                v = 1e9 / p["value"]
-                text = f"{p['n']:,} thread{'s' * (p['n'] > 1)}: {human(p['value'], r['unit'])} ({human(v, 'ns')} a call)"
-            else:
-                v = p["value"] / (p["n"] if r["per"] else 1)
-                text = f"N={p['n']:,}: {human(p['value'], r['unit'])}" + (f" ({human(v, 'ns')} a {r['per']})" if r["per"] else "")
+        for i, p in enumerate(r.get("points", [])):
+            v = 1e9 / p["value"] if r["unit"] == "calls/s" else p["value"] / (p["n"] if r["per"] else 1)
+            text = (f"{p['n']:,} thread{'s' * (p['n'] > 1)}: {human(p['value'], r['unit'])} ({human(v, 'ns')} a call)"
+                    if r["unit"] == "calls/s" else f"N={p['n']:,}: {human(p['value'], r['unit'])}"
+                    + (f" ({human(v, 'ns')} a {r['per']})" if r["per"] else ""))
             bars.append(_bar("custream", v, text, color=SHADES[2 if i == len(r["points"]) - 1 else min(i, 1)]))
-            if "raw_ns" in p:
-                bars.append(_bar("raw", p["raw_ns"], f"N={p['n']:,}: {human(p['raw_ns'], 'ns')}  raw_driver.c"))
-        groups.append({"label": r["title"], "bars": bars, "target": None, "note": _growth(r)})
-    return groups
-
+            bars += [_bar("raw", p["raw_ns"], f"N={p['n']:,}: {human(p['raw_ns'], 'ns')}  raw_driver.c")] if "raw_ns" in p else []
+        raw = f"; raw_driver.c {r['raw_growth']:.2f}x" if "raw_growth" in r else ""
+        panels["scale"].append({"label": r["title"], "bars": bars, "target": None, "rows": "scale", "note": r.get("error") or
+                                f"growth{' per ' + r['per'] if r['per'] else ''} {r['growth']:.2f}x (expect {r['expect']}){raw}"})
+    return panels
 
 def _draw(ax, groups: list[dict], log: bool, reference: float | None, drawn: set) -> None:
     """Horizontal bars, a group a row, top to bottom; each bar's text at its end (`drawn`:
@@ -290,45 +237,40 @@ def _draw(ax, groups: list[dict], log: bool, reference: float | None, drawn: set
     ax.grid(axis="x", which="major", alpha=0.3)
     ax.tick_params(axis="y", length=0)
 
-
 def plot(results: dict, path: str) -> None:
     """One panel per unit, horizontal bars: ns per call; ratio to the C loop (timed in turn);
     milliseconds; the scale rows. custream's bar is outlined and labelled with its ratio to
     the best peer; floors and references hatched; targets dashed."""
     import matplotlib
-
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-
-    panels = [(title, groups, log, ref) for title, groups, log, ref in [
-        ("ns per call (log scale)", _op_groups(results, "ns"), True, None),
-        ("ratio to the driver calls in a C loop (raw_driver.c = 1, the grey line), timed in turn",
-         _op_groups(results, "ratio") + _capture_groups(results, True), False, 1.0),
-        ("milliseconds (log scale): import in a fresh interpreter; capture against a peer",
-         _op_groups(results, "ms") + _capture_groups(results, False), True, None),
-        ("scale rows (scale.py), log scale: ns a call at each size N; capture: ns a kernel; threads: the wall time a call,\n"
-         f"all threads together; growth: the last size's figure over the first's. Driver: {(results.get('scale') or {}).get('driver')}",
-         _scale_groups(results), True, None),
-    ] if groups]
-    slots = [sum(len(g["bars"]) + 1.2 for g in groups) for _, groups, _, _ in panels]
+    m, panels = results.get("machine", {}), groups(results)
+    panels = [(title, [g for g in panels[key] if g["bars"]], key != "ratio") for key, title in [
+        ("ns", "ns per call (log scale)"),
+        ("ratio", "ratio to the driver calls in a C loop (raw_driver.c = 1, the grey line), timed in turn"),
+        ("ms", "milliseconds (log scale): import in a fresh interpreter; capture against a peer"),
+        ("scale", "scale rows (scale.py), log scale: ns a call at each size N; capture: ns a kernel; threads: the wall "
+         "time a call,\nall threads together; growth: the last size's figure over the first's. "
+         f"Driver: {(results.get('scale') or {}).get('driver')}")] if any(g["bars"] for g in panels[key])]
+    slots = [sum(len(g["bars"]) + 1.2 for g in groups) for _, groups, _ in panels]
     fig, axes = plt.subplots(len(panels), 1, figsize=(13, 2.2 + 0.24 * sum(slots) + 0.8 * len(panels)),
                              gridspec_kw={"height_ratios": slots}, squeeze=False)
     drawn: set = set()
-    for ax, (title, groups, log, ref) in zip(axes[:, 0], panels):
-        _draw(ax, groups, log, ref, drawn)
+    for ax, (title, groups_, log) in zip(axes[:, 0], panels):
+        _draw(ax, groups_, log, None if log else 1.0, drawn)
         ax.set_title(title, loc="left", fontsize=10.5, fontweight="bold")
-    handles = [Patch(facecolor=COLORS[n], edgecolor="black" if n == "custream" else "none", label=n) for n in COLORS if n in drawn]
-    handles += [Patch(facecolor=REFERENCE, hatch="//", edgecolor="black", label="floor / reference")] * ("floor / reference" in drawn)
+    handles = [Patch(facecolor=COLORS[n], edgecolor="black" if n == "custream" else "none", label=n)
+               for n in COLORS if n in drawn]
+    handles += [Patch(facecolor=REFERENCE, hatch="//", edgecolor="black", label="floor / reference")] * (
+        "floor / reference" in drawn)
     handles += [Line2D([], [], color="black", linestyle="dashed", label="target")]
-    m = results.get("machine", {})
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=9, frameon=False, bbox_to_anchor=(0.5, 1.0))
-    fig.text(0.5, 0.003, f"{results['mode'].upper()} run: {m.get('gpu') or 'no GPU'}; {m.get('cpu')}; Python {m.get('python')}; "
-             f"{m.get('date')}\n" + ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if v)
+    fig.text(0.5, 0.003, f"{results['mode'].upper()} run: {m.get('gpu') or 'no GPU'}; {m.get('cpu')}; "
+             f"Python {m.get('python')}; {m.get('date')}\n" + ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if v)
              + "\nbars: medians, over rounds of fresh processes (capture and scale rows: one process); custream's outlined,"
-             " labelled with its ratio to the best peer",
-             ha="center", va="bottom", fontsize=8.5)
+             " labelled with its ratio to the best peer", ha="center", va="bottom", fontsize=8.5)
     fig.tight_layout(rect=(0, 0.6 / fig.get_figheight(), 1, 1 - 0.35 / fig.get_figheight()))
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -2,15 +2,7 @@
 """custream beside the raw driver and the peers, per operation of the target table in
 docs/design.md; docs/benchmarks.md says what is measured and how (usage: benches/README.md)."""
 
-import argparse
-import json
-import os
-import platform
-import subprocess
-import sys
-import sysconfig
-import tempfile
-import time
+import argparse, json, os, platform, subprocess, sys, sysconfig, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -19,29 +11,25 @@ import ops  # noqa: E402
 import report  # noqa: E402
 import scale  # noqa: E402
 
-
 def worker(lib: str, args: list[str], timeout: float, env: dict | None = None) -> dict:
     print(f"{lib} ...", file=sys.stderr, flush=True)
     try:
-        p = subprocess.run([sys.executable, os.path.join(HERE, "worker.py"), lib, *args], check=False,
-                           capture_output=True, text=True, timeout=timeout, env=env and {**os.environ, **env})
+        p = subprocess.run([sys.executable, os.path.join(HERE, "worker.py"), lib, *args], capture_output=True, text=True,
+                           timeout=timeout, env=env and {**os.environ, **env})
     except subprocess.TimeoutExpired:
         return {"error": f"worker timed out after {timeout:.0f} s"}
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-    if p.returncode != 0 or not lines:
-        tail = " | ".join((p.stdout + p.stderr).strip().splitlines()[-6:])
-        return {"error": f"worker exited with status {p.returncode}: {tail}"}
-    return json.loads(lines[-1])
-
+    if p.returncode == 0 and (lines := [ln for ln in p.stdout.splitlines() if ln.startswith("{")]):
+        return json.loads(lines[-1])
+    tail = " | ".join((p.stdout + p.stderr).strip().splitlines()[-6:])
+    return {"error": f"worker exited with status {p.returncode}: {tail}"}
 
 def build(source: str, name: str, *flags: str) -> str | None:
-    """A C file of benches/ compiled as a shared object: its path, or None (the error printed)."""
+    """A C file of benches/ compiled as a shared object: its path, or None (the compiler's error printed)."""
     out, cc = os.path.join(tempfile.mkdtemp(prefix="custream-bench-"), name), os.environ.get("CC", "gcc")
     p = subprocess.run([cc, "-O2", "-shared", "-fPIC", *flags, "-o", out, os.path.join(HERE, source), "-ldl"],
-                       check=False, capture_output=True, text=True)
-    print(f"{cc} failed on {source}: {p.stderr.strip()[-400:]}" if p.returncode else "", end="", file=sys.stderr)
+                       capture_output=True, text=True)
+    print(f"{cc} failed on {source}: {p.stderr.strip()[-400:]}" * bool(p.returncode), end="", file=sys.stderr)
     return None if p.returncode else out
-
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -75,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no plot: {e}", file=sys.stderr)
     return 0
 
-
 def measure(args) -> dict:
     """Rounds of fresh workers, one a library a round, custream first, until the rounds are done
-    or the budget is spent (docs/benchmarks.md says why)."""
+    or the budget is spent (docs/benchmarks.md says why); then capture.py's and scale.py's rows,
+    one worker each, once."""
     t_start = time.perf_counter()
     probe = subprocess.run([sys.executable, "-c", "import custream, sys; sys.exit(not custream.is_available())"])
     gpu = args.gpu or (not args.cpu and probe.returncode == 0)
@@ -86,7 +74,7 @@ def measure(args) -> dict:
     extra = ["--gpu"] * gpu + ["--quick"] * args.quick
     cy = worker("cython", extra, 120)
     cython = cy["ops"]["cython_handle_read"] if "ops" in cy else {"custream": {"na": cy.get("error", "not measured")}}
-    # The least binding: floor_ext.c, whose handle floor needs no device; on one, raw_driver.c's C loops too.
+    # The least binding (floor_ext.c) has a handle floor without a device; with one, the C loops too.
     ext = build("floor_ext.c", "floor_ext" + sysconfig.get_config_var("EXT_SUFFIX"), "-I" + sysconfig.get_paths()["include"])
     raw = build("raw_driver.c", "libraw_driver.so") if gpu else None
     extra += ["--raw", raw] * bool(raw) + ["--floor-ext", ext] * bool(ext)
@@ -100,11 +88,10 @@ def measure(args) -> dict:
                 rounds[name].append({"error": f"skipped: the {args.budget_s:.0f} s budget was spent"})
     rounds.update({n: [{"error": "peers are measured with --gpu"}] for n in report.LIBRARIES[1:] if n not in rounds})
     results = report.assemble("gpu" if gpu else "cpu", rounds, cython)
-    if raw:  # host functions and capture: one worker, once (capture.py)
+    if raw:
         cap = worker("capture", extra, max(30, min(240, left())))
         results["capture"] = cap.get("rows") or {"error": cap.get("error", "no rows")}
-    # the scale rows (scale.py): one worker, once; without a device against the stand-in driver
-    lib = None if gpu else scale.standin()
+    lib = None if gpu else scale.standin()  # without a device, the stand-in driver
     sc = lib if isinstance(lib, dict) else worker("scale", extra, max(90, min(240, left())), lib and {"CUSTREAM_LIBCUDA": lib})
     results["scale"] = sc if isinstance(lib, dict) else {
         "driver": "the GPU's driver" if gpu else "the stand-in (tests/standin/capture.c): custream's own cost, no GPU work",
@@ -115,13 +102,11 @@ def measure(args) -> dict:
     results["machine"] = {**first["custream"].get("machine", {}), "cpu": cpu, "python": platform.python_version(),
                           "platform": platform.platform(), "cpu_count": os.cpu_count(),
                           "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                          "versions": {**{n: first.get(n, {}).get("version") for n in report.LIBRARIES[1:]},
-                                       "Cython": cy.get("version")}}
+                          "versions": {**{n: first[n].get("version") for n in report.LIBRARIES[1:]}, "Cython": cy.get("version")}}
     results["settings"] = {"quick": args.quick, "rounds": max(map(len, rounds.values())),
                            "seconds": round(time.perf_counter() - t_start, 1),
                            "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
     return results
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -88,18 +88,16 @@ def test_the_blocker_is_released_by_its_watchdog(tmp_path):
         sys.path.insert(0, {str(BENCHES)!r})
         import time, scale
         s, t, ran = custream.Stream(), custream.Stream(), []
-        blocker = scale.Blocker(scale.driver())
-        with blocker.hold(s, t, timeout=0.2) as held:
+        with scale.held(s, t, timeout=0.2) as held:
             s.launch_host_func(ran.append, 1)
             t.launch_host_func(ran.append, 2)
             held["queued"] = 2
             assert not s.query() and not t.query() and not ran
             t.synchronize()
         assert held["fired"] == 2 and ran == [1, 2]
-        with blocker.hold(s) as held:
+        with scale.held(s) as held:
             s.launch_host_func(ran.append, 3)
         assert held["fired"] is None and ran == [1, 2, 3] and s.query() and t.query()
-        blocker.close()
         print("ok")
     """)
     assert out.strip() == "ok"
@@ -125,7 +123,7 @@ def test_the_plot_draws_a_stored_run_with_scale_rows(tmp_path):
         {"title": scale.PENDING_TITLE, "error": "RuntimeError: a held stream's queue filled"}]}
     text = report.table(results)
     assert "create + destroy, N other streams alive" in text and "growth 1.02x (expect flat)" in text
-    assert "16: 18.0 M calls/s" in text and "a held stream's queue filled" in text
+    assert "16 threads: 18.0 M calls/s" in text and "a held stream's queue filled" in text
     report.plot(results, str(tmp_path / "plot.png"))
     assert (tmp_path / "plot.png").stat().st_size > 50_000
 def test_paired_timing_takes_the_ratio_within_each_pair():
