@@ -1,8 +1,5 @@
 """Host functions and graph capture beside CuPy and raw_driver.c's C loops, each timed in turn
-(timing.paired), once per GPU run (`worker.py capture`). Graph.launch is timed in batches of 100
-with an untimed synchronize between, so the launch queue never fills."""
-
-import functools
+(timing.paired), once per GPU run (`worker.py capture`)."""
 
 import custream, timing
 
@@ -16,7 +13,8 @@ def cupy_on(s) -> dict:
     return {"s": s, "ext": cp.cuda.Stream.from_external(s), "x": x, "cp": cp}
 
 def batches(stmt: str, ns: dict, sync, batch: int = 100):
-    """run(n): n executions of `stmt` (as timing.timer runs it), timed, `sync` called untimed every `batch`."""
+    """run(n): n executions of `stmt`, timed, with `sync` called untimed after every `batch` (as raw_driver.c's
+    graph_launch loop does), so the launch queue never fills: what is timed is the launch, not the GPU."""
     timed = timing.timer(stmt, ns)
 
     def run(n: int) -> float:
@@ -25,7 +23,6 @@ def batches(stmt: str, ns: dict, sync, batch: int = 100):
             total += timed(min(batch, n - done))
             sync()
         return total
-
     return run
 
 def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
@@ -37,19 +34,22 @@ def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
     with ns["ext"]:
         for _ in range(10):
             cp.add(x, 1, out=x)
-    ns.update(cs=cp.cuda.Stream(non_blocking=True), g=(g := s.end_capture()), G=g.handle, S=s.handle,
-              flaunch=floor and floor.flaunch)
-    timer, batched = functools.partial(timing.timer, namespace=ns), functools.partial(batches, ns=ns, sync=s.synchronize)
-    host, c_host = (lambda k: raw.raw_host_func(s.handle, k)), "C cuLaunchHostFunc + sync"
-    launch = lambda k: raw.raw_graph_launch(g.handle, s.handle, 100, k)  # noqa: E731
+    g = s.end_capture()
+    ns.update(cs=cp.cuda.Stream(non_blocking=True), g=g, G=g.handle, S=s.handle, flaunch=floor and floor.flaunch)
+    timer = lambda stmt: timing.timer(stmt, ns)  # noqa: E731
+    host, launch = raw.loop("host_func", s.handle), raw.loop("graph_launch", s.handle, g.handle, 100)
     kernels = "\n    for _ in range(100):\n        cp.add(x, 1, out=x)\n"
-    rows = [  # name, target, the loop timed, the loop it is timed in turn with, what that is
-        ("launch_host_func round trip", None, timer("s.launch_host_func(noop); s.synchronize()"), host, c_host),
-        ("  CuPy launch_host_func round trip", None, timer("cs.launch_host_func(noop, None); cs.synchronize()"), host, c_host),
-        ("Graph.launch, 10 nodes", 1.15, batched("g.launch(s)"), launch, "C cuGraphLaunch"),
+    rows = [  # name, target, the loop timed, the C loop (or a peer's) it is timed in turn with, what that is
+        ("launch_host_func round trip", None, timer("s.launch_host_func(noop); s.synchronize()"), host,
+         "C cuLaunchHostFunc + sync"),
+        ("  CuPy launch_host_func round trip", None, timer("cs.launch_host_func(noop, None); cs.synchronize()"), host,
+         "C cuLaunchHostFunc + sync"),
+        ("Graph.launch, 10 nodes", 1.15, batches("g.launch(s)", ns, s.synchronize), launch, "C cuGraphLaunch"),
         # the least binding (floor_ext.c): what any binding that lets the GIL go adds
-        *[("  least binding flaunch(G, S)", None, batched("flaunch(G, S)"), launch, "C cuGraphLaunch")] * bool(floor),
-        ("capture 100 CuPy kernels (custream)", None, timer(f"s.begin_capture('relaxed')\nwith ext:{kernels}s.end_capture().close()"),
+        *[("  least binding flaunch(G, S)", None, batches("flaunch(G, S)", ns, s.synchronize), launch,
+           "C cuGraphLaunch")] * bool(floor),
+        ("capture 100 CuPy kernels (custream)", None,
+         timer(f"s.begin_capture('relaxed')\nwith ext:{kernels}s.end_capture().close()"),
          timer(f"cs.begin_capture(mode=cp.cuda.runtime.streamCaptureModeRelaxed)\nwith cs:{kernels}cs.end_capture()"),
          "CuPy begin/end_capture")]
     out = {}

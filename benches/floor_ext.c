@@ -1,17 +1,13 @@
 /*
- * floor_ext.c: the least any Python binding can add to the driver. A CPython extension with
- * one function per driver call and nothing else (no object, no check, no context
- * bookkeeping), letting the GIL go where custream does (around create and destroy). run.py
- * builds it; the paired rounds time it against raw_driver.c's loops as they time custream:
- *     fdestroy(fcreate()) ~ Stream().close()   fquery(H) ~ s.query()
- *     fsync(H) ~ s.synchronize() (a query first, as custream does: an idle stream answers
- *                                 with the GIL held)
- *     flaunch(G, S) ~ g.launch(s) (the GIL let go, as custream, CuPy and torch do)
- * The calls use the thread's current context, which the worker makes the primary context.
- * And fstream(H).handle ~ s.handle, no driver call (so the CPU run has it too): the least a C
- * extension type can do for a handle attribute, a getset returning the stored int. CPython's
- * LOAD_ATTR specializes instance-dict and __slots__ members, never a getset: what that path
- * costs any such type, beside CuPy's s.ptr (an instance attribute).
+ * floor_ext.c: the least any Python binding can add to the driver, a CPython extension with one function per
+ * driver call and nothing else (no object, no check, no context bookkeeping), letting the GIL go where custream
+ * does. The paired rounds time it against raw_driver.c's loops as they time custream:
+ *     fdestroy(fcreate()) ~ Stream().close()   fquery(H) ~ s.query()   flaunch(G, S) ~ g.launch(s)
+ *     fsync(H) ~ s.synchronize() (a query first, as custream does: an idle stream answers with the GIL held)
+ * in the thread's current context, the primary context. And fstream(H).handle ~ s.handle, no driver call (so the
+ * CPU run has it too): the least a C extension type can do for a handle attribute, a getset returning the stored
+ * int. CPython's LOAD_ATTR specializes instance-dict and __slots__ members, never a getset: what that path costs
+ * any such type, beside CuPy's s.ptr (an instance attribute).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -34,7 +30,7 @@ static PyObject *floor_create(PyObject *mod, PyObject *unused) {
 static PyObject *floor_destroy(PyObject *mod, PyObject *handle) {
     STREAM(s, handle);
     CUresult r;
-    NOGIL(r = cuStreamDestroy(s));
+    NOGIL(r = cuStreamDestroy_v2(s));
     return DONE("cuStreamDestroy", r);
 }
 

@@ -5,18 +5,12 @@ statement to time, or a tuple of them (the first that runs is used and recorded)
 where it has none.
 """
 
-from dataclasses import dataclass, field
+from collections import namedtuple
 
-@dataclass(frozen=True)
-class Op:
-    key: str
-    title: str
-    bound: float | None = None  # target: at most this, in `unit`
-    raw: float | None = None  # target: at most this times the raw driver's C loop
-    load: bool = False  # target: one load, no call (the Cython row)
-    unit: str = "ns"
-    gpu: bool = False  # needs a device for every library
-    times: tuple | None = None  # target: at most (factor, library, op key)'s figure in the same run
+class Op(namedtuple("Op", "key title bound raw load unit gpu times", defaults=(None, None, False, "ns", False, None))):
+    """A row. Its target: at most `bound` (in `unit`), `raw` times the raw driver's C loop, `times`
+    = (factor, library, op key) times that figure of the same run, or one load and no call (`load`:
+    the Cython row). `gpu`: it needs a device for every library."""
 
     @property
     def target(self) -> str:
@@ -56,20 +50,11 @@ ALONE = ("import custream, time\ncustream.Stream().close()\nt = time.perf_counte
 OPS = {op.key: op for op in OPERATIONS}
 RATIO_KEYS = [op.key for op in OPERATIONS if op.raw is not None]  # timed in turn with raw_driver.c's loops
 
-@dataclass(frozen=True)
-class NA:
-    reason: str
-
-@dataclass(frozen=True)
-class Lib:
-    name: str
-    import_stmt: str
-    dists: tuple  # distribution names that give the version
-    setup: str
-    ops: dict  # op key -> stmt | (stmt, ...) | NA
-    notes: dict = field(default_factory=dict)  # op key -> note printed under the table
-    not_best: tuple = ()  # op keys where the figure measures something else: not a "best peer"
-    cpu_setup: str | None = None  # the setup without a device (None: measured with --gpu only)
+NA = namedtuple("NA", "reason")  # an operation the library has not, and why
+# A library: `dists`, the distributions that give its version; `ops`: op key -> stmt | (stmt, ...) | NA;
+# `notes`: op key -> a note printed under the table; `not_best`: op keys where the figure measures something
+# else (no "best peer"); `cpu_setup`: the setup without a device (None: measured with --gpu only).
+Lib = namedtuple("Lib", "name import_stmt dists setup ops notes not_best cpu_setup", defaults=({}, (), None))
 
 # A producer as small as the protocol allows: what every library wraps in `wrap_protocol`;
 # `with_` times entering and leaving a `with` block of a context manager.

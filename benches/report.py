@@ -19,7 +19,8 @@ def combine(entries: list[dict]) -> dict:
         return entries[0] if entries else {"na": "not measured"}
     v = [e[unit] for e in good]
     out = {k: good[0][k] for k in ("stmt", "note", "not_best") if k in good[0]}
-    out.update({unit: median(v), f"min_{unit}": min(v), f"max_{unit}": max(v), "rounds": len(v), f"per_round_{unit}": v})
+    out.update({unit: median(v), f"min_{unit}": min(v), f"max_{unit}": max(v), "rounds": len(v),
+                f"per_round_{unit}": v})
     if "ratio" in good[0]:
         out.update(ratio=median(e["ratio"] for e in good), ratios=[e["ratio"] for e in good],
                    raw_ns=[e["raw_ns"] for e in good])
@@ -30,7 +31,8 @@ def assemble(mode: str, rounds: dict, cython: dict) -> dict:
     errors = {n: ws[0]["error"] for n, ws in rounds.items() if ws and all("error" in w for w in ws)}
     figures = {n: {k: combine([w["ops"][k] for w in ws if k in w.get("ops", {})]) for k in ops.OPS}
                for n, ws in rounds.items()}
-    out: dict = {"schema": 2, "mode": mode, "libraries": LIBRARIES, "operations": {}, "paired": {}, "lib_errors": errors,
+    out: dict = {"schema": 2, "mode": mode, "libraries": LIBRARIES, "operations": {}, "paired": {},
+                 "lib_errors": errors,
                  "round_errors": sorted({f"{n}: {w['error']}" for n, ws in rounds.items() if n not in errors
                                          for w in ws if "error" in w}),
                  "empty_loop_ns": {n: median(w["empty_loop"]["ns"] for w in ws if "empty_loop" in w)
@@ -42,7 +44,8 @@ def assemble(mode: str, rounds: dict, cython: dict) -> dict:
         res = {n: {"na": errors[n]} if n in errors else fig.get(n, {"na": "not measured"}) for n in LIBRARIES}
         res["raw"], floors, limit = NOT_APPLICABLE, [], op.bound if op.bound is not None else op.raw
         if op.load:  # a field load adds well under a nanosecond to the loop; any call adds more
-            res = {n: cython.get(n, {"na": "not measured"}) if n in ("custream", "rmm") else NOT_APPLICABLE for n in LIBRARIES}
+            res = {n: cython.get(n, {"na": "not measured"}) if n in ("custream", "rmm") else NOT_APPLICABLE
+                   for n in LIBRARIES}
             if floor := _fig(cython.get("floor")):
                 floors = [{"label": cython["floor"]["label"], "ns": floor, "stmt": "nogil loop, barrier only"}]
             limit = floor + 1 if floor and cython.get("generated_c_reads_field") else None
@@ -60,8 +63,9 @@ def assemble(mode: str, rounds: dict, cython: dict) -> dict:
         peers = {n: v for n in PEERS if (v := _fig(res[n], unit)) is not None and not res[n].get("not_best")}
         best = min(peers, key=peers.get) if peers else None
         row = out["operations"][op.key] = {
-            "title": op.title, "unit": op.unit, "target": op.target, "results": res, "floors": floors, "best_peer": best,
-            "ratio_best_peer": value / peers[best] if best and value else None, "ratio_raw": _fig(res["custream"], "ratio")}
+            "title": op.title, "unit": op.unit, "target": op.target, "results": res, "floors": floors,
+            "best_peer": best, "ratio_best_peer": value / peers[best] if best and value else None,
+            "ratio_raw": _fig(res["custream"], "ratio")}
         if op.load:
             row.update(floor_ns=floor, generated_c_reads_field=cython.get("generated_c_reads_field"))
         elif op.times is not None:  # against another figure of the same run
@@ -79,6 +83,9 @@ def fmt(v: float | None) -> str:
 def times(r: float) -> str:
     return f"{r:.2f}x" if r >= 0.1 else f"{r:.2g}x"
 
+def _versions(machine: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in machine.get("versions", {}).items() if v)
+
 def human(v: float, unit: str) -> str:
     """A scale figure: ns as ns, µs or ms; calls/s as M calls/s."""
     if unit == "calls/s":
@@ -90,16 +97,17 @@ def table(results: dict) -> str:
     scale.py's rows (as the chart draws them); the notes."""
     names, opsd, m = results["libraries"], results["operations"], results.get("machine", {})
     head = ["operation", *names, "floor", "/best", "/raw", "target", ""]
+    ratio = lambda r: f"{r:.2f}x" if r else ""  # noqa: E731
     rows = [[o["title"] + (" [ms]" if o["unit"] == "ms" else ""),
-             *["—" if o["results"].get(n) == NOT_APPLICABLE else fmt(_fig(o["results"].get(n), o["unit"])) for n in names],
-             fmt(o["floors"][-1]["ns"]) if o["floors"] else "", f"{o['ratio_best_peer']:.2f}x" if o["ratio_best_peer"] else "",
-             f"{o['ratio_raw']:.2f}x" if o["ratio_raw"] else "", o["target"], o["status"]] for o in opsd.values()]
+             *["—" if (r := o["results"].get(n)) == NOT_APPLICABLE else fmt(_fig(r, o["unit"])) for n in names],
+             fmt(o["floors"][-1]["ns"]) if o["floors"] else "", ratio(o["ratio_best_peer"]), ratio(o["ratio_raw"]),
+             o["target"], o["status"]] for o in opsd.values()]
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
     quick = ", quick" if results.get("settings", {}).get("quick") else ""
     out = [f"custream benchmarks ({results['mode'].upper()} run{quick}): median ns per call unless marked; "
            "'—' not applicable, 'n/a' see notes",
            f"machine: {m.get('gpu') or 'no GPU'}, driver {m.get('driver_version') or '—'}; {m.get('cpu')}; "
-           f"Python {m.get('python')}", "versions: " + ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if v),
+           f"Python {m.get('python')}", "versions: " + _versions(m),
            "empty timing loop (in every figure): "
            + ", ".join(f"{k} {fmt(v)}" for k, v in results.get("empty_loop_ns", {}).items()), ""]
     out += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
@@ -117,20 +125,21 @@ def table(results: dict) -> str:
     cap, scale = results.get("capture", {}), results.get("scale") or {}
     out += ["", "host functions and capture (capture.py): " + cap["error"]] if "error" in cap else []
     for name, r in ({} if "error" in cap else cap).items():
-        verdict = "" if r["target"] is None else f"  <= {r['target']}x: " + ("pass" if r["ratio"] <= r["target"] else "MISS")
+        verdict = f"  <= {r['target']}x: " + ("pass" if r["ratio"] <= r["target"] else "MISS") if r["target"] else ""
         out += [f"{name:<40} {fmt(r['ns']):>9} ns   {r['vs']:<26} {fmt(r['vs_ns']):>9} ns  {r['ratio']:.2f}x{verdict}"]
     out += ["", f"scale rows (scale.py; driver: {scale.get('driver', '?')}): a figure per size N; growth: the last "
             f"size's figure over the first's", *([f"  {scale['error']}"] if "error" in scale else [])] if scale else []
-    out += [f"{g['label']}: {g['note']}" + "".join(f"\n    {b['text']}" for b in g["bars"]) for g in groups(results)["scale"]]
+    out += [f"{g['label']}: {g['note']}" + "".join(f"\n    {b['text']}" for b in g["bars"])
+            for g in groups(results)["scale"]]
     notes = [f"  {x}" for x in results.get("round_errors", [])]
     for o in opsd.values():
         for n, r in o["results"].items():
             if n not in results.get("lib_errors", {}):
-                quiet = (None, "not applicable", "needs a GPU (run with --gpu)") + (("not measured",) if not o["status"] else ())
+                quiet = [None, "not applicable", "needs a GPU (run with --gpu)", *["not measured"] * (not o["status"])]
                 label = r.get("label") if o["title"] == "Cython handle read" else None
                 notes += [f"  {n} / {o['title']}: {what}" for what in (r.get("na") not in quiet and f"n/a: {r['na']}",
                                                                         r.get("note"), label) if what]
-    notes += [f"  {n}: {err}" for n, err in results.get("lib_errors", {}).items() if err != "peers are measured with --gpu"]
+    notes += [f"  {n}: {e}" for n, e in results.get("lib_errors", {}).items() if e != "peers are measured with --gpu"]
     return "\n".join(out + (["", "notes:", *notes] if notes else []))
 
 COLORS = {"raw": "#555555", "least binding": "#9a9a9a", "cuda.core": "#76b900", "CuPy": "#1f77b4", "torch": "#ee4c2c",
@@ -153,7 +162,8 @@ def groups(results: dict) -> dict:
         unit, show = ("ratio", times) if ratio else (o["unit"], fmt)
         least = (results.get("paired", {}).get(key, {}).get("floor", {}).get("ratio_median") if ratio
                  else next((f["ns"] for f in o["floors"] if f.get("lib") == LEAST), None))
-        if op is None or (key in referenced and not ratio) or (mine := _fig(o["results"].get("custream"), unit)) is None:
+        mine = _fig(o["results"].get("custream"), unit)
+        if op is None or (key in referenced and not ratio) or mine is None:
             continue
         label = (f": {times(o['ratio_best_peer'])} {o['best_peer']} (best peer)" if o.get("ratio_best_peer") else "") \
             + (f", {mine / least:.2f}x least binding" if least else "")
@@ -168,10 +178,11 @@ def groups(results: dict) -> dict:
         if cmp and cmp.get("ns"):
             target = op.times[0] * cmp["ns"]
             if cmp["lib"] == "custream":
-                bars.append(_bar("reference", cmp["ns"], f"{fmt(cmp['ns'])}  reference: {ops.OPS[cmp['op']].title}", ref=True))
-        note = f"{o['target']}: {o['status']}" if o["target"] else ""
-        panels["ratio" if ratio else unit].append({"label": o["title"], "bars": bars, "target": target,
-                                                   "note": f"C loop {fmt(_fig(o['results']['raw']))} ns; {note}" if ratio else note})
+                text = f"{fmt(cmp['ns'])}  reference: {ops.OPS[cmp['op']].title}"
+                bars.append(_bar("reference", cmp["ns"], text, ref=True))
+        note = (f"C loop {fmt(_fig(o['results']['raw']))} ns; " if ratio else "") + (
+            f"{o['target']}: {o['status']}" if o["target"] else "")
+        panels["ratio" if ratio else unit].append({"label": o["title"], "bars": bars, "target": target, "note": note})
     # capture.py's rows: against a C loop as ratios to it (a main row, then its peers' rows, "  CuPy ..."),
     # against a peer in milliseconds
     cap = results.get("capture", {})
@@ -184,8 +195,9 @@ def groups(results: dict) -> dict:
             continue
         lib = next((n for n in COLORS if name.strip().startswith(n)), None) if name.startswith(" ") else "custream"
         if lib == "custream" or not panels["ratio"] or panels["ratio"][-1].get("rows") != "capture":
-            panels["ratio"].append({"label": name.strip(), "bars": [], "target": r["target"], "rows": "capture",
-                                    "note": f"{r['vs']} {fmt(r['vs_ns'])} ns" + (f"; <= {r['target']}x" if r["target"] else "")})
+            note = f"{r['vs']} {fmt(r['vs_ns'])} ns" + (f"; <= {r['target']}x" if r["target"] else "")
+            panels["ratio"].append({"label": name.strip(), "bars": [], "target": r["target"], "note": note,
+                                    "rows": "capture"})
         text = f"{times(r['ratio'])}  {lib}" + (f" ({fmt(r['ns'])} ns)" if lib == "custream" else "")
         panels["ratio"][-1]["bars"].append(_bar(lib or name.strip(), r["ratio"], text))
     # scale.py's rows, as ns per call (per kernel; threads: the wall time per call, all threads together), a bar a size
@@ -197,10 +209,12 @@ def groups(results: dict) -> dict:
                     if r["unit"] == "calls/s" else f"N={p['n']:,}: {human(p['value'], r['unit'])}"
                     + (f" ({human(v, 'ns')} a {r['per']})" if r["per"] else ""))
             bars.append(_bar("custream", v, text, color=SHADES[2 if i == len(r["points"]) - 1 else min(i, 1)]))
-            bars += [_bar("raw", p["raw_ns"], f"N={p['n']:,}: {human(p['raw_ns'], 'ns')}  raw_driver.c")] if "raw_ns" in p else []
+            if "raw_ns" in p:
+                bars.append(_bar("raw", p["raw_ns"], f"N={p['n']:,}: {human(p['raw_ns'], 'ns')}  raw_driver.c"))
         raw = f"; raw_driver.c {r['raw_growth']:.2f}x" if "raw_growth" in r else ""
-        panels["scale"].append({"label": r["title"], "bars": bars, "target": None, "rows": "scale", "note": r.get("error") or
-                                f"growth{' per ' + r['per'] if r['per'] else ''} {r['growth']:.2f}x (expect {r['expect']}){raw}"})
+        per = f" per {r['per']}" if r.get("per") else ""
+        note = r.get("error") or f"growth{per} {r['growth']:.2f}x (expect {r['expect']}){raw}"
+        panels["scale"].append({"label": r["title"], "bars": bars, "target": None, "rows": "scale", "note": note})
     return panels
 
 def _draw(ax, groups: list[dict], log: bool, reference: float | None, drawn: set) -> None:
@@ -211,8 +225,9 @@ def _draw(ax, groups: list[dict], log: bool, reference: float | None, drawn: set
         top = y
         for b in g["bars"]:
             mine = b["lib"] == "custream"
-            ax.barh(y, b["value"], 0.8, color=b["color"] or (REFERENCE if b["ref"] else COLORS.get(b["lib"], "#999999")),
-                    hatch="//" if b["ref"] else None, edgecolor="black" if mine or b["ref"] else "none", linewidth=0.8)
+            color = b["color"] or (REFERENCE if b["ref"] else COLORS.get(b["lib"], "#999999"))
+            ax.barh(y, b["value"], 0.8, color=color, hatch="//" if b["ref"] else None,
+                    edgecolor="black" if mine or b["ref"] else "none", linewidth=0.8)
             ax.annotate(b["text"], (b["value"], y), xytext=(4, 0), textcoords="offset points", va="center", zorder=5,
                         fontsize=8.5, fontweight="bold" if mine and not b["color"] else "normal",
                         bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.3, "alpha": 0.85})
@@ -266,11 +281,12 @@ def plot(results: dict, path: str) -> None:
     handles += [Patch(facecolor=REFERENCE, hatch="//", edgecolor="black", label="floor / reference")] * (
         "floor / reference" in drawn)
     handles += [Line2D([], [], color="black", linestyle="dashed", label="target")]
-    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=9, frameon=False, bbox_to_anchor=(0.5, 1.0))
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=9, frameon=False,
+               bbox_to_anchor=(0.5, 1.0))
     fig.text(0.5, 0.003, f"{results['mode'].upper()} run: {m.get('gpu') or 'no GPU'}; {m.get('cpu')}; "
-             f"Python {m.get('python')}; {m.get('date')}\n" + ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if v)
-             + "\nbars: medians, over rounds of fresh processes (capture and scale rows: one process); custream's outlined,"
-             " labelled with its ratio to the best peer", ha="center", va="bottom", fontsize=8.5)
+             f"Python {m.get('python')}; {m.get('date')}\n{_versions(m)}\nbars: medians, over rounds of fresh "
+             "processes (capture and scale rows: one process); custream's outlined, labelled with its ratio to the "
+             "best peer", ha="center", va="bottom", fontsize=8.5)
     fig.tight_layout(rect=(0, 0.6 / fig.get_figheight(), 1, 1 - 0.35 / fig.get_figheight()))
     fig.savefig(path, dpi=110)
     plt.close(fig)

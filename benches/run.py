@@ -1,21 +1,18 @@
 #!/usr/bin/env python3
 """custream beside the raw driver and the peers, per operation of the target table in
-docs/design.md; docs/benchmarks.md says what is measured and how (usage: benches/README.md)."""
+docs/design.md; docs/benchmarks.md says what is measured and how, and how to run it."""
 
 import argparse, json, os, platform, subprocess, sys, sysconfig, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-
-import ops  # noqa: E402
-import report  # noqa: E402
-import scale  # noqa: E402
+import ops, report, scale  # noqa: E402
 
 def worker(lib: str, args: list[str], timeout: float, env: dict | None = None) -> dict:
     print(f"{lib} ...", file=sys.stderr, flush=True)
     try:
-        p = subprocess.run([sys.executable, os.path.join(HERE, "worker.py"), lib, *args], capture_output=True, text=True,
-                           timeout=timeout, env=env and {**os.environ, **env})
+        p = subprocess.run([sys.executable, os.path.join(HERE, "worker.py"), lib, *args], capture_output=True,
+                           text=True, timeout=timeout, env=env and {**os.environ, **env})
     except subprocess.TimeoutExpired:
         return {"error": f"worker timed out after {timeout:.0f} s"}
     if p.returncode == 0 and (lines := [ln for ln in p.stdout.splitlines() if ln.startswith("{")]):
@@ -41,8 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="few, short repeats: a smoke run, not figures to quote")
     ap.add_argument("--budget-s", type=float, default=200.0,
                     help="wall-clock budget (default 200 s): later libraries are skipped past it")
-    ap.add_argument("--rounds", type=int, help="rounds of fresh workers, as the budget allows (default 8, 2 with --quick)")
-    ap.add_argument("--from-json", metavar="PATH", help="measure nothing: print the table (and --plot) of an earlier --json")
+    ap.add_argument("--rounds", type=int,
+                    help="rounds of fresh workers, as the budget allows (default 8, 2 with --quick)")
+    ap.add_argument("--from-json", metavar="PATH",
+                    help="measure nothing: print the table (and --plot) of an earlier --json")
     args = ap.parse_args(argv)
     if args.from_json:
         with open(args.from_json) as f:
@@ -75,10 +74,12 @@ def measure(args) -> dict:
     cy = worker("cython", extra, 120)
     cython = cy["ops"]["cython_handle_read"] if "ops" in cy else {"custream": {"na": cy.get("error", "not measured")}}
     # The least binding (floor_ext.c) has a handle floor without a device; with one, the C loops too.
-    ext = build("floor_ext.c", "floor_ext" + sysconfig.get_config_var("EXT_SUFFIX"), "-I" + sysconfig.get_paths()["include"])
+    ext = build("floor_ext.c", "floor_ext" + sysconfig.get_config_var("EXT_SUFFIX"),
+                "-I" + sysconfig.get_paths()["include"])
     raw = build("raw_driver.c", "libraw_driver.so") if gpu else None
     extra += ["--raw", raw] * bool(raw) + ["--floor-ext", ext] * bool(ext)
-    libs = [n for n, lib in ops.LIBS.items() if (gpu or lib.cpu_setup) and (lib is not ops.LEAST or ext and (raw or not gpu))]
+    libs = [n for n, lib in ops.LIBS.items()
+            if (gpu or lib.cpu_setup) and (lib is not ops.LEAST or ext and (raw or not gpu))]
     rounds: dict = {n: [] for n in libs}
     for r in range(args.rounds or (2 if args.quick else 8)):
         for name in [n for n in libs if not (rounds[n] and "not importable" in rounds[n][0].get("error", ""))]:
@@ -92,17 +93,18 @@ def measure(args) -> dict:
         cap = worker("capture", extra, max(30, min(240, left())))
         results["capture"] = cap.get("rows") or {"error": cap.get("error", "no rows")}
     lib = None if gpu else scale.standin()  # without a device, the stand-in driver
-    sc = lib if isinstance(lib, dict) else worker("scale", extra, max(90, min(240, left())), lib and {"CUSTREAM_LIBCUDA": lib})
-    results["scale"] = sc if isinstance(lib, dict) else {
-        "driver": "the GPU's driver" if gpu else "the stand-in (tests/standin/capture.c): custream's own cost, no GPU work",
-        **({"rows": sc["rows"]} if "rows" in sc else {"error": sc.get("error", "no rows")})}
+    env = lib and {"CUSTREAM_LIBCUDA": lib}
+    sc = lib if isinstance(lib, dict) else worker("scale", extra, max(90, min(240, left())), env)
+    driver = "the GPU's driver" if gpu else "the stand-in (tests/standin/capture.c): custream's own cost, no GPU work"
+    results["scale"] = sc if isinstance(lib, dict) else {"driver": driver, **(
+        {"rows": sc["rows"]} if "rows" in sc else {"error": sc.get("error", "no rows")})}
     first = {n: next((w for w in ws if "version" in w), {}) for n, ws in rounds.items()}
     with open("/proc/cpuinfo" if os.path.exists("/proc/cpuinfo") else os.devnull) as f:
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.machine())
+    versions = {**{n: first[n].get("version") for n in report.LIBRARIES[1:]}, "Cython": cy.get("version")}
     results["machine"] = {**first["custream"].get("machine", {}), "cpu": cpu, "python": platform.python_version(),
                           "platform": platform.platform(), "cpu_count": os.cpu_count(),
-                          "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                          "versions": {**{n: first[n].get("version") for n in report.LIBRARIES[1:]}, "Cython": cy.get("version")}}
+                          "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "versions": versions}
     results["settings"] = {"quick": args.quick, "rounds": max(map(len, rounds.values())),
                            "seconds": round(time.perf_counter() - t_start, 1),
                            "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}

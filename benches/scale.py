@@ -61,7 +61,6 @@ def throughput(stmt: str, ns: dict, threads: int, seconds: float) -> float:
             run(200)
             count += 200
         return count
-
     with ThreadPoolExecutor(threads) as pool:
         counts = [pool.submit(work) for _ in range(threads)]
         deadline = (t0 := time.perf_counter()) + seconds
@@ -70,14 +69,10 @@ def throughput(stmt: str, ns: dict, threads: int, seconds: float) -> float:
 
 def threaded(cfg: dict, gpu: bool, raw, stmt: str) -> tuple[list, dict]:
     import custream
-    s, pool = custream.Stream(), custream.StreamPool(4)
-    ns, seconds = {"custream": custream, "s": s, "pool": pool}, 0.05 if cfg["target_ms"] < 10 else 0.25
-    try:
+    with contextlib.closing(custream.Stream()) as s, contextlib.closing(custream.StreamPool(4)) as pool:
+        ns, seconds = {"custream": custream, "s": s, "pool": pool}, 0.05 if cfg["target_ms"] < 10 else 0.25
         rates = {n: [throughput(stmt, ns, n, seconds) for _ in range(max(3, cfg["repeats"] // 3))] for n in THREADS}
-        return [{"n": n, "value": statistics.median(r)} for n, r in rates.items()], {"stmt": stmt}
-    finally:
-        pool.close()
-        s.close()
+    return [{"n": n, "value": statistics.median(r)} for n, r in rates.items()], {"stmt": stmt}
 
 def capture(cfg: dict, gpu: bool, raw) -> tuple[list, dict]:
     """begin to end_capture().close() around N kernels: CuPy's on the GPU, the stand-in's fake_kernel."""
@@ -90,7 +85,8 @@ def capture(cfg: dict, gpu: bool, raw) -> tuple[list, dict]:
     else:  # the stand-in's kernel: a node of the capture
         k = ctypes.CDLL(os.environ["CUSTREAM_LIBCUDA"]).fake_kernel
         k.argtypes = [ctypes.c_void_p, ctypes.c_int]
-        ns, kernel, body = {"s": s, "k": k, "H": s.handle}, "the stand-in's fake_kernel", "for _ in range(N):\n    k(H, 0)\n"
+        ns, kernel = {"s": s, "k": k, "H": s.handle}, "the stand-in's fake_kernel"
+        body = "for _ in range(N):\n    k(H, 0)\n"
     try:
         stmt = "s.begin_capture('relaxed')\n" + body + "s.end_capture().close()"
         return [{"n": n, "value": timing.measure(stmt, {**ns, "N": n}, **cfg)["ns"]} for n in KERNELS], {"stmt": kernel}
@@ -119,7 +115,6 @@ def held(*streams, timeout: float = 5.0):
         if watchdog and not word.value:
             state["fired"] = state["queued"]
         word.value = 1
-
     (watchdog := threading.Timer(timeout, release, (True,))).daemon = True
     watchdog.start()
     try:

@@ -9,8 +9,7 @@ from importlib import metadata
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-import ops  # noqa: E402
-import timing  # noqa: E402
+import ops, timing  # noqa: E402
 
 def time_op(lib: ops.Lib, key: str, ns: dict, cfg: dict, gpu: bool, raw) -> dict:
     """`lib`'s first statement for operation `key` that runs (and gives the right value), timed."""
@@ -27,26 +26,25 @@ def time_op(lib: ops.Lib, key: str, ns: dict, cfg: dict, gpu: bool, raw) -> dict
     else:
         return {"na": f"no spelling worked ({why})"}
     try:
-        paired = raw and key in ops.RATIO_KEYS
-        timed = timing.paired(timing.timer(stmt, ns), raw.loop(key), **cfg) if paired else timing.measure(stmt, ns, **cfg)
+        timed = (timing.paired(timing.timer(stmt, ns), raw.loop(key), **cfg) if raw and key in ops.RATIO_KEYS
+                 else timing.measure(stmt, ns, **cfg))
     except Exception as e:
         return {"na": f"{stmt} failed while timed: {type(e).__name__}: {e}"}
     return {**timed, "stmt": stmt, **({"note": lib.notes[key]} if key in lib.notes else {}),
             **({"not_best": True} if key in lib.not_best else {})}
 
 def raw_driver(path: str):
-    """raw_driver.c loaded and initialized (the primary context left current); `.loop(key)`:
+    """raw_driver.c loaded and initialized (the primary context left current); `.loop(key, *args)`:
     run(n) of its C loop for operation `key`."""
-    raw, p, n = ctypes.CDLL(path), ctypes.c_void_p, ctypes.c_long
-    for f, args in [(raw.raw_time, [ctypes.c_char_p, n]), (raw.raw_host_func, [p, n]), (raw.raw_graph_launch, [p, p, n, n])]:
-        f.restype, f.argtypes = ctypes.c_double, args
+    raw, p = ctypes.CDLL(path), ctypes.c_void_p
+    raw.raw_time.restype, raw.raw_time.argtypes = ctypes.c_double, [ctypes.c_char_p, ctypes.c_long, p, p, ctypes.c_long]
     if step := raw.raw_init():
         raise RuntimeError(f"raw_init failed at step {step} (1: no libcuda, 2: a symbol missing, 3: a driver call)")
 
-    def loop(key: str):
-        if raw.raw_time(key.encode(), 1) < 0:
+    def loop(key: str, s=None, g=None, batch=1):
+        if raw.raw_time(key.encode(), 1, s, g, batch) < 0:
             raise RuntimeError(f"raw_driver.c's {key} loop failed")
-        return lambda k: raw.raw_time(key.encode(), k)
+        return lambda n: raw.raw_time(key.encode(), n, s, g, batch)
 
     raw.loop = loop
     return raw
@@ -56,13 +54,12 @@ def import_ms(stmt: str) -> dict:
     STMT adds to a bare interpreter's (this worker's own import has filled the page cache)."""
 
     def top_level(code: str) -> dict:  # the cumulative µs per top-level import, run in an empty folder
-        with tempfile.TemporaryDirectory() as cwd:
-            p = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=cwd, capture_output=True, text=True)
+        with tempfile.TemporaryDirectory() as d:
+            p = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=d, capture_output=True, text=True)
         found: dict = {}
-        for m in filter(None, map(re.compile(r"^import time:\s+\d+\s*\|\s*(\d+)\s*\| (\S+)").match, p.stderr.splitlines())):
+        for m in re.finditer(r"^import time:\s+\d+\s*\|\s*(\d+)\s*\| (\S+)", p.stderr, re.M):
             found[m[2]] = found.get(m[2], 0) + int(m[1])
         return found
-
     startup = top_level("pass")
     return {"ms": sum(us for mod, us in top_level(stmt).items() if mod not in startup) / 1000, "stmt": stmt}
 
@@ -118,7 +115,8 @@ def measure(args, lib: ops.Lib, cfg: dict) -> dict:
     timed = {key: time_op(lib, key, ns, cfg, args.gpu, raw) for key in lib.ops}
     if lib is ops.CUSTREAM and args.gpu:  # the machine as custream sees it; a create + destroy alone
         cu = ns["custream"]
-        out["machine"] = {"gpu": cu.device_info(0)[0], "driver_version": cu.driver_version(), "device_count": cu.device_count()}
+        out["machine"] = {"gpu": cu.device_info(0)[0], "driver_version": cu.driver_version(),
+                          "device_count": cu.device_count()}
         p = subprocess.run([sys.executable, "-c", ops.ALONE], capture_output=True, text=True, timeout=120)
         timed["create_alone"] = ({"ns": float(p.stdout), "stmt": "custream.Stream().close()"} if p.returncode == 0
                                  else {"na": p.stderr[-200:]})
@@ -132,7 +130,7 @@ def main() -> int:
     ap.add_argument("--raw", metavar="RAW_LIB", help="raw_driver.c built as a shared library")
     ap.add_argument("--floor-ext", help="floor_ext.c built as an extension of this interpreter")
     args = ap.parse_args()
-    cfg = {"repeats": 5, "target_ms": 2.0, "budget_s": 0.5} if args.quick else {"repeats": 15, "target_ms": 20.0, "budget_s": 4.0}
+    cfg = dict(repeats=5, target_ms=2.0, budget_s=0.5) if args.quick else dict(repeats=15, target_ms=20.0, budget_s=4.0)
     result: dict = {"lib": args.lib}
     try:
         if args.lib == "cython":
