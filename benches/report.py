@@ -217,41 +217,6 @@ def groups(results: dict) -> dict:
         panels["scale"].append({"label": r["title"], "bars": bars, "target": None, "rows": "scale", "note": note})
     return panels
 
-def _draw(ax, groups: list[dict], log: bool, reference: float | None, drawn: set) -> None:
-    """Horizontal bars, a group a row, top to bottom; each bar's text at its end (`drawn`:
-    the libraries drawn, for the legend)."""
-    y, ticks, labels, values = 0.0, [], [], []
-    for g in groups:
-        top = y
-        for b in g["bars"]:
-            mine = b["lib"] == "custream"
-            color = b["color"] or (REFERENCE if b["ref"] else COLORS.get(b["lib"], "#999999"))
-            ax.barh(y, b["value"], 0.8, color=color, hatch="//" if b["ref"] else None,
-                    edgecolor="black" if mine or b["ref"] else "none", linewidth=0.8)
-            ax.annotate(b["text"], (b["value"], y), xytext=(4, 0), textcoords="offset points", va="center", zorder=5,
-                        fontsize=8.5, fontweight="bold" if mine and not b["color"] else "normal",
-                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.3, "alpha": 0.85})
-            drawn.add("floor / reference" if b["ref"] else b["lib"])
-            values.append(b["value"])
-            y += 1
-        if g["target"]:
-            ax.vlines(g["target"], top - 0.5, y - 0.5, colors="black", linestyles="dashed", linewidth=1.2)
-        ticks.append((top + y - 1) / 2)
-        labels.append("\n".join(textwrap.wrap(g["label"], 40)) + (f"\n{g['note']}" if g.get("note") else ""))
-        ax.axhline(y + 0.1, color="#e4e4e4", linewidth=0.8)
-        y += 1.2
-    ax.set_yticks(ticks, labels, fontsize=9)
-    ax.set_ylim(y - 1.1, -0.8)
-    if reference is not None:
-        ax.axvline(reference, color="#555555", linewidth=1.2)
-    if log:
-        ax.set_xscale("log")
-        ax.set_xlim(min(values) / 2, max(values) * 40)
-    else:
-        ax.set_xlim(0, max(max(values) * 1.35, 4))
-    ax.grid(axis="x", which="major", alpha=0.3)
-    ax.tick_params(axis="y", length=0)
-
 def plot(results: dict, path: str) -> None:
     """One panel per unit, horizontal bars: ns per call; ratio to the C loop (timed in turn);
     milliseconds; the scale rows. custream's bar is outlined and labelled with its ratio to
@@ -272,9 +237,38 @@ def plot(results: dict, path: str) -> None:
     slots = [sum(len(g["bars"]) + 1.2 for g in groups) for _, groups, _ in panels]
     fig, axes = plt.subplots(len(panels), 1, figsize=(13, 2.2 + 0.24 * sum(slots) + 0.8 * len(panels)),
                              gridspec_kw={"height_ratios": slots}, squeeze=False)
-    drawn: set = set()
-    for ax, (title, groups_, log) in zip(axes[:, 0], panels):
-        _draw(ax, groups_, log, None if log else 1.0, drawn)
+    drawn: set = set()  # what the legend lists
+    for ax, (title, groups_, log) in zip(axes[:, 0], panels):  # a group of bars a row, top to bottom
+        y, ticks, labels, values = 0.0, [], [], []
+        for g in groups_:
+            top = y
+            for b in g["bars"]:  # each bar's text at its end
+                mine = b["lib"] == "custream"
+                color = b["color"] or (REFERENCE if b["ref"] else COLORS.get(b["lib"], "#999999"))
+                ax.barh(y, b["value"], 0.8, color=color, hatch="//" if b["ref"] else None,
+                        edgecolor="black" if mine or b["ref"] else "none", linewidth=0.8)
+                ax.annotate(b["text"], (b["value"], y), xytext=(4, 0), textcoords="offset points", va="center",
+                            zorder=5, fontsize=8.5, fontweight="bold" if mine and not b["color"] else "normal",
+                            bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.3, "alpha": 0.85})
+                drawn.add("floor / reference" if b["ref"] else b["lib"])
+                values.append(b["value"])
+                y += 1
+            if g["target"]:
+                ax.vlines(g["target"], top - 0.5, y - 0.5, colors="black", linestyles="dashed", linewidth=1.2)
+            ticks.append((top + y - 1) / 2)
+            labels.append("\n".join(textwrap.wrap(g["label"], 40)) + (f"\n{g['note']}" if g.get("note") else ""))
+            ax.axhline(y + 0.1, color="#e4e4e4", linewidth=0.8)
+            y += 1.2
+        ax.set_yticks(ticks, labels, fontsize=9)
+        ax.set_ylim(y - 1.1, -0.8)
+        if log:
+            ax.set_xscale("log")
+            ax.set_xlim(min(values) / 2, max(values) * 40)
+        else:  # the ratio panel: the C loop at 1
+            ax.axvline(1.0, color="#555555", linewidth=1.2)
+            ax.set_xlim(0, max(max(values) * 1.35, 4))
+        ax.grid(axis="x", which="major", alpha=0.3)
+        ax.tick_params(axis="y", length=0)
         ax.set_title(title, loc="left", fontsize=10.5, fontweight="bold")
     handles = [Patch(facecolor=COLORS[n], edgecolor="black" if n == "custream" else "none", label=n)
                for n in COLORS if n in drawn]

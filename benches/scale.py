@@ -1,14 +1,13 @@
-"""The scale rows (docs/benchmarks.md): how custream's costs grow with what is alive, running or
-queued, a figure per size and the growth (the last size's figure over the first's). Once a run,
-in a worker of their own; on the GPU, or else against the stand-in driver (tests/standin): then
-custream's own cost, no GPU work.
+"""The scale rows (docs/benchmarks.md): how custream's costs grow with what is alive, running or queued, a
+figure per size and the growth (the last size's figure over the first's), once a run, in a worker of their own;
+on the GPU, or else against the stand-in driver (tests/standin): then custream's own cost, no GPU work.
 
-The pending row holds streams with the GPU itself, a cuStreamWaitValue32 each on one host word
-(custream's thread stays free), raised in a `finally`, or by a watchdog should a queue fill and
-a launch wait. A held stream's queue takes about 1,020 commands of any kind (on an H200, memsets
-and stream writes alike block at the 1,020th; a second held stream takes its own 1,020), and a
-launch_host_func is one (a cuStreamBatchMemOp): N pending take ceil(N / 1,000) streams, the
-timed call on the last. The stand-in's one queue holds 4,096 items, three a host function.
+The pending row holds streams with the GPU itself, a cuStreamWaitValue32 each on one host word (custream's
+thread stays free), raised in a `finally`, or by a watchdog should a queue fill and a launch wait. A held
+stream's queue takes about 1,020 commands of any kind (on an H200, memsets and stream writes alike block at the
+1,020th; a second held stream takes its own 1,020), and a launch_host_func is one (a cuStreamBatchMemOp): N
+pending take ceil(N / 1,000) streams, the timed call on the last. The stand-in's one queue holds 4,096 items,
+three a host function.
 """
 
 import contextlib, ctypes, functools, math, mmap, os, statistics, sys, tempfile, threading, time
@@ -36,13 +35,11 @@ def alive(cfg: dict, gpu: bool, raw) -> tuple[list, dict]:
     import custream
     others, points, ns = [], [], {"CS": custream.Stream}
     try:
-        for n in ALIVE:
+        for n in ALIVE:  # on the GPU in turn with raw_driver.c's loop, which sees the same streams
             others += [custream.Stream() for _ in range(n - len(others))]
-            if raw:  # raw_driver.c's loop, timed in turn, sees the same streams
-                r = timing.paired(timing.timer("CS().close()", ns), raw.loop("create_destroy"), **cfg)
-                points.append({"n": n, "value": r["ns"], "raw_ns": r["raw_ns"], "ratio": r["ratio"]})
-            else:
-                points.append({"n": n, "value": timing.measure("CS().close()", ns, **cfg)["ns"]})
+            r = (timing.paired(timing.timer("CS().close()", ns), raw.loop("create_destroy"), **cfg) if raw
+                 else timing.measure("CS().close()", ns, **cfg))
+            points.append({"n": n, "value": r["ns"], **({"raw_ns": r["raw_ns"], "ratio": r["ratio"]} if raw else {})})
     finally:
         for s in others:
             s.close()
@@ -88,7 +85,7 @@ def capture(cfg: dict, gpu: bool, raw) -> tuple[list, dict]:
         ns, kernel = {"s": s, "k": k, "H": s.handle}, "the stand-in's fake_kernel"
         body = "for _ in range(N):\n    k(H, 0)\n"
     try:
-        stmt = "s.begin_capture('relaxed')\n" + body + "s.end_capture().close()"
+        stmt = f"s.begin_capture('relaxed')\n{body}s.end_capture().close()"
         return [{"n": n, "value": timing.measure(stmt, {**ns, "N": n}, **cfg)["ns"]} for n in KERNELS], {"stmt": kernel}
     finally:
         if s.is_capturing:
@@ -97,11 +94,10 @@ def capture(cfg: dict, gpu: bool, raw) -> tuple[list, dict]:
 
 @contextlib.contextmanager
 def held(*streams, timeout: float = 5.0):
-    """Holds `streams`, each with a wait until one host word reads 1 (a cuStreamWaitValue32, as
-    custream's own hand-off does), through the driver custream uses. The word is raised on
-    leaving, in a `finally`, and every stream synchronized; and by a watchdog thread after
-    `timeout` seconds, should a launch wait for room in a full queue meanwhile (waiting in the
-    driver, GIL released): the state yielded then says, as "fired", how many were "queued"."""
+    """Holds `streams`, each with a wait until one host word reads 1 (a cuStreamWaitValue32, as custream's own
+    hand-off does), through the driver custream uses. The word is raised on leaving, in a `finally`, and every
+    stream synchronized; and by a watchdog thread after `timeout` seconds, should a launch wait for room in a full
+    queue meanwhile (in the driver, GIL released): the state yielded then says, as "fired", how many were "queued"."""
     cu = ctypes.CDLL(os.environ.get("CUSTREAM_LIBCUDA", "libcuda.so.1"))
     ctx, device, page = ctypes.c_void_p(), ctypes.c_uint64(), mmap.mmap(-1, mmap.PAGESIZE)
     word = ctypes.c_uint32.from_buffer(page)
@@ -149,9 +145,8 @@ def pending(cfg: dict, gpu: bool, raw) -> tuple[list, dict]:
                     on[-1].launch_host_func(noop)
                     samples.append(time.perf_counter_ns() - t0)
                 if state["fired"] is not None:
-                    so_far = "; ".join(f"with {p['n']:,}: {p['value']:,.0f} ns" for p in points) or "no figure"
                     raise RuntimeError(f"a held stream's queue filled: with {state['fired']:,} host functions pending, "
-                                       f"launch_host_func waited for the watchdog's release ({so_far})")
+                                       f"launch_host_func waited for the watchdog (figures so far: {points})")
             points.append({"n": n, "value": statistics.median(samples), "samples": len(samples), "streams": len(on)})
     finally:
         for s in streams:
