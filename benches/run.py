@@ -8,6 +8,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import ops, report, scale  # noqa: E402
 
+STANDIN = "the stand-in (tests/standin/capture.c): custream's own cost, no GPU work"
+
 def worker(lib: str, args: list[str], timeout: float, env: dict | None = None) -> dict:
     print(f"{lib} ...", file=sys.stderr, flush=True)
     try:
@@ -25,7 +27,8 @@ def build(source: str, name: str, *flags: str) -> str | None:
     out, cc = os.path.join(tempfile.mkdtemp(prefix="custream-bench-"), name), os.environ.get("CC", "gcc")
     p = subprocess.run([cc, "-O2", "-shared", "-fPIC", *flags, "-o", out, os.path.join(HERE, source), "-ldl"],
                        capture_output=True, text=True)
-    print(f"{cc} failed on {source}: {p.stderr.strip()[-400:]}" * bool(p.returncode), end="", file=sys.stderr)
+    if p.returncode:
+        print(f"{cc} failed on {source}: {p.stderr.strip()[-400:]}", file=sys.stderr)
     return None if p.returncode else out
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,12 +95,13 @@ def measure(args) -> dict:
     if raw:
         cap = worker("capture", extra, max(30, min(240, left())))
         results["capture"] = cap.get("rows") or {"error": cap.get("error", "no rows")}
-    lib = None if gpu else scale.standin()  # without a device, the stand-in driver
-    env = lib and {"CUSTREAM_LIBCUDA": lib}
-    sc = lib if isinstance(lib, dict) else worker("scale", extra, max(90, min(240, left())), env)
-    driver = "the GPU's driver" if gpu else "the stand-in (tests/standin/capture.c): custream's own cost, no GPU work"
-    results["scale"] = sc if isinstance(lib, dict) else {"driver": driver, **(
-        {"rows": sc["rows"]} if "rows" in sc else {"error": sc.get("error", "no rows")})}
+    lib = None if gpu else scale.standin()  # without a device, the stand-in driver: its path, or why not
+    if isinstance(lib, dict):
+        results["scale"] = lib
+    else:
+        sc = worker("scale", extra, max(90, min(240, left())), lib and {"CUSTREAM_LIBCUDA": lib})
+        results["scale"] = {"driver": "the GPU's driver" if gpu else STANDIN,
+                            **({"rows": sc["rows"]} if "rows" in sc else {"error": sc.get("error", "no rows")})}
     first = {n: next((w for w in ws if "version" in w), {}) for n, ws in rounds.items()}
     with open("/proc/cpuinfo" if os.path.exists("/proc/cpuinfo") else os.devnull) as f:
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.machine())
