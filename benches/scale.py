@@ -125,7 +125,7 @@ def held(*streams, timeout: float = 5.0):
             s.synchronize()
         if hasattr(cu, "cuMemHostUnregister"):  # the stand-in has none
             cu.cuMemHostUnregister(host)
-        del word
+        word = None  # the page's last export, so that it closes
         page.close()
 
 def pending(cfg: dict, gpu: bool, raw) -> tuple[list, dict]:

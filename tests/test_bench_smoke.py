@@ -114,10 +114,11 @@ def test_the_plot_draws_a_stored_run_with_scale_rows(tmp_path):
     finally:
         sys.path.remove(str(BENCHES))
     results = json.loads((BENCHES / "results" / "h200.json").read_text())
-    points = [{"n": 1, "value": 4000.0, "raw_ns": 3500.0, "ratio": 1.14}, {"n": 10_000, "value": 4100.0, "raw_ns": 3600.0, "ratio": 1.14}]
+    points = [{"n": 1, "value": 4000.0, "raw_ns": 3500.0, "ratio": 1.14},
+              {"n": 10_000, "value": 4100.0, "raw_ns": 3600.0, "ratio": 1.14}]
     results["scale"] = {"driver": "test", "rows": [
-        {"title": "create + destroy, N other streams alive", "unit": "ns", "expect": "flat", "per": "", "points": points,
-         "growth": 1.025, "raw_growth": 1.03},
+        {"title": "create + destroy, N other streams alive", "unit": "ns", "expect": "flat", "per": "",
+         "points": points, "growth": 1.025, "raw_growth": 1.03},
         {"title": "pool.get(), N threads at once", "unit": "calls/s", "expect": "no collapse", "per": "",
          "points": [{"n": 1, "value": 2e7}, {"n": 16, "value": 1.8e7}], "growth": 0.9},
         {"title": scale.PENDING_TITLE, "error": "RuntimeError: a held stream's queue filled"}]}
