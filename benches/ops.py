@@ -35,6 +35,7 @@ OPERATIONS = [
     Op("with_stream", "enter + leave with s:", times=(0.5, "torch", "with_stream")),
     Op("pool_get", "pool.get()", bound=60, gpu=True),
     Op("create_alone", "create + destroy, no other stream alive", times=(1.1, "custream", "create_destroy"), gpu=True),
+    Op("green_create_destroy", "create + destroy in a green context", raw=1.15, gpu=True),
     # A nanobind function of cpp_tests/casters.cpp: the custream::stream_ref caster's whole cost.
     Op("cpp_uintptr", "C++ f(uintptr_t), an int"),
     Op("cpp_stream_ref", "C++ f(custream::stream_ref)", times=(1.3, "custream", "cpp_uintptr")),
@@ -72,12 +73,14 @@ CUSTREAM = Lib(
     "import ctypes\n_cu = ctypes.CDLL('libcuda.so.1')\n_ctx = ctypes.c_void_p()\n"
     "assert _cu.cuInit(0) == 0 and _cu.cuDevicePrimaryCtxRetain(ctypes.byref(_ctx), 0) == 0\n"
     "assert _cu.cuCtxSetCurrent(_ctx) == 0\nCS = custream.Stream\ns = CS()\nH = s.handle\n"
-    "pool = custream.StreamPool(4)\n" + CV,
+    "pool = custream.StreamPool(4)\ntry:\n    gc = custream.GreenContext(16)\n"
+    "except custream.CudaError:\n    gc = None  # a driver before 12.4\n" + CV,
     {"cuda_stream": "s.__cuda_stream__()", "handle_int": "s.handle", "wrap_protocol": "custream.as_stream(p)",
      "wrap_int": "CS.from_handle(H)", "create_destroy": "CS().close()", "synchronize": "s.synchronize()",
      "query": "s.query()", "contextvar_get": "cv.get()", "current_stream": "custream.current_stream()",
      "with_stream": "with_(s)", "pool_get": "pool.get()", "cpp_uintptr": "nb.handle_of_uintptr(H)",
-     "cpp_stream_ref": "nb.handle_of(s)", "rust_usize": "rx.handle_of_usize(H)", "rust_stream_ref": "rx.handle_of(s)"},
+     "cpp_stream_ref": "nb.handle_of(s)", "rust_usize": "rx.handle_of_usize(H)", "rust_stream_ref": "rx.handle_of(s)",
+     "green_create_destroy": "gc.create_stream().close()"},
     cpu_setup=f"CS = custream.Stream\nH = {FAKE_H}\ns = CS.from_handle(H)\n" + CV)
 
 # The least a Python binding can add: floor_ext.c, one C function per driver call (its stream

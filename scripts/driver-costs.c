@@ -1,0 +1,114 @@
+// What the driver itself costs, in C loops on a GPU machine: the figures docs/benchmarks.md
+// uses to say where each row's time goes (issue 26). Build and run it there:
+//     gcc -O2 -o /tmp/driver-costs scripts/driver-costs.c -I/usr/local/cuda/include -lcuda -lpthread
+//     /tmp/driver-costs
+// 1. ns per call of what custream adds beside the call a row exists for (best of 7 loops);
+// 2. the round trip of custream's host-function hand-off written in C (one cuStreamBatchMemOp
+//    [write ready=1, wait done==1, write done=0], a thread spinning on `ready` that raises
+//    `done`) against cuLaunchHostFunc, each followed by cuStreamSynchronize;
+// 3. how many commands a held stream takes before a launch waits (a memset, a memory
+//    operation; then a second held stream), and that cuLaunchHostFunc has no such cap.
+#include <cuda.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CK(x) do { CUresult r_ = (x); if (r_) { const char *s_; cuGetErrorName(r_, &s_); printf("%s: %s\n", #x, s_); exit(1); } } while (0)
+#define TIME(label, n, body)                                                                  \
+    do {                                                                                      \
+        double best = 1e9;                                                                    \
+        for (int r = 0; r < 7; r++) {                                                         \
+            double a = now();                                                                 \
+            for (int i = 0; i < (n); i++) { body; }                                           \
+            double t = (now() - a) / (n) * 1e9;                                               \
+            best = t < best ? t : best;                                                       \
+        }                                                                                     \
+        printf("%-52s %9.1f ns\n", label, best);                                              \
+    } while (0)
+
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+static void CUDA_CB noop(void *u) { (void)u; }
+static _Atomic unsigned *ready, *done, *hold;
+static atomic_int stop;
+
+static void *watcher(void *arg) {  // custream's thread, without Python
+    while (!atomic_load(&stop))
+        if (atomic_load_explicit(ready, memory_order_acquire)) {
+            atomic_store(ready, 0);
+            atomic_store_explicit(done, 1, memory_order_release);
+        }
+    return arg;
+}
+static void *release_later(void *arg) { sleep(2); atomic_store(hold, 1); return arg; }
+
+static int held_cap(CUstream a, CUstream b, CUdeviceptr word, CUdeviceptr buf, int kind) {
+    atomic_store(hold, 0);
+    CK(cuStreamWaitValue32(a, word, 1, CU_STREAM_WAIT_VALUE_GEQ));
+    CK(cuStreamWaitValue32(b, word, 1, CU_STREAM_WAIT_VALUE_GEQ));
+    pthread_t t;
+    pthread_create(&t, NULL, release_later, NULL);
+    int blocked = -1;
+    for (int i = 0; i < 20000 && blocked < 0; i++) {
+        double t0 = now();
+        CUstream on = kind == 3 && i >= 800 ? b : a;
+        if (kind == 0) CK(cuLaunchHostFunc(on, noop, NULL));
+        else if (kind == 1) CK(cuMemsetD32Async(buf, i, 16, on));
+        else CK(cuStreamWriteValue32(on, word + 256, i, 0));
+        if (now() - t0 > 0.3) blocked = i;
+    }
+    pthread_join(t, NULL);
+    CK(cuStreamSynchronize(a));
+    CK(cuStreamSynchronize(b));
+    return blocked;
+}
+
+int main(void) {
+    CK(cuInit(0));
+    CUdevice d; CK(cuDeviceGet(&d, 0));
+    CUcontext c, cur; CK(cuDevicePrimaryCtxRetain(&c, d)); CK(cuCtxSetCurrent(c));
+    CUstream s, t; CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    unsigned long long id; CUdevice dev; int v;
+    printf("1. driver calls\n");
+    TIME("cuStreamQuery, idle stream", 200000, CK(cuStreamQuery(s)));
+    TIME("cuCtxGetId (custream's context-reset check)", 200000, CK(cuCtxGetId(c, &id)));
+    TIME("cuCtxGetCurrent", 200000, CK(cuCtxGetCurrent(&cur)));
+    TIME("cuCtxGetDevice", 200000, CK(cuCtxGetDevice(&dev)));
+    TIME("cuDeviceGetCount", 200000, CK(cuDeviceGetCount(&v)));
+    TIME("cuDevicePrimaryCtxRetain + Release", 200000, CK(cuDevicePrimaryCtxRetain(&cur, d)); CK(cuDevicePrimaryCtxRelease(d)));
+    TIME("cuStreamSynchronize, idle stream", 200000, CK(cuStreamSynchronize(s)));
+    TIME("cuStreamCreateWithPriority + cuStreamDestroy", 5000, CK(cuStreamCreateWithPriority(&t, 1, 0)); CK(cuStreamDestroy(t)));
+
+    void *page;
+    if (posix_memalign(&page, 65536, 65536)) return 1;
+    memset(page, 0, 65536);
+    CK(cuMemHostRegister(page, 65536, CU_MEMHOSTREGISTER_DEVICEMAP));
+    CUdeviceptr dp; CK(cuMemHostGetDevicePointer(&dp, page, 0));
+    ready = page, done = (void *)((char *)page + 64), hold = (void *)((char *)page + 128);
+    CUstreamBatchMemOpParams p[3];
+    memset(p, 0, sizeof p);
+    p[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32, p[0].writeValue.address = dp, p[0].writeValue.value = 1;
+    p[1].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32, p[1].waitValue.address = dp + 64, p[1].waitValue.value = 1;
+    p[1].waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+    p[2].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32, p[2].writeValue.address = dp + 64, p[2].writeValue.value = 0;
+    pthread_t w;
+    pthread_create(&w, NULL, watcher, NULL);
+    printf("2. host-function round trips (launch + cuStreamSynchronize)\n");
+    for (int round = 0; round < 3; round++) {
+        TIME("cuLaunchHostFunc", 3000, CK(cuLaunchHostFunc(s, noop, NULL)); CK(cuStreamSynchronize(s)));
+        TIME("custream's hand-off in C", 3000, CK(cuStreamBatchMemOp(s, 3, p, 0)); CK(cuStreamSynchronize(s)));
+    }
+    atomic_store(&stop, 1);
+    pthread_join(w, NULL);
+
+    printf("3. commands a held stream takes before a launch waits (-1: 20,000 and no wait)\n");
+    CUdeviceptr buf; CK(cuMemAlloc(&buf, 4096));
+    CUstream a, b; CK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING)); CK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+    const char *what[] = {"cuLaunchHostFunc", "cuMemsetD32Async", "cuStreamWriteValue32",
+                          "cuStreamWriteValue32, 800 on stream A then on B"};
+    for (int kind = 0; kind < 4; kind++) printf("%-52s %9d\n", what[kind], held_cap(a, b, dp + 128, buf, kind));
+    return 0;
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Instructions per call of custream's rows beside the least binding (benches/floor_ext.c),
+# counted by valgrind's callgrind against the stand-in driver (tests/standin/libcuda.c): the
+# binding's own work, with the driver's taken out (docs/benchmarks.md, "Where the time goes").
+# Each figure is (a loop of 20,000 calls) - (a loop of none), over 20,000, loop included
+# (the `pass` row). Needs valgrind and a C compiler; uses the custream that $PYTHON imports.
+#   bash scripts/instructions.sh ['STATEMENT' ...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-.venv/bin/python}
+dir=$(mktemp -d)
+"$PYTHON" - "$dir" <<'PY'
+import pathlib, re, subprocess, sys, sysconfig
+sys.path.insert(0, "tests")
+import standin
+out = pathlib.Path(sys.argv[1])
+src = (standin.HERE / "libcuda.c").read_text()
+src += "CUresult cuStreamCreate(CUstream *s, unsigned f) { return cuStreamCreateWithPriority(s, f, 0); }\n"
+defined = set(re.findall(r"^CUresult (cu\w+)\(", src, re.M))
+raw = set(re.findall(r"X\((cu\w+),", pathlib.Path("benches/raw_driver.c").read_text()))  # floor_ext.c's too
+src += "".join(f"CUresult {n}() {{ return 0; }}\n" for n in {*standin.entry_points(), *raw} - defined)
+standin.compile_library(src, out / "libcuda.so.1")
+subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-I" + sysconfig.get_paths()["include"], "benches/floor_ext.c",
+                "-o", str(out / ("floor_ext" + sysconfig.get_config_var("EXT_SUFFIX"))), "-ldl"], check=True)
+PY
+cat >"$dir/loop.py" <<'PY'
+import ctypes, sys
+sys.path.insert(0, sys.argv[3])
+cu, ctx = ctypes.CDLL("libcuda.so.1"), ctypes.c_void_p()
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0 and cu.cuCtxPushCurrent_v2(ctx) == 0
+import custream
+from floor_ext import fcreate, fdestroy, fquery, fsync, fstream
+CS, s, Hf = custream.Stream, custream.Stream(), fcreate()
+fs = fstream(Hf)
+def with_(cm):
+    with cm:
+        pass
+exec(compile(f"for _ in range({sys.argv[2]}):\n    {sys.argv[1]}\n", "loop", "exec"))
+PY
+count() {
+    LD_LIBRARY_PATH=$dir CUSTREAM_LIBCUDA=$dir/libcuda.so.1 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        --error-exitcode=0 "$PYTHON" "$dir/loop.py" "$1" "$2" "$dir" >"$dir/log" 2>&1 || { cat "$dir/log" >&2; exit 1; }
+    sed -n 's/.*refs: *\([0-9,]*\).*/\1/p' "$dir/log" | tr -d ,
+}
+[ $# -gt 0 ] || set -- pass "s.query()" "fquery(Hf)" "s.synchronize()" "fsync(Hf)" "CS().close()" \
+    "fdestroy(fcreate())" "s.handle" "fs.handle" "with_(s)"
+for stmt in "$@"; do
+    printf '%-24s %6d instructions\n' "$stmt" $(( ($(count "$stmt" 20000) - $(count "$stmt" 0)) / 20000 ))
+done
+rm -rf "$dir"
