@@ -99,7 +99,8 @@ def measure(args) -> dict:
     if isinstance(lib, dict):
         results["scale"] = lib
     else:
-        sc = worker("scale", extra, max(90, min(240, left())), lib and {"CUSTREAM_LIBCUDA": lib})
+        env = {"CUSTREAM_LIBCUDA": lib} if lib else {"CUDA_DEVICE_MAX_CONNECTIONS": "16"}  # scale.py says why
+        sc = worker("scale", extra, max(90, min(240, left())), env)
         results["scale"] = {"driver": "the GPU's driver" if gpu else STANDIN,
                             **({"rows": sc["rows"]} if "rows" in sc else {"error": sc.get("error", "no rows")})}
     first = {n: next((w for w in ws if "version" in w), {}) for n, ws in rounds.items()}

@@ -5,9 +5,10 @@ on the GPU, or else against the stand-in driver (tests/standin): then custream's
 The pending row holds streams with the GPU itself, a cuStreamWaitValue32 each on one host word (custream's
 thread stays free), raised in a `finally`, or by a watchdog should a queue fill and a launch wait. A held
 stream's queue takes about 1,020 commands of any kind (on an H200, memsets and stream writes alike block at the
-1,020th; a second held stream takes its own 1,020), and a launch_host_func is one (a cuStreamBatchMemOp): N
-pending take ceil(N / 1,000) streams, the timed call on the last. The stand-in's one queue holds 4,096 items,
-three a host function.
+1,020th), and a launch_host_func is one (a cuStreamBatchMemOp): N pending take ceil(N / 1,000) streams, the timed
+call on the last. The queue is the hardware connection's the stream maps to, CUDA_DEVICE_MAX_CONNECTIONS of
+them a context (default 8: a ninth held stream shares the first one's), so run.py gives this worker 16. The
+stand-in's one queue holds 4,096 items, three a host function.
 """
 
 import contextlib, ctypes, functools, math, mmap, os, statistics, sys, tempfile, threading, time

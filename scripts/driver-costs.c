@@ -7,7 +7,8 @@
 //    [write ready=1, wait done==1, write done=0], a thread spinning on `ready` that raises
 //    `done`) against cuLaunchHostFunc, each followed by cuStreamSynchronize;
 // 3. how many commands a held stream takes before a launch waits (a memset, a memory
-//    operation; then a second held stream), and that cuLaunchHostFunc has no such cap.
+//    operation; then a second held stream), and that cuLaunchHostFunc has no such cap;
+// 4. what one more hand-off costs the launching thread behind 0 and 1,000 on a held stream.
 #include <cuda.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -110,5 +111,24 @@ int main(void) {
     const char *what[] = {"cuLaunchHostFunc", "cuMemsetD32Async", "cuStreamWriteValue32",
                           "cuStreamWriteValue32, 800 on stream A then on B"};
     for (int kind = 0; kind < 4; kind++) printf("%-52s %9d\n", what[kind], held_cap(a, b, dp + 128, buf, kind));
+
+    printf("4. one hand-off launched behind N on a held stream (median of 21)\n");
+    for (int n = 0; n <= 1000; n += 1000) {
+        double took[21];
+        for (int k = 0; k < 21; k++) {
+            atomic_store(hold, 0);
+            CK(cuStreamWaitValue32(a, dp + 128, 1, CU_STREAM_WAIT_VALUE_GEQ));
+            for (int i = 0; i < n; i++) CK(cuStreamWriteValue32(a, dp + 256, i, 0));
+            double t0 = now();
+            CK(cuStreamBatchMemOp(a, 3, p, 0));
+            took[k] = (now() - t0) * 1e9;
+            atomic_store(hold, 1);
+            atomic_store(done, 1); /* nobody watches `ready` now: let the batch's wait pass */
+            CK(cuStreamSynchronize(a));
+        }
+        for (int i = 1; i < 21; i++)
+            for (int j = i; j > 0 && took[j] < took[j - 1]; j--) { double x = took[j]; took[j] = took[j - 1]; took[j - 1] = x; }
+        printf("behind %-45d %9.0f ns\n", n, took[10]);
+    }
     return 0;
 }
