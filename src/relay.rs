@@ -39,8 +39,8 @@ pub type Job = Box<dyn for<'py> FnOnce(Option<Python<'py>>) -> After + Send>;
 
 /// What a job leaves for after the thread let the GIL go: raising the flag a stream waits
 /// on. The thread that synchronizes that stream wants the GIL as soon as the stream moves
-/// on; raised while this thread still holds it, the flag sends that thread to sleep on the
-/// GIL, and waking it took more than the rest of the round trip (docs/benchmarks.md).
+/// on; raised while this thread still holds it, the flag can send that thread to sleep on
+/// the GIL for the rest of this thread's burst.
 pub enum After {
     Nothing,
     /// Raise a one-shot call's flag, then give it back to its pool.
