@@ -15,6 +15,8 @@ import sys
 import pytest
 
 import custream
+import standin
+from standin import standin_lib  # noqa: F401  (a fixture)
 
 
 def run(*args, code=None, env=None):
@@ -116,3 +118,14 @@ def test_both_reports_say_how_to_fix_a_missing_driver(tmp_path):
     assert driver == ["  none: no CUDA driver library on this machine", f"  looked for: {missing}", f"  to fix: {fix}"]
     data = json.loads(run("--json", env=env).stdout)
     assert data["driver"]["problem"].endswith("; " + fix), data["driver"]
+
+
+def test_the_gpu_report_makes_a_stream_in_a_green_context(standin_lib):
+    # The stand-in driver (one device of 132 SMs, green contexts in groups of 8) as the GPU.
+    out = standin.run(standin_lib, """
+        import json, subprocess
+        p = subprocess.run([sys.executable, "-m", "custream", "--json"], capture_output=True, text=True)
+        checks = {c["check"]: c for c in json.loads(p.stdout)["checks"]}
+        print(checks["a stream in a green context"])
+    """)
+    assert "'ok': True" in out and "8 of the device's 132 SMs" in out, out

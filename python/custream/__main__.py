@@ -183,6 +183,13 @@ def round_trip_with_gpu() -> bool:
     ours = custream.Stream()
     ok = _check("custream.Stream()", True, repr(ours))
     ours.synchronize()
+    try:
+        with custream.GreenContext(8) as gc, contextlib.closing(gc.create_stream()) as green:
+            green.synchronize()
+            ok &= _check("a stream in a green context", green.green_context is gc and green.sm_count == gc.sm_count,
+                         f"{green.sm_count} of the device's {ours.sm_count} SMs")
+    except custream.CudaError as e:  # a driver before 12.4: everything else works
+        print(f"  [ -- ] green contexts: {e}")
     for label, dists, module, trip in _peers(ours):
         if importlib.util.find_spec(module.split(".")[0]) is None:
             print(f"  [ -- ] {label}: not installed")
