@@ -144,14 +144,28 @@ pub fn create(
     let (home, handle) = Home::make(py, device, None, move |ctx| {
         driver::create_stream(ctx, current, non_blocking, priority)
     })?;
+    let flags = CUSTREAM_FLAG_OWNED
+        | if non_blocking { CUSTREAM_FLAG_NON_BLOCKING } else { 0 }
+        | if pooled { CUSTREAM_FLAG_POOLED } else { 0 };
+    own(py, home, handle, flags, priority, None)
+}
+
+/// The object of an owned stream just made in `home`, which owns it from here on (`release`
+/// takes it back, once); without an object the stream is destroyed again.
+fn own<'py>(
+    py: Python<'py>,
+    home: Home,
+    handle: OwnedStream,
+    flags: u32,
+    priority: i32,
+    owner: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
     let parts = Parts {
         handle: handle.handle().as_u64(),
-        flags: CUSTREAM_FLAG_OWNED
-            | if non_blocking { CUSTREAM_FLAG_NON_BLOCKING } else { 0 }
-            | if pooled { CUSTREAM_FLAG_POOLED } else { 0 },
-        device,
+        flags,
+        device: home.device,
         priority,
-        owner: None,
+        owner,
         deleter: None,
         deleter_ctx: null_mut(),
         home: Some((home.context, home.context_id)),
@@ -159,7 +173,6 @@ pub fn create(
     };
     match make(py, parts) {
         Ok(obj) => {
-            // The object owns the stream from here on: `release` takes it back, once.
             owned_streams().insert(handle.into_raw(), (home.context, home.context_id));
             Ok(obj)
         }
@@ -183,34 +196,14 @@ pub fn create_green<'py>(
     let g = gc.get();
     let (in_use, handle) = g.make_stream(py, what, priority)?;
     green::register(gc)?;
-    let home = g.home();
-    let parts = Parts {
-        handle: handle.handle().as_u64(),
-        flags: CUSTREAM_FLAG_OWNED
-            | CUSTREAM_FLAG_NON_BLOCKING
-            | CUSTREAM_FLAG_GREEN
-            | if pooled { CUSTREAM_FLAG_POOLED } else { 0 },
-        device: home.device,
-        priority,
-        owner: Some(gc.clone().into_any()),
-        deleter: None,
-        deleter_ctx: null_mut(),
-        home: Some((home.context, home.context_id)),
-        protocol: None,
-    };
-    match make(py, parts) {
-        Ok(obj) => {
-            // The object owns the stream, and its use of `gc`, from here on: `release`
-            // destroys the one and ends the other, once.
-            owned_streams().insert(handle.into_raw(), (home.context, home.context_id));
-            in_use.keep();
-            Ok(obj)
-        }
-        Err(e) => {
-            let _ = home.release(py, move |_| handle.destroy());
-            Err(e)
-        }
-    }
+    let flags = CUSTREAM_FLAG_OWNED
+        | CUSTREAM_FLAG_NON_BLOCKING
+        | CUSTREAM_FLAG_GREEN
+        | if pooled { CUSTREAM_FLAG_POOLED } else { 0 };
+    let obj = own(py, g.home(), handle, flags, priority, Some(gc.clone().into_any()))?;
+    // The object holds its use of `gc` from here on: `release` ends it, once.
+    in_use.keep();
+    Ok(obj)
 }
 
 /// `device`, or else the device of `current` (the calling thread's current context), or else
