@@ -44,13 +44,14 @@ def compile_library(source: str, lib, *flags: str):
     return lib
 
 
-def build(model, folder, *flags, omit=()):
+def build(model, folder, *flags, omit=(), also=()):
     """`model` (a file beside this one) built as folder/libcuda.so.1 with the C compiler's
     `flags`, completed with stubs for the entry points it does not define, except `omit`
-    (a driver that lacks them)."""
+    (a driver that lacks them), and for `also` (those another caller of it resolves)."""
     source = (HERE / model).read_text()
     defined = set(re.findall(r"^CUresult (cu\w+)\(", source, re.M))
-    stubs = "".join(f"CUresult {n}() {{ return 0; }}\n" for n in entry_points() if n not in defined | set(omit))
+    wanted = dict.fromkeys([*entry_points(), *also])
+    stubs = "".join(f"CUresult {n}() {{ return 0; }}\n" for n in wanted if n not in defined | set(omit))
     return compile_library(source + "\n/* entry points not modelled */\n" + stubs, folder / "libcuda.so.1", *flags)
 
 

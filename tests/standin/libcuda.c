@@ -123,6 +123,8 @@ CUresult cuStreamCreateWithPriority(CUstream *s, unsigned f, int p) {
     *s = new_stream(stack[depth - 1], stack[depth - 1]->green);
     return OK;
 }
+/* Not custream's (it always gives a priority), but the least binding's (benches/floor_ext.c). */
+CUresult cuStreamCreate(CUstream *s, unsigned f) { return cuStreamCreateWithPriority(s, f, 0); }
 CUresult cuStreamDestroy_v2(CUstream s) {
     pthread_mutex_lock(&mu);
     for (CUstream *p = &streams; *p; p = &(*p)->next)
