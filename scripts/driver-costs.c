@@ -8,7 +8,9 @@
 //    `done`) against cuLaunchHostFunc, each followed by cuStreamSynchronize;
 // 3. how many commands a held stream takes before a launch waits (a memset, a memory
 //    operation; then a second held stream), and that cuLaunchHostFunc has no such cap;
-// 4. what one more hand-off costs the launching thread behind 0 and 1,000 on a held stream.
+// 4. what one more hand-off costs the launching thread behind N commands, 1,000 a held stream
+//    (the bench's pending row; run with CUDA_DEVICE_MAX_CONNECTIONS=16, as its worker is);
+// 5. a lock-prefixed read-modify-write, which custream's use counts and exit protocol make.
 #include <cuda.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -112,23 +114,30 @@ int main(void) {
                           "cuStreamWriteValue32, 800 on stream A then on B"};
     for (int kind = 0; kind < 4; kind++) printf("%-52s %9d\n", what[kind], held_cap(a, b, dp + 128, buf, kind));
 
-    printf("4. one hand-off launched behind N on a held stream (median of 21)\n");
-    for (int n = 0; n <= 1000; n += 1000) {
+    printf("4. one hand-off launched behind N, 1,000 a held stream, on the last (median of 21)\n");
+    CUstream held[10];
+    for (int i = 0; i < 10; i++) CK(cuStreamCreate(&held[i], CU_STREAM_NON_BLOCKING));
+    for (int n = 0; n <= 10000; n = n ? n * 10 : 1000) {
+        int k_streams = n ? n / 1000 : 1;
         double took[21];
         for (int k = 0; k < 21; k++) {
             atomic_store(hold, 0);
-            CK(cuStreamWaitValue32(a, dp + 128, 1, CU_STREAM_WAIT_VALUE_GEQ));
-            for (int i = 0; i < n; i++) CK(cuStreamWriteValue32(a, dp + 256, i, 0));
+            for (int j = 0; j < k_streams; j++) CK(cuStreamWaitValue32(held[j], dp + 128, 1, CU_STREAM_WAIT_VALUE_GEQ));
+            for (int i = 0; i < n; i++) CK(cuStreamWriteValue32(held[i / 1000], dp + 256, i, 0));
             double t0 = now();
-            CK(cuStreamBatchMemOp(a, 3, p, 0));
+            CK(cuStreamBatchMemOp(held[k_streams - 1], 3, p, 0));
             took[k] = (now() - t0) * 1e9;
             atomic_store(hold, 1);
             atomic_store(done, 1); /* nobody watches `ready` now: let the batch's wait pass */
-            CK(cuStreamSynchronize(a));
+            for (int j = 0; j < k_streams; j++) CK(cuStreamSynchronize(held[j]));
         }
         for (int i = 1; i < 21; i++)
             for (int j = i; j > 0 && took[j] < took[j - 1]; j--) { double x = took[j]; took[j] = took[j - 1]; took[j - 1] = x; }
-        printf("behind %-45d %9.0f ns\n", n, took[10]);
+        printf("behind %-6d on %-2d held streams %31.0f ns\n", n, k_streams, took[10]);
     }
+
+    printf("5. custream's own bookkeeping\n");
+    static _Atomic unsigned long counter;
+    TIME("atomic_fetch_add (a lock-prefixed read-modify-write)", 2000000, atomic_fetch_add(&counter, 1));
     return 0;
 }
