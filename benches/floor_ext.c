@@ -1,14 +1,6 @@
-/*
- * floor_ext.c: the least any Python binding can add to the driver, a CPython extension with one function per
- * driver call and nothing else (no object, no check, no context bookkeeping), letting the GIL go where custream
- * does. The paired rounds time it against raw_driver.c's loops as they time custream:
- *     fdestroy(fcreate()) ~ Stream().close()   fquery(H) ~ s.query()   flaunch(G, S) ~ g.launch(s)
- *     fsync(H) ~ s.synchronize() (a query first, as custream does: an idle stream answers with the GIL held)
- * in the thread's current context, the primary context. And fstream(H).handle ~ s.handle, no driver call (so the
- * CPU run has it too): the least a C extension type can do for a handle attribute, a getset returning the stored
- * int. CPython's LOAD_ATTR specializes instance-dict and __slots__ members, never a getset: what that path costs
- * any such type, beside CuPy's s.ptr (an instance attribute).
- */
+/* floor_ext.c: the least a Python binding can add to the driver (docs/benchmarks.md): a function per driver call,
+ * no object, no check, the GIL let go where custream does, in the current context; and fstream(H).handle, the least
+ * a C type can do for a handle attribute (a getset, no driver call). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include "raw_driver.c" /* the driver's entry points: raw_load() */
@@ -17,8 +9,7 @@
 #define FAILED(call, r) PyErr_Format(PyExc_RuntimeError, call " failed with CUresult %d", r)
 #define DONE(call, r) ((r) ? FAILED(call, r) : Py_NewRef(Py_None))
 #define NOGIL(stmt) do { Py_BEGIN_ALLOW_THREADS stmt; Py_END_ALLOW_THREADS } while (0)
-/* `s`: the stream an int argument holds (returning NULL, the error set, if it is none). */
-#define STREAM(s, arg) CUstream s = PyLong_AsVoidPtr(arg); if (!s && PyErr_Occurred()) return NULL
+#define STREAM(s, arg) CUstream s = PyLong_AsVoidPtr(arg); if (!s && PyErr_Occurred()) return NULL /* an int's */
 
 static PyObject *floor_create(PyObject *mod, PyObject *unused) {
     CUstream s;
@@ -40,7 +31,7 @@ static PyObject *floor_query(PyObject *mod, PyObject *handle) {
     return r && r != NOT_READY ? FAILED("cuStreamQuery", r) : PyBool_FromLong(r == 0);
 }
 
-static PyObject *floor_sync(PyObject *mod, PyObject *handle) {
+static PyObject *floor_sync(PyObject *mod, PyObject *handle) { /* a query first, as custream does */
     STREAM(s, handle);
     CUresult r = cuStreamQuery(s);
     if (r == NOT_READY) NOGIL(r = cuStreamSynchronize(s));
@@ -58,29 +49,25 @@ static PyObject *floor_launch(PyObject *mod, PyObject *const *args, Py_ssize_t n
 
 /* FloorStream: its handle, an int, and the getset `handle` that returns it, no check. */
 typedef struct { PyObject_HEAD PyObject *handle; } FloorStream;
-static PyTypeObject *floor_stream_type;
-
-static PyObject *floor_stream(PyObject *mod, PyObject *handle) {
-    if (!PyLong_Check(handle)) return PyErr_Format(PyExc_TypeError, "fstream(H) takes an int");
-    FloorStream *fs = PyObject_New(FloorStream, floor_stream_type);
-    if (fs) fs->handle = Py_NewRef(handle);
-    return (PyObject *)fs;
-}
 
 static PyObject *floor_stream_handle(PyObject *fs, void *closure) { return Py_NewRef(((FloorStream *)fs)->handle); }
 
 static void floor_stream_dealloc(PyObject *fs) {
-    PyTypeObject *type = Py_TYPE(fs);
     Py_DECREF(((FloorStream *)fs)->handle);
     PyObject_Free(fs);
-    Py_DECREF(type); /* a heap type: each instance holds a reference */
 }
 
 static PyGetSetDef floor_stream_getset[] = {{"handle", floor_stream_handle, NULL, NULL, NULL}, {NULL}};
-static PyType_Slot floor_stream_slots[] = {
-    {Py_tp_dealloc, floor_stream_dealloc}, {Py_tp_getset, floor_stream_getset}, {0, NULL}};
-static PyType_Spec floor_stream_spec = {"floor_ext.FloorStream", sizeof(FloorStream), 0, Py_TPFLAGS_DEFAULT,
-                                        floor_stream_slots};
+static PyTypeObject floor_stream_type = {PyVarObject_HEAD_INIT(NULL, 0).tp_name = "floor_ext.FloorStream",
+    .tp_basicsize = sizeof(FloorStream), .tp_flags = Py_TPFLAGS_DEFAULT, .tp_dealloc = floor_stream_dealloc,
+    .tp_getset = floor_stream_getset};
+
+static PyObject *floor_stream(PyObject *mod, PyObject *handle) {
+    if (!PyLong_Check(handle)) return PyErr_Format(PyExc_TypeError, "fstream(H) takes an int");
+    FloorStream *fs = PyObject_New(FloorStream, &floor_stream_type);
+    if (fs) fs->handle = Py_NewRef(handle);
+    return (PyObject *)fs;
+}
 
 static PyMethodDef driver_methods[] = {
     {"fcreate", floor_create, METH_NOARGS, NULL}, {"fdestroy", floor_destroy, METH_O, NULL},
@@ -93,8 +80,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "floor_ext", NULL, -1
 /* The driver's functions only where libcuda.so.1 loads (with every entry point): fstream needs none. */
 PyMODINIT_FUNC PyInit_floor_ext(void) {
     PyObject *mod = NULL;
-    if ((floor_stream_type = (PyTypeObject *)PyType_FromSpec(&floor_stream_spec)) && (mod = PyModule_Create(&module)) &&
-        raw_load() == 0 && PyModule_AddFunctions(mod, driver_methods) < 0)
+    if (PyType_Ready(&floor_stream_type) == 0 && (mod = PyModule_Create(&module)) && raw_load() == 0 &&
+        PyModule_AddFunctions(mod, driver_methods) < 0)
         Py_CLEAR(mod);
     return mod;
 }

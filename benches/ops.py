@@ -1,16 +1,9 @@
-"""What is measured: the operations of the target table in docs/design.md, and how each
-library spells them. A library's `setup` runs once in a fresh interpreter and defines `s` (a
-stream it owns) and `H` (its handle as an int); `p = Producer(H)` follows. Per operation, the
-statement to time, or a tuple of them (the first that runs is used and recorded); `NA(reason)`
-where it has none.
-"""
+"""The rows (docs/design.md's targets) and each library's setup (defining `s` and its handle `H`) and spellings."""
 
 from collections import namedtuple
 
 class Op(namedtuple("Op", "key title bound raw load unit gpu times", defaults=(None, None, False, "ns", False, None))):
-    """A row. Its target: at most `bound` (in `unit`), `raw` times the raw driver's C loop, `times`
-    = (factor, library, op key) times that figure of the same run, or one load and no call (`load`:
-    the Cython row). `gpu`: it needs a device for every library."""
+    """A row; its target: <= `bound` `unit`, `raw` x the C loop, `times` = (factor, lib, key) x that figure, `load`."""
 
     @property
     def target(self) -> str:
@@ -36,44 +29,33 @@ OPERATIONS = [
     Op("pool_get", "pool.get()", bound=60, gpu=True),
     Op("create_alone", "create + destroy, no other stream alive", times=(1.1, "custream", "create_destroy"), gpu=True),
     Op("green_create_destroy", "create + destroy in a green context", raw=1.15, gpu=True),
-    # A nanobind function of cpp_tests/casters.cpp: the custream::stream_ref caster's whole cost.
+    # cpp_: a nanobind function of cpp_tests/casters.cpp; rust_: a #[pyfunction] of tests/rust_ext (whole cost)
     Op("cpp_uintptr", "C++ f(uintptr_t), an int"),
     Op("cpp_stream_ref", "C++ f(custream::stream_ref)", times=(1.3, "custream", "cpp_uintptr")),
-    # A #[pyfunction] of tests/rust_ext: pyo3-custream's StreamRef extraction, its whole cost.
     Op("rust_usize", "Rust f(usize), an int"),
     Op("rust_stream_ref", "Rust f(pyo3_custream::StreamRef)", times=(1.3, "custream", "rust_usize")),
 ]
 
-# create_alone: in a process where nothing else holds the primary context, after the first
-# Stream() was closed (custream's own worker holds it, as raw_driver.c does).
-ALONE = ("import custream, time\ncustream.Stream().close()\nt = time.perf_counter()\n"
+ALONE = ("import custream, time\ncustream.Stream().close()\nt = time.perf_counter()\n"  # nothing else holds the context
          "for _ in range(2000):\n    custream.Stream().close()\nprint((time.perf_counter() - t) / 2000 * 1e9)\n")
 OPS = {op.key: op for op in OPERATIONS}
 RATIO_KEYS = [op.key for op in OPERATIONS if op.raw is not None]  # timed in turn with raw_driver.c's loops
-
+IN_TURN = {"handle_int": "fs.handle"}  # timed in turn with the least binding's, in custream's worker (no driver)
 NA = namedtuple("NA", "reason")  # an operation the library has not, and why
-# A library: `dists`, the distributions that give its version; `ops`: op key -> stmt | (stmt, ...) | NA;
-# `notes`: op key -> a note printed under the table; `not_best`: op keys where the figure measures something
-# else (no "best peer"); `cpu_setup`: the setup without a device (None: measured with --gpu only).
 Lib = namedtuple("Lib", "name import_stmt dists setup ops notes not_best cpu_setup", defaults=({}, (), None))
 
-# A producer as small as the protocol allows: what every library wraps in `wrap_protocol`;
-# `with_` times entering and leaving a `with` block of a context manager.
+# The least producer the protocol allows (what `wrap_protocol` wraps); `with_(cm)` enters and leaves a block.
 PRODUCER = ("class Producer:\n    __slots__ = ('_t',)\n    def __init__(self, h):\n        self._t = (0, h)\n"
             "    def __cuda_stream__(self):\n        return self._t\ndef with_(cm):\n    with cm:\n        pass\n")
-NO_CURRENT, NO_POOL = NA("no current-stream notion"), NA("no stream pool")
+NO_CURRENT, NO_POOL, NEEDS_GPU = NA("no current-stream notion"), NA("no stream pool"), "needs a GPU (run with --gpu)"
 NEITHER = {"current_stream": NO_CURRENT, "with_stream": NO_CURRENT, "pool_get": NO_POOL}
 FAKE_H = 0x7F3A2C001230  # the handle the CPU run wraps: nothing calls the driver
 CV = "import contextvars\ncv = contextvars.ContextVar('bench', default=None)\n"
 
 CUSTREAM = Lib(
     "custream", "import custream", ("custream",),
-    # The primary context current in the timing thread, as raw_driver.c and every peer's own
-    # setup leave it (custream itself never changes the current context).
-    "import ctypes\n_cu = ctypes.CDLL('libcuda.so.1')\n_ctx = ctypes.c_void_p()\n"
-    "assert _cu.cuInit(0) == 0 and _cu.cuDevicePrimaryCtxRetain(ctypes.byref(_ctx), 0) == 0\n"
-    "assert _cu.cuCtxSetCurrent(_ctx) == 0\nCS = custream.Stream\ns = CS()\nH = s.handle\n"
-    "pool = custream.StreamPool(4)\ntry:\n    gc = custream.GreenContext(16)\n"
+    "CS = custream.Stream\ns = CS()\nH = s.handle\npool = custream.StreamPool(4)\n"
+    "try:\n    gc = custream.GreenContext(16)\n"
     "except custream.CudaError:\n    gc = None  # a driver before 12.4\n" + CV,
     {"cuda_stream": "s.__cuda_stream__()", "handle_int": "s.handle", "wrap_protocol": "custream.as_stream(p)",
      "wrap_int": "CS.from_handle(H)", "create_destroy": "CS().close()", "synchronize": "s.synchronize()",
@@ -83,12 +65,9 @@ CUSTREAM = Lib(
      "green_create_destroy": "gc.create_stream().close()"},
     cpu_setup=f"CS = custream.Stream\nH = {FAKE_H}\ns = CS.from_handle(H)\n" + CV)
 
-# The least a Python binding can add: floor_ext.c, one C function per driver call (its stream
-# made by the binding itself, in the primary context raw_driver.c leaves current), and the
-# least a C type can do for a handle attribute (fstream: no driver call, so the CPU run too).
-LEAST = Lib("least binding", "", (), "H = fcreate()\nfs = fstream(H)\n",
-            {"handle_int": "fs.handle", "create_destroy": "fdestroy(fcreate())", "synchronize": "fsync(H)",
-             "query": "fquery(H)"}, cpu_setup=f"H = {FAKE_H}\nfs = fstream(H)\n")
+# The least a binding can add (floor_ext.c), in the primary context raw_driver.c (loaded first) leaves current
+LEAST = Lib("least binding", "", (), "H = fcreate()\n",
+            {"create_destroy": "fdestroy(fcreate())", "synchronize": "fsync(H)", "query": "fquery(H)"})
 
 DESTROYED_ON_DEALLOC = "the stream is destroyed when the object is deallocated"
 PEERS = [

@@ -1,9 +1,5 @@
-/*
- * raw_driver.c: the driver calls timed in C, the floor under custream's (dlsym, no CUDA header).
- * worker.py calls raw_init() once through ctypes, then raw_time(op, n, ...) in turn with a Python
- * statement, in one thread, device 0's primary context current. floor_ext.c includes this file
- * for the driver's entry points (raw_load).
- */
+/* raw_driver.c: the driver calls timed in C loops (dlsym, no CUDA header), device 0's primary context current:
+ * worker.py calls raw_init() once, then raw_time(op, n, ...) in turn with a Python loop. floor_ext.c includes it. */
 #include <dlfcn.h>
 #include <string.h>
 #include <time.h>
@@ -18,48 +14,26 @@ typedef void *CUstream;
 #define DECLARE(name, args) static CUresult(*name) args;
 ENTRY_POINTS(DECLARE)
 
-/* Green contexts (CUDA 12.4), looked up apart so that an older driver runs the rest: 16 SMs of device 0. */
-static CUresult (*cuGreenCtxStreamCreate)(CUstream *, void *, unsigned, int);
-static void *green;
-typedef struct { unsigned char b[144]; } __attribute__((aligned(8))) devres; /* CUdevResource */
+static CUresult (*cuGreenCtxStreamCreate)(CUstream *, void *, unsigned, int); /* CUDA 12.4: looked up apart */
 
 static CUstream idle;
 static int failed; /* the first failing CUresult */
 #define CALL(call) do { CUresult r_ = (call); if (r_ && !failed) failed = r_; } while (0)
 
-/* 0 once every entry point is found; 1: no libcuda, 2: one missing. */
+/* 0 once every entry point is found; 1: no libcuda, 2: one missing; raw_init: 3, a driver call failed. */
 int raw_load(void) {
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 #define LOAD(name, args) if (!lib || !(name = dlsym(lib, #name))) return lib ? 2 : 1;
     ENTRY_POINTS(LOAD)
+    cuGreenCtxStreamCreate = dlsym(lib, "cuGreenCtxStreamCreate");
     return 0;
 }
 
-static void green_init(int dev) {
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL), *desc;
-    CUresult (*get)(int, devres *, unsigned) = dlsym(lib, "cuDeviceGetDevResource");
-    CUresult (*split)(devres *, unsigned *, const devres *, devres *, unsigned, unsigned) =
-        dlsym(lib, "cuDevSmResourceSplitByCount");
-    CUresult (*describe)(void **, devres *, unsigned) = dlsym(lib, "cuDevResourceGenerateDesc");
-    CUresult (*create)(void **, void *, int, unsigned) = dlsym(lib, "cuGreenCtxCreate");
-    devres all = {{0}}, group = {{0}}, rest = {{0}};
-    unsigned n = 1;
-    cuGreenCtxStreamCreate = dlsym(lib, "cuGreenCtxStreamCreate");
-    if (!get || !split || !describe || !create || !cuGreenCtxStreamCreate || get(dev, &all, 1 /* SM */) ||
-        split(&group, &n, &all, &rest, 0, 16) || n != 1 || describe(&desc, &group, 1) || create(&green, desc, dev, 1))
-        green = NULL;
-}
-
-/* 0 on success; else the failing step (1, 2: raw_load's; 3: a driver call failed). */
 int raw_init(void) {
     void *ctx;
     int dev, r = raw_load();
-    if (r) return r;
-    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx) ||
-        cuStreamCreate(&idle, 1 /* non-blocking */))
-        return 3;
-    green_init(dev);
-    return 0;
+    return r ? r : (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx) ||
+                    cuStreamCreate(&idle, 1 /* non-blocking */)) ? 3 : 0;
 }
 
 static double now_ns(void) {
@@ -70,22 +44,15 @@ static double now_ns(void) {
 
 static void nothing(void *user) { (void)user; }
 
-/* The ns that n executions of operation `key` take, -1 once a call has failed (or for an unknown key): the ratio
- * rows' on an idle non-blocking stream; capture.py's on its stream `s`, a host function waited for (the round
- * trip), and launches of its graph `g` in batches of `batch`, with an untimed synchronize between, so the launch
- * queue never fills (what is timed is the launch, not the GPU). */
+/* The ns that n executions of `key` take, -1 once a call has failed: on an idle stream, or in the green context `g`;
+ * capture.py's on its stream `s`, launches of its graph `g` with an untimed synchronize every `batch`. */
 double raw_time(const char *key, long n, CUstream s, void *g, long batch) {
     double t = now_ns(), untimed = 0;
-    if (strcmp(key, "create_destroy") == 0)
+    int green = strcmp(key, "green_create_destroy") == 0; /* non-blocking, as a green context's must be */
+    if (green ? cuGreenCtxStreamCreate && g : strcmp(key, "create_destroy") == 0)
         for (long i = 0; i < n; i++) {
             CUstream made;
-            CALL(cuStreamCreate(&made, 1));
-            CALL(cuStreamDestroy_v2(made));
-        }
-    else if (strcmp(key, "green_create_destroy") == 0 && green)
-        for (long i = 0; i < n; i++) {
-            CUstream made;
-            CALL(cuGreenCtxStreamCreate(&made, green, 1 /* non-blocking: required */, 0));
+            CALL(green ? cuGreenCtxStreamCreate(&made, g, 1, 0) : cuStreamCreate(&made, 1));
             CALL(cuStreamDestroy_v2(made));
         }
     else if (strcmp(key, "synchronize") == 0)

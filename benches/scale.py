@@ -1,18 +1,8 @@
-"""The scale rows (docs/benchmarks.md): how custream's costs grow with what is alive, running or queued, a
-figure per size and the growth (the last size's figure over the first's), once a run, in a worker of their own;
-on the GPU, or else against the stand-in driver (tests/standin): then custream's own cost, no GPU work.
+"""The scale rows (docs/benchmarks.md), a figure per size and the growth; without a GPU, on the stand-in driver."""
 
-The pending row holds streams with the GPU itself, a cuStreamWaitValue32 each on one host word (custream's
-thread stays free), raised in a `finally`, or by a watchdog should a queue fill and a launch wait. A held
-stream's queue takes about 1,020 commands of any kind (on an H200, memsets and stream writes alike block at the
-1,020th), and a launch_host_func is one (a cuStreamBatchMemOp): N pending take ceil(N / 1,000) streams, the timed
-call on the last. The queue is the hardware connection's the stream maps to, CUDA_DEVICE_MAX_CONNECTIONS of
-them a context (default 8: a ninth held stream shares the first one's), so run.py gives this worker 16. The
-stand-in's one queue holds 4,096 items, three a host function.
-"""
-
-import contextlib, ctypes, functools, math, mmap, os, statistics, sys, tempfile, threading, time
+import ctypes, functools, math, mmap, os, statistics, sys, tempfile, threading, time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, closing, contextmanager
 
 import timing
 
@@ -20,30 +10,23 @@ ALIVE, THREADS, KERNELS = (1, 1_000, 10_000), (1, 16), (10, 1_000, 10_000)
 PENDING, PER_STREAM = {"gpu": (1, 10_000), "cpu": (1, 1_000)}, 1_000
 PENDING_TITLE = f"launch_host_func(f) with N host functions pending, {PER_STREAM:,} per held stream"
 
-def standin() -> str | dict:
-    """tests/standin/capture.c built as a libcuda.so.1, as the CPU tests build it: its path, or {"error": ...}."""
+def standin() -> str:
+    """tests/standin/capture.c built as a libcuda.so.1 by the CPU tests' builder (it needs pytest): its path."""
     sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+    import standin
     try:
-        import standin  # the CPU tests' builder (it needs pytest)
-    except ImportError as e:
-        return {"error": f"no stand-in driver: {e}"}
-    try:  # it skips (pytest's Skipped: no Exception) without a compiler or the sources
         return str(standin.build("capture.c", standin.pathlib.Path(tempfile.mkdtemp(prefix="custream-bench-"))))
-    except (Exception, standin.pytest.skip.Exception) as e:
-        return {"error": f"no stand-in driver: {type(e).__name__}: {e}"}
+    except standin.pytest.skip.Exception as e:  # no compiler or sources (pytest's Skipped: no Exception)
+        raise RuntimeError(f"no stand-in driver: {e}") from None
 
 def alive(cfg: dict, gpu: bool, raw) -> tuple[list, dict]:
     import custream
-    others, points, ns = [], [], {"CS": custream.Stream}
-    try:
+    points, ns, others = [], {"CS": custream.Stream}, []
+    with ExitStack() as stack:  # the others closed on leaving
         for n in ALIVE:  # on the GPU in turn with raw_driver.c's loop, which sees the same streams
-            others += [custream.Stream() for _ in range(n - len(others))]
-            r = (timing.paired(timing.timer("CS().close()", ns), raw.loop("create_destroy"), **cfg) if raw
-                 else timing.measure("CS().close()", ns, **cfg))
-            points.append({"n": n, "value": r["ns"], **({"raw_ns": r["raw_ns"], "ratio": r["ratio"]} if raw else {})})
-    finally:
-        for s in others:
-            s.close()
+            others += [stack.enter_context(closing(custream.Stream())) for _ in range(n - len(others))]
+            r = timing.measure("CS().close()", ns, raw and raw.loop("create_destroy"), **cfg)
+            points.append({"n": n, "value": r.pop("ns"), **r})  # and, paired, the C loop's figure and the ratio
     growth = {"raw_growth": points[-1]["raw_ns"] / points[0]["raw_ns"]} if raw else {}
     return points, {"stmt": "custream.Stream().close()", **growth}
 
@@ -67,7 +50,7 @@ def throughput(stmt: str, ns: dict, threads: int, seconds: float) -> float:
 
 def threaded(cfg: dict, gpu: bool, raw, stmt: str) -> tuple[list, dict]:
     import custream
-    with contextlib.closing(custream.Stream()) as s, contextlib.closing(custream.StreamPool(4)) as pool:
+    with closing(custream.Stream()) as s, closing(custream.StreamPool(4)) as pool:
         ns, seconds = {"custream": custream, "s": s, "pool": pool}, 0.05 if cfg["target_ms"] < 10 else 0.25
         rates = {n: [throughput(stmt, ns, n, seconds) for _ in range(max(3, cfg["repeats"] // 3))] for n in THREADS}
     return [{"n": n, "value": statistics.median(r)} for n, r in rates.items()], {"stmt": stmt}
@@ -75,30 +58,22 @@ def threaded(cfg: dict, gpu: bool, raw, stmt: str) -> tuple[list, dict]:
 def capture(cfg: dict, gpu: bool, raw) -> tuple[list, dict]:
     """begin to end_capture().close() around N kernels: CuPy's on the GPU, the stand-in's fake_kernel."""
     import custream
-    s = custream.Stream()
-    if gpu:
-        import capture as cap
-        ns, kernel = cap.cupy_on(s), "cp.add(x, 1, out=x)"
-        body = f"with ext:\n    for _ in range(N):\n        {kernel}\n"
-    else:  # the stand-in's kernel: a node of the capture
-        k = ctypes.CDLL(os.environ["CUSTREAM_LIBCUDA"]).fake_kernel
-        k.argtypes = [ctypes.c_void_p, ctypes.c_int]
-        ns, kernel = {"s": s, "k": k, "H": s.handle}, "the stand-in's fake_kernel"
-        body = "for _ in range(N):\n    k(H, 0)\n"
-    try:
+    with closing(custream.Stream()) as s:  # closed mid-capture, should a kernel fail: that ends it
+        if gpu:
+            import capture as cap
+            ns, kernel = cap.cupy_on(s), "cp.add(x, 1, out=x)"
+            body = f"with ext:\n    for _ in range(N):\n        {kernel}\n"
+        else:  # the stand-in's kernel: a node of the capture
+            k = ctypes.CDLL(os.environ["CUSTREAM_LIBCUDA"]).fake_kernel
+            k.argtypes = [ctypes.c_void_p, ctypes.c_int]
+            ns, kernel = {"s": s, "k": k, "H": s.handle}, "the stand-in's fake_kernel"
+            body = "for _ in range(N):\n    k(H, 0)\n"
         stmt = f"s.begin_capture('relaxed')\n{body}s.end_capture().close()"
         return [{"n": n, "value": timing.measure(stmt, {**ns, "N": n}, **cfg)["ns"]} for n in KERNELS], {"stmt": kernel}
-    finally:
-        if s.is_capturing:
-            s.end_capture().close()
-        s.close()
 
-@contextlib.contextmanager
+@contextmanager
 def held(*streams, timeout: float = 5.0):
-    """Holds `streams`, each with a wait until one host word reads 1 (a cuStreamWaitValue32, as custream's own
-    hand-off does), through the driver custream uses. The word is raised on leaving, in a `finally`, and every
-    stream synchronized; and by a watchdog thread after `timeout` seconds, should a launch wait for room in a full
-    queue meanwhile (in the driver, GIL released): the state yielded then says, as "fired", how many were "queued"."""
+    """Holds `streams` (a cuStreamWaitValue32 each on a host word) until leaving, or a watchdog after `timeout` s."""
     cu = ctypes.CDLL(os.environ.get("CUSTREAM_LIBCUDA", "libcuda.so.1"))
     ctx, device, page = ctypes.c_void_p(), ctypes.c_uint64(), mmap.mmap(-1, mmap.PAGESIZE)
     word = ctypes.c_uint32.from_buffer(page)
@@ -133,8 +108,8 @@ def pending(cfg: dict, gpu: bool, raw) -> tuple[list, dict]:
     """One launch_host_func(noop) timed with N host functions pending, PER_STREAM a held stream."""
     import custream
     sizes, points, noop = PENDING["gpu" if gpu else "cpu"], [], lambda *_: None
-    streams = [custream.Stream() for _ in range(math.ceil(max(sizes) / PER_STREAM))]
-    try:
+    with ExitStack() as stack:  # the streams closed on leaving
+        streams = [stack.enter_context(closing(custream.Stream())) for _ in range(-(-max(sizes) // PER_STREAM))]
         for n in sizes:
             on, samples, deadline = streams[:math.ceil(n / PER_STREAM)], [], time.perf_counter() + cfg["budget_s"]
             while len(samples) < 4 * cfg["repeats"] and (len(samples) < 3 or time.perf_counter() < deadline):
@@ -149,9 +124,6 @@ def pending(cfg: dict, gpu: bool, raw) -> tuple[list, dict]:
                     raise RuntimeError(f"a held stream's queue filled: with {state['fired']:,} host functions pending, "
                                        f"launch_host_func waited for the watchdog (figures so far: {points})")
             points.append({"n": n, "value": statistics.median(samples), "samples": len(samples), "streams": len(on)})
-    finally:
-        for s in streams:
-            s.close()
     return points, {"stmt": "s.launch_host_func(noop)"}
 
 # title, unit, expect, what a figure is per (its growth too) or "", measure(cfg, gpu, raw) -> (points, extra fields)
@@ -163,6 +135,8 @@ ROWS = [("create + destroy, N other streams alive", "ns", "flat", "", alive),
 
 def run(cfg: dict, gpu: bool, raw=None, floor=None) -> list[dict]:
     """Every scale row; one that fails is reported as {"title", "error"}."""
+    if not gpu:  # the stand-in driver, before custream loads one
+        os.environ["CUSTREAM_LIBCUDA"] = standin()
     rows: list[dict] = []
     for title, unit, expect, per, measure in ROWS:
         try:
