@@ -149,7 +149,7 @@ def variant_header(dest: Path, edit: str) -> Path:
         raise RuntimeError(f"custream.h changed: no single {end!r} to make the {edit!r} variant")
     if edit == "bigger":  # one more field: the consumer expects a larger object
         text = text.replace(end, "\n    void *added_field;" + end)
-    elif edit == "smaller":  # one field fewer (the last): only check_size error catches this
+    elif edit == "smaller":  # one field fewer (the last): a header older than the object
         text = re.sub(r"\n[^\n]*;[^\n]*" + re.escape(end), end, text)
     elif edit == "abi99":
         text, n = re.subn(r"#define CUSTREAM_ABI_VERSION \d+\n", "#define CUSTREAM_ABI_VERSION 99\n", text)

@@ -1,7 +1,8 @@
 /*
  * A plain C extension (no Cython) using custream.h through the capsule, as a pybind11,
- * nanobind or hand-written module would. Built as C, as C++ and with the limited API
- * (-DPy_LIMITED_API): the header must serve all three. MODNAME picks the module's name so
+ * nanobind or hand-written module would. Built as C, as C++, with the limited API
+ * (-DPy_LIMITED_API) and with the struct opaque (-DCUSTREAM_OPAQUE_STREAM, as under abi3t,
+ * where the fields are read through the table's offsets alone): the header must serve all. MODNAME picks the module's name so
  * the same file also builds against deliberately wrong copies of the header.
  */
 #include <stddef.h>
@@ -28,11 +29,17 @@ static int int_to_handle(PyObject *obj, void *out) {
 /* What this module was compiled against, and what the table it imported says. */
 static PyObject *abi(PyObject *self, PyObject *args) {
     (void)self, (void)args;
-    return Py_BuildValue("{s:i,s:I,s:I,s:I,s:O}", "compiled", (int)CUSTREAM_ABI_VERSION,
-                         "table_abi", custream_capi->abi_version, "api_size", custream_capi->api_size,
-                         "stream_size", custream_capi->stream_size, "StreamType",
-                         (PyObject *)custream_capi->StreamType);
+    return Py_BuildValue("{s:i,s:I,s:I,s:I,s:O,s:{s:I,s:I,s:I,s:I,s:I}}", "compiled",
+                         (int)CUSTREAM_ABI_VERSION, "table_abi", custream_capi->abi_version,
+                         "api_size", custream_capi->api_size, "stream_size",
+                         custream_capi->stream_size, "StreamType",
+                         (PyObject *)custream_capi->StreamType, "offsets", "handle",
+                         custream_capi->handle_offset, "flags", custream_capi->flags_offset,
+                         "state", custream_capi->state_offset, "device",
+                         custream_capi->device_offset, "priority", custream_capi->priority_offset);
 }
+
+#ifndef CUSTREAM_OPAQUE_STREAM
 
 #define FIELD(name) #name, (Py_ssize_t)offsetof(CustreamStream, name)
 
@@ -46,6 +53,7 @@ static PyObject *layout(PyObject *self, PyObject *args) {
         FIELD(priority), FIELD(fork_generation), FIELD(reserved), FIELD(owner), FIELD(deleter),
         FIELD(deleter_ctx), FIELD(context), FIELD(weakreflist), FIELD(context_id));
 }
+#endif
 
 static PyObject *as_stream(PyObject *self, PyObject *obj) {
     (void)self;
@@ -105,6 +113,7 @@ static PyObject *handle_checked(PyObject *self, PyObject *obj) {
     return handle_to_int(h);
 }
 
+#ifndef CUSTREAM_OPAQUE_STREAM
 /* The fields read straight from the struct, after the type check a C consumer must do. */
 static PyObject *fields(PyObject *self, PyObject *obj) {
     const CustreamStream *s = (const CustreamStream *)obj;
@@ -113,6 +122,17 @@ static PyObject *fields(PyObject *self, PyObject *obj) {
     return Py_BuildValue("{s:N,s:I,s:i,s:i,s:O}", "handle", handle_to_int(Custream_Handle(s)),
                          "flags", s->flags, "device", (int)s->device, "priority", (int)s->priority,
                          "closed", Custream_IsClosed(s) ? Py_True : Py_False);
+}
+#endif
+
+/* The same fields through the accessors: the table's offsets, no struct. */
+static PyObject *offset_fields(PyObject *self, PyObject *obj) {
+    (void)self;
+    if (!Custream_Check(obj)) return PyErr_Format(PyExc_TypeError, "expected a custream.Stream");
+    return Py_BuildValue("{s:N,s:I,s:i,s:i,s:O}", "handle", handle_to_int(custream_handle(obj)),
+                         "flags", custream_flags(obj), "device", (int)custream_device(obj),
+                         "priority", (int)custream_priority(obj), "closed",
+                         custream_is_closed(obj) ? Py_True : Py_False);
 }
 
 static PyObject *synchronize(PyObject *self, PyObject *obj) {
@@ -148,7 +168,11 @@ static PyObject *slice(PyObject *self, PyObject *obj) {
 
 static PyMethodDef methods[] = {
     {"abi", abi, METH_NOARGS, "ABI versions and sizes: compiled and from the imported table."},
+#ifndef CUSTREAM_OPAQUE_STREAM
     {"layout", layout, METH_NOARGS, "sizeof and offsetof as compiled."},
+    {"fields", fields, METH_O, "The struct's fields, read directly."},
+#endif
+    {"offset_fields", offset_fields, METH_O, "The fields through the table's offsets."},
     {"as_stream", as_stream, METH_O, "Custream_AsStream(obj)."},
     {"from_handle", from_handle, METH_VARARGS, "Custream_FromHandle(handle, device, owner)."},
     {"from_handle_with_deleter", from_handle_with_deleter, METH_VARARGS,
@@ -156,7 +180,6 @@ static PyMethodDef methods[] = {
     {"deleter_record", deleter_record, METH_O, "(calls, last handle) of a deleter slot."},
     {"check", check, METH_O, "Custream_Check(obj)."},
     {"handle_checked", handle_checked, METH_O, "Custream_HandleChecked(obj)."},
-    {"fields", fields, METH_O, "The struct's fields, read directly."},
     {"synchronize", synchronize, METH_O, "Custream_Synchronize(obj)."},
     {"current_stream", current_stream, METH_NOARGS, "Custream_CurrentStream()."},
     {"default_stream", default_stream, METH_VARARGS, "Custream_DefaultStream(token)."},

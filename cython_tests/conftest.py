@@ -28,6 +28,8 @@ def _cpu_modules() -> list[Module]:
         Module("c_consumer_cpp", "c_consumer.c", macros=("MODNAME=c_consumer_cpp",), cflags=strict, cplus=True),
         Module("c_consumer_abi3", "c_consumer.c",
                macros=("MODNAME=c_consumer_abi3", "Py_LIMITED_API=0x030A0000"), cflags=strict),
+        Module("c_consumer_opaque", "c_consumer.c",
+               macros=("MODNAME=c_consumer_opaque", "CUSTREAM_OPAQUE_STREAM"), cflags=("-std=c99", *strict)),
         Module("c_consumer_abi99", "c_consumer.c", include_dirs=(abi99,), macros=("MODNAME=c_consumer_abi99",)),
         Module("c_consumer_bigger", "c_consumer.c", include_dirs=(bigger,), macros=("MODNAME=c_consumer_bigger",)),
     ]

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """A Cython consumer of custream, cimporting it as a downstream library would."""
 
-from libc.stdint cimport uintptr_t
+from libc.stdint cimport int32_t, uint32_t, uintptr_t
 
 cimport custream
 from custream cimport (
@@ -18,6 +18,11 @@ from custream cimport (
     is_stream,
     pool_get,
     sm_count,
+    stream_device,
+    stream_flags,
+    stream_handle,
+    stream_is_closed,
+    stream_priority,
     synchronize,
 )
 
@@ -42,6 +47,21 @@ def handle_loop(Stream s not None, Py_ssize_t n):
 def fields(Stream s not None):
     return {"handle": <uintptr_t>s.handle, "flags": s.flags, "device": s.device,
             "priority": s.priority}
+
+
+def offset_fields(Stream s not None):
+    """The same fields through the table's offsets (the .pxd's stream_* accessors), read
+    without the GIL; the table is imported first, as the accessors require."""
+    custream.custream_import()
+    cdef uintptr_t handle
+    cdef uint32_t flags
+    cdef int32_t device, priority
+    cdef bint closed
+    with nogil:
+        handle = <uintptr_t>stream_handle(s)
+        flags, device, priority = stream_flags(s), stream_device(s), stream_priority(s)
+        closed = stream_is_closed(s)
+    return {"handle": handle, "flags": flags, "device": device, "priority": priority, "closed": closed}
 
 
 def closed_nogil(Stream s not None):

@@ -44,13 +44,19 @@ def test_import_refuses_another_abi_version(built):
     assert "c_consumer_abi99" not in sys.modules
 
 
-def test_import_refuses_another_stream_layout(built):
-    # Built against a custream.h whose struct has one more pointer at the end.
+def test_import_refuses_an_older_custream_than_the_header(built):
+    # Built against a custream.h whose struct has one more pointer at the end: a newer header
+    # than the running custream, which lacks that field. Both releases are named.
     with pytest.raises(ImportError, match="custream C API layout mismatch") as info:
         importlib.import_module("c_consumer_bigger")
     size = custream.Stream.__basicsize__
     api_size = importlib.import_module("c_consumer").abi()["api_size"]
-    assert f"a Stream of {size + 8} bytes, the installed custream has {api_size} and {size}" in str(info.value)
+    v = custream.__version__
+    assert (
+        f"the custream.h of custream {v} (a table of {api_size} bytes and a Stream of {size + 8} bytes), "
+        f"the installed custream {v} has {api_size} and {size} (older than the header); "
+        f"install custream {v} or newer"
+    ) in str(info.value)
 
 
 def test_as_stream(cext):

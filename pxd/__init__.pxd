@@ -3,9 +3,19 @@
 
 Everything here is declared from custream.h (the single source of the layout); the C
 compiler needs ``custream.get_include()`` on its include path, Cython finds this file on
-``sys.path``. No import call is needed: ``Stream`` is checked against the running type when
-the cimporting module is imported (Cython's ``check_size error``: a layout drift fails
-there, never as silent corruption), and the C-API table is fetched on first use.
+``sys.path``. No import call is needed for the fields and functions: ``Stream`` is checked
+against the running type when the cimporting module is imported, and the C-API table is
+fetched on first use.
+
+Growth: the running custream may be newer than this file, with a larger ``Stream`` (fields
+are only ever appended): ``check_size ignore`` accepts that, as NumPy's ``dtype`` does, while
+Cython still refuses a running type *smaller* than declared (an older custream) at import.
+The fields declared on ``Stream`` below are the ones every custream of this ABI has.
+
+Builds that cannot see the struct (abi3t, PEP 803, where ``PyObject`` is opaque): read the
+fields with ``stream_handle(obj)``, ``stream_flags``, ``stream_device``, ``stream_priority``
+and ``stream_is_closed``, which add the offsets the C-API table carries (one load of the
+table, one add, one load); they need ``custream_import()`` called once first, at module level.
 
 Names:
 
@@ -15,9 +25,15 @@ Names:
 * ``as_stream``, ``from_handle``, ``from_handle_with_deleter``, ``synchronize``,
   ``handle_checked``, ``is_closed``, ``is_stream``, ``launch_host_func``, ``is_capturing``,
   ``sm_count``, ``green_context``: the C API with Cython signatures.
+* ``stream_handle`` and its siblings: the fields through the table's offsets (above).
 * ``Custream_*`` and ``custream_import``: the C functions exactly as custream.h has them.
+
+Free-threaded Python: every name here is safe from any thread; custream's module declares
+itself free-threading compatible. Declare your module so too (``# cython:
+freethreading_compatible=True``) once your own code is.
 """
 
+from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, uint32_t
 
 
@@ -55,7 +71,7 @@ cdef extern from "custream.h":
     # Runs on a thread of the CUDA driver's, without the GIL: declare yours `noexcept nogil`.
     ctypedef void (*custream_host_fn_t)(void *user) noexcept nogil
 
-    ctypedef class custream.Stream [object CustreamStream, check_size error]:
+    ctypedef class custream.Stream [object CustreamStream, check_size ignore]:
         # Fixed when the object is made: read them anywhere, with or without the GIL.
         # The handle stays readable after close(); use handle_checked() or is_closed()
         # where the stream may have been closed.
@@ -64,11 +80,20 @@ cdef extern from "custream.h":
         cdef const int32_t priority        # as created (owned streams); 0 otherwise
         # CUSTREAM_DEVICE_UNKNOWN (-1) until custream resolves it (always, for the default
         # streams, which follow the current context); the Python attribute resolves it.
+        # custream writes it once, atomically, from -1 to the device: a read sees either, and
+        # stream_device() (an atomic load) is the one to use where another thread may be
+        # resolving it.
         cdef const int32_t device
 
     # The C API; each fetches the table from the capsule on first use.
     int custream_import() except -1
     bint Custream_IsClosed(Stream s) nogil
+    # Through the table's offsets (custream.h's accessors); custream_import() first.
+    custream_handle_t custream_handle(PyObject *obj) nogil
+    uint32_t custream_flags(PyObject *obj) nogil
+    int32_t custream_device(PyObject *obj) nogil
+    int32_t custream_priority(PyObject *obj) nogil
+    bint custream_is_closed(PyObject *obj) nogil
     custream_handle_t Custream_Handle(Stream s) nogil
     object Custream_AsStream(object obj)
     object Custream_FromHandle(custream_handle_t handle, int device, object owner)
@@ -178,3 +203,29 @@ cdef inline custream_green_ctx_t green_context(Stream s) except? NULL:
     cdef custream_green_ctx_t g = NULL
     Custream_GreenContext(s, &g)
     return g
+
+
+cdef inline custream_handle_t stream_handle(Stream s) noexcept nogil:
+    """``s.handle`` through the C-API table's offset: for builds that cannot see the struct.
+    ``custream_import()`` must have succeeded."""
+    return custream_handle(<PyObject *>s)
+
+
+cdef inline uint32_t stream_flags(Stream s) noexcept nogil:
+    """``s.flags`` through the table's offset (CUSTREAM_FLAG_*)."""
+    return custream_flags(<PyObject *>s)
+
+
+cdef inline int32_t stream_device(Stream s) noexcept nogil:
+    """``s.device`` through the table's offset, as an atomic load: -1 while unknown."""
+    return custream_device(<PyObject *>s)
+
+
+cdef inline int32_t stream_priority(Stream s) noexcept nogil:
+    """``s.priority`` through the table's offset."""
+    return custream_priority(<PyObject *>s)
+
+
+cdef inline bint stream_is_closed(Stream s) noexcept nogil:
+    """Whether close() was called, through the table's offset; an atomic load."""
+    return custream_is_closed(<PyObject *>s)

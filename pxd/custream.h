@@ -20,10 +20,24 @@
  * Every Custream_* wrapper imports the table on first use if custream_import() was not
  * called, so Cython modules need no import call at all.
  *
+ * Two ways to read a Stream's fields, each one load with no call:
+ *   - the struct, `s->handle`, where this header's CustreamStream is exact: any build whose
+ *     Python.h defines the object header (the GIL build, abi3, and a free-threaded build,
+ *     whose header is 32 bytes: the struct follows the Python.h it is compiled with, as the
+ *     extension's own free-threaded build does);
+ *   - the accessors custream_handle(obj), custream_flags(obj), custream_device(obj),
+ *     custream_priority(obj) and custream_is_closed(obj), which add the field's offset from the
+ *     table to the object's address (one load of the table, one add, one load). They work in
+ *     every build, and they are the only way where the object header is opaque (abi3t,
+ *     PEP 803: Python.h defines _Py_OPAQUE_PYOBJECT; define CUSTREAM_OPAQUE_STREAM to build so
+ *     elsewhere). They need the table: call custream_import() first (in module init).
+ *
  * Evolution is append-only: new table entries and new struct fields go at the end.
+ * custream_import() accepts a table and a struct at least as large as this header's (a newer
+ * custream) and refuses a smaller one (an older custream than the header), naming both; a
+ * field appended after this header's is read through the table's offsets, never assumed.
  * CUSTREAM_ABI_VERSION changes only when something already published changes layout or
- * meaning; custream_import() refuses a mismatch, and Cython's `check_size error` refuses a
- * struct of another size.
+ * meaning, and custream_import() refuses a mismatch.
  *
  * This header is the single source of the layout: the Rust definition (src/layout.rs) is
  * generated from it by bindgen, and a test fails when the two drift.
@@ -39,6 +53,8 @@ extern "C" {
 #endif
 
 #define CUSTREAM_ABI_VERSION 1
+/* The custream release this header comes with; custream_import() names it in its errors. */
+#define CUSTREAM_HEADER_VERSION "0.1.0"
 #define CUSTREAM_CAPSULE_NAME "custream._custream._C_API"
 
 /* CUstream / cudaStream_t, without the CUDA headers. */
@@ -68,6 +84,10 @@ typedef struct CUgreenCtx_st *custream_green_ctx_t;
 
 #define CUSTREAM_DEVICE_UNKNOWN (-1)
 
+#if defined(_Py_OPAQUE_PYOBJECT) && !defined(CUSTREAM_OPAQUE_STREAM)
+#define CUSTREAM_OPAQUE_STREAM 1 /* abi3t: PyObject's size is unknown here, so is ours */
+#endif
+
 /* Called exactly once, with the GIL held, when a stream wrapped with a deleter is closed or
  * deallocated. Never called during interpreter finalization nor in a child process after
  * fork(): there the handle is left to the process's exit. */
@@ -77,14 +97,20 @@ typedef void (*custream_deleter_t)(void *ctx, custream_handle_t handle);
  * of the CUDA driver's, without the GIL (CUDA's CUhostFn / cudaHostFn_t). */
 typedef void (*custream_host_fn_t)(void *user);
 
+#ifdef CUSTREAM_OPAQUE_STREAM
+typedef struct CustreamStream CustreamStream; /* opaque: read it through the accessors */
+#else
 typedef struct CustreamStream {
     PyObject_HEAD
+    /* The four fields before `owner` are also in the table as offsets (CustreamCAPI). */
     custream_handle_t handle;   /* the CUDA stream; fixed for the object's life */
     PyObject *protocol;         /* the (0, handle) tuple __cuda_stream__() returns; fixed */
     uint32_t flags;             /* CUSTREAM_FLAG_* */
     uint32_t state;             /* CUSTREAM_STATE_*; atomic */
-    int32_t device;             /* device ordinal, CUSTREAM_DEVICE_UNKNOWN until resolved
-                                   (always, for default streams); written once, atomically */
+    int32_t device;             /* device ordinal, or CUSTREAM_DEVICE_UNKNOWN: a borrowed
+                                   stream's is learnt on first use and written once, atomically,
+                                   from -1 to the device (never again); always -1 for the
+                                   default streams. A plain read sees -1 or the device. */
     int32_t priority;           /* as created (owned streams); 0 otherwise */
     uint32_t fork_generation;   /* the process's fork count when made: a child never
                                    destroys what its parent made */
@@ -102,6 +128,7 @@ typedef struct CustreamStream {
        call on the handle and raises instead. */
     uint64_t context_id;
 } CustreamStream;
+#endif /* CUSTREAM_OPAQUE_STREAM */
 
 typedef struct CustreamCAPI {
     uint32_t abi_version;   /* CUSTREAM_ABI_VERSION the extension was built with */
@@ -130,17 +157,54 @@ typedef struct CustreamCAPI {
     /* Green contexts (appended). Each returns 0, or -1 with an exception set. */
     int (*green_context)(PyObject *stream, custream_green_ctx_t *out); /* NULL when in none */
     int (*sm_count)(PyObject *stream, unsigned int *out); /* the SMs its work may use */
+    /* The layout (appended): where the fields a consumer reads directly lie, in bytes from
+       the object's start, for the accessors below (and builds that cannot see the struct). */
+    uint32_t handle_offset;   /* custream_handle_t */
+    uint32_t flags_offset;    /* uint32_t, CUSTREAM_FLAG_* */
+    uint32_t state_offset;    /* uint32_t, CUSTREAM_STATE_*; atomic */
+    uint32_t device_offset;   /* int32_t; atomic */
+    uint32_t priority_offset; /* int32_t */
+    uint32_t reserved2;
 } CustreamCAPI;
 
-/* One table per translation unit: each extension module imports its own. */
-static const CustreamCAPI *custream_capi = NULL;
+/* Acquire loads and release stores: the table pointer below is published by whichever
+ * thread imports first, and a Stream's state and device are written atomically by custream.
+ * Elsewhere than GCC and Clang (MSVC on x86 and x64), volatile accesses are both. */
+#if defined(__GNUC__) || defined(__clang__)
+#define CUSTREAM_LOAD_ACQUIRE_(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define CUSTREAM_STORE_RELEASE_(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#else
+#define CUSTREAM_LOAD_ACQUIRE_(p) (*(p))
+#define CUSTREAM_STORE_RELEASE_(p, v) (*(p) = (v))
+#define CUSTREAM_VOLATILE_ volatile
+#endif
+#ifndef CUSTREAM_VOLATILE_
+#define CUSTREAM_VOLATILE_
+#endif
 
-/* Fetch the table. 0 on success; -1 with ImportError set on failure. */
+/* One table per translation unit: each extension module imports its own. Written once per
+ * process's first successful import (two threads importing at once store the same pointer),
+ * read with an acquire load: the table it points to is immutable and lives for the process. */
+static const CustreamCAPI *CUSTREAM_VOLATILE_ custream_capi = NULL;
+
+static inline const CustreamCAPI *custream_table_(void) {
+    return CUSTREAM_LOAD_ACQUIRE_(&custream_capi);
+}
+
+/* Fetch the table. 0 on success; -1 with ImportError set on failure. The installed custream
+ * may be newer than this header (a larger table and struct: accepted) but not older (a
+ * smaller one: refused, naming both releases). */
 static int custream_import(void) {
     const CustreamCAPI *api;
-    if (custream_capi != NULL) return 0;
+    size_t stream_size;
+    if (custream_table_() != NULL) return 0;
     api = (const CustreamCAPI *)PyCapsule_Import(CUSTREAM_CAPSULE_NAME, 0);
     if (api == NULL) return -1;
+#ifdef CUSTREAM_OPAQUE_STREAM
+    stream_size = 0; /* unknown here: the accessors read through the table's offsets */
+#else
+    stream_size = sizeof(CustreamStream);
+#endif
     if (api->abi_version != CUSTREAM_ABI_VERSION) {
         PyErr_Format(PyExc_ImportError,
                      "custream C API version mismatch: this module was compiled against "
@@ -149,75 +213,119 @@ static int custream_import(void) {
                      (int)CUSTREAM_ABI_VERSION, (int)api->abi_version);
         return -1;
     }
-    if (api->api_size < sizeof(CustreamCAPI) || api->stream_size != sizeof(CustreamStream)) {
+    if (api->api_size < sizeof(CustreamCAPI) || api->stream_size < stream_size) {
+        PyObject *mod = PyImport_ImportModule("custream._custream");
+        PyObject *ver = mod ? PyObject_GetAttrString(mod, "__version__") : NULL;
+        PyErr_Clear();
+        if (ver == NULL) ver = PyUnicode_FromString("(version unknown)");
         PyErr_Format(PyExc_ImportError,
-                     "custream C API layout mismatch: compiled against a table of %d bytes "
-                     "and a Stream of %d bytes, the installed custream has %d and %d; "
-                     "rebuild this module against the installed custream",
-                     (int)sizeof(CustreamCAPI), (int)sizeof(CustreamStream),
-                     (int)api->api_size, (int)api->stream_size);
+                     "custream C API layout mismatch: this module was compiled against the "
+                     "custream.h of custream %s (a table of %d bytes and a Stream of %d bytes), "
+                     "the installed custream %S has %d and %d (older than the header); install "
+                     "custream %s or newer, or rebuild this module against the installed one",
+                     CUSTREAM_HEADER_VERSION, (int)sizeof(CustreamCAPI), (int)stream_size, ver,
+                     (int)api->api_size, (int)api->stream_size, CUSTREAM_HEADER_VERSION);
+        Py_XDECREF(ver);
+        Py_XDECREF(mod);
         return -1;
     }
-    custream_capi = api;
+    CUSTREAM_STORE_RELEASE_(&custream_capi, api);
     return 0;
 }
 
+/* The accessors: a field through the table's offset, for every build (the only way where
+ * CUSTREAM_OPAQUE_STREAM is set). `obj` is a custream.Stream (Custream_Check) and
+ * custream_import() has succeeded. None takes a lock or fails. */
+#define CUSTREAM_FIELD_(obj, type, field) \
+    ((const CUSTREAM_VOLATILE_ type *)((const char *)(obj) + custream_table_()->field##_offset))
+/* The raw handle, with no check (see Custream_HandleChecked). */
+static inline custream_handle_t custream_handle(const PyObject *obj) {
+    return *CUSTREAM_FIELD_(obj, custream_handle_t, handle);
+}
+/* CUSTREAM_FLAG_*, fixed when the object is made. */
+static inline uint32_t custream_flags(const PyObject *obj) {
+    return *CUSTREAM_FIELD_(obj, uint32_t, flags);
+}
+/* The priority as created (owned streams), else 0. */
+static inline int32_t custream_priority(const PyObject *obj) {
+    return *CUSTREAM_FIELD_(obj, int32_t, priority);
+}
+/* The device ordinal, or CUSTREAM_DEVICE_UNKNOWN while custream has not learnt it (the
+ * Python attribute `device` asks the driver). */
+static inline int32_t custream_device(const PyObject *obj) {
+    return CUSTREAM_LOAD_ACQUIRE_(CUSTREAM_FIELD_(obj, int32_t, device));
+}
+/* Whether close() was called. */
+static inline int custream_is_closed(const PyObject *obj) {
+    return (CUSTREAM_LOAD_ACQUIRE_(CUSTREAM_FIELD_(obj, uint32_t, state)) & CUSTREAM_STATE_CLOSED) != 0;
+}
+
+#ifdef CUSTREAM_OPAQUE_STREAM
+static inline int Custream_IsClosed(const CustreamStream *s) {
+    return custream_is_closed((const PyObject *)s);
+}
+static inline custream_handle_t Custream_Handle(const CustreamStream *s) {
+    return custream_handle((const PyObject *)s);
+}
+#else
 /* Whether close() was called. Needs no table, takes no lock, never fails. */
 static inline int Custream_IsClosed(const CustreamStream *s) {
-#if defined(__GNUC__) || defined(__clang__)
-    return (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) & CUSTREAM_STATE_CLOSED) != 0;
-#else
-    return (*(volatile const uint32_t *)&s->state & CUSTREAM_STATE_CLOSED) != 0;
-#endif
+    return (CUSTREAM_LOAD_ACQUIRE_((const CUSTREAM_VOLATILE_ uint32_t *)&s->state) &
+            CUSTREAM_STATE_CLOSED) != 0;
 }
 
 /* The raw handle: one load, no check. Use Custream_HandleChecked where the stream may be closed. */
 static inline custream_handle_t Custream_Handle(const CustreamStream *s) { return s->handle; }
+#endif
 
-#define CUSTREAM_API_OR(fail) \
-    if (custream_capi == NULL && custream_import() < 0) return fail
+#define CUSTREAM_API_OR(fail)                                                   \
+    const CustreamCAPI *api_ = custream_table_();                               \
+    if (api_ == NULL) {                                                         \
+        if (custream_import() < 0) return fail;                                 \
+        api_ = custream_table_();                                               \
+    }
 
 static inline PyObject *Custream_AsStream(PyObject *obj) {
     CUSTREAM_API_OR(NULL);
-    return custream_capi->as_stream(obj);
+    return api_->as_stream(obj);
 }
 static inline PyObject *Custream_FromHandle(custream_handle_t handle, int device, PyObject *owner) {
     CUSTREAM_API_OR(NULL);
-    return custream_capi->from_handle(handle, device, owner);
+    return api_->from_handle(handle, device, owner);
 }
 static inline PyObject *Custream_FromHandleWithDeleter(custream_handle_t handle, int device,
                                                        custream_deleter_t deleter, void *ctx) {
     CUSTREAM_API_OR(NULL);
-    return custream_capi->from_handle_with_deleter(handle, device, deleter, ctx);
+    return api_->from_handle_with_deleter(handle, device, deleter, ctx);
 }
 static inline int Custream_Check(PyObject *obj) {
     CUSTREAM_API_OR(-1);
-    return custream_capi->check(obj);
+    return api_->check(obj);
 }
 static inline int Custream_Synchronize(PyObject *stream) {
     CUSTREAM_API_OR(-1);
-    return custream_capi->synchronize(stream);
+    return api_->synchronize(stream);
 }
 static inline int Custream_HandleChecked(PyObject *stream, custream_handle_t *out) {
     CUSTREAM_API_OR(-1);
-    return custream_capi->handle_checked(stream, out);
+    return api_->handle_checked(stream, out);
 }
 /* The stream `stream=None` means in every library that adopts custream: the innermost
  * `with s:` block's stream in this thread or asyncio task, else the default stream. */
 static inline PyObject *Custream_CurrentStream(void) {
     CUSTREAM_API_OR(NULL);
-    return custream_capi->current_stream();
+    return api_->current_stream();
 }
 /* custream.DEFAULT_STREAM, LEGACY_DEFAULT_STREAM or PER_THREAD_DEFAULT_STREAM, by token
  * (CUSTREAM_NULL_STREAM, CUSTREAM_LEGACY_DEFAULT_STREAM, CUSTREAM_PER_THREAD_DEFAULT_STREAM). */
 static inline PyObject *Custream_DefaultStream(custream_handle_t token) {
     CUSTREAM_API_OR(NULL);
-    return custream_capi->default_stream(token);
+    return api_->default_stream(token);
 }
 /* The next stream of a custream.StreamPool, round-robin; a C call, no Python call. */
 static inline PyObject *Custream_PoolGet(PyObject *pool) {
     CUSTREAM_API_OR(NULL);
-    return custream_capi->pool_get(pool);
+    return api_->pool_get(pool);
 }
 /* Queue fn(user) on the stream (cuLaunchHostFunc): it runs once the work queued before it is
  * done, on a thread of the driver's, without the GIL; the GIL is released around the driver
@@ -227,13 +335,13 @@ static inline PyObject *Custream_PoolGet(PyObject *pool) {
  * a NULL fn, no driver, the driver's error). */
 static inline int Custream_LaunchHostFunc(PyObject *stream, custream_host_fn_t fn, void *user) {
     CUSTREAM_API_OR(-1);
-    return custream_capi->launch_host_func(stream, fn, user);
+    return api_->launch_host_func(stream, fn, user);
 }
 /* 1 while the stream is capturing a CUDA graph (active or invalidated, whoever began it), 0
  * if not; -1 with an exception set. One driver call (cuStreamIsCapturing), no Python call. */
 static inline int Custream_IsCapturing(PyObject *stream) {
     CUSTREAM_API_OR(-1);
-    return custream_capi->is_capturing(stream);
+    return api_->is_capturing(stream);
 }
 
 /* The green context the stream's work runs in (CUgreenCtx), or NULL when it runs on the whole
@@ -242,14 +350,14 @@ static inline int Custream_IsCapturing(PyObject *stream) {
  * success; -1 with an exception set (a closed stream, no driver, the driver's error). */
 static inline int Custream_GreenContext(PyObject *stream, custream_green_ctx_t *out) {
     CUSTREAM_API_OR(-1);
-    return custream_capi->green_context(stream, out);
+    return api_->green_context(stream, out);
 }
 /* How many SMs the stream's work may use: its green context's for a stream in one, else the
  * whole device's (CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT); e.g. to size a persistent
  * kernel's grid. 0 on success; -1 with an exception set. */
 static inline int Custream_SmCount(PyObject *stream, unsigned int *out) {
     CUSTREAM_API_OR(-1);
-    return custream_capi->sm_count(stream, out);
+    return api_->sm_count(stream, out);
 }
 
 #undef CUSTREAM_API_OR

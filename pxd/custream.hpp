@@ -86,10 +86,10 @@ inline constexpr bool is_owner_v =
                        std::is_nothrow_move_assignable<T>>;
 
 /* Every entry below fetches the table first; the inline checks read the type from it. */
-inline bool imported() noexcept { return custream_capi != nullptr || custream_import() == 0; }
+inline bool imported() noexcept { return custream_table_() != nullptr || custream_import() == 0; }
 
 inline bool is_stream(PyObject *obj) noexcept {
-    return obj != nullptr && Py_TYPE(obj) == custream_capi->StreamType;
+    return obj != nullptr && Py_TYPE(obj) == custream_table_()->StreamType;
 }
 
 inline bool interpreter_alive() noexcept {
@@ -209,7 +209,7 @@ class stream_ref {
         custream_handle_t handle = nullptr;
         if (detail::is_stream(obj)) {
             const CustreamStream *s = reinterpret_cast<const CustreamStream *>(obj);
-            if (!Custream_IsClosed(s)) return stream_ref(s->handle);
+            if (!Custream_IsClosed(s)) return stream_ref(Custream_Handle(s));
             Custream_HandleChecked(obj, &handle);  // raises the closed-stream ValueError
             return std::nullopt;
         }
@@ -278,7 +278,7 @@ class stream {
     /* The handle: one load, no check, no GIL. After close() it may name a destroyed stream;
      * is_closed() says so, and stream_ref::from_python(get()) refuses it. */
     stream_ref ref() const noexcept {
-        return obj_ ? stream_ref(reinterpret_cast<const CustreamStream *>(obj_)->handle) : stream_ref();
+        return obj_ ? stream_ref(Custream_Handle(reinterpret_cast<const CustreamStream *>(obj_))) : stream_ref();
     }
     operator stream_ref() const noexcept { return ref(); }
     template <class R, std::enable_if_t<detail::is_ref_target_v<R>, int> = 0>

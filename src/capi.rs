@@ -4,6 +4,7 @@
 //! `PyObject *` is NULL or alive; src/object.rs turns those pointers into safe views.
 
 use std::ffi::{c_int, c_uint, c_void, CStr};
+use std::mem::offset_of;
 use std::ptr::NonNull;
 use std::sync::OnceLock;
 
@@ -17,14 +18,16 @@ use crate::callback;
 use crate::current;
 use crate::layout::{
     custream_deleter_t, custream_green_ctx_t, custream_handle_t, custream_host_fn_t, CustreamCAPI, CustreamStream,
-    CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME,
+    CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME, GROWTH, STREAM_SIZE,
 };
 use crate::object::{self, StreamObject};
 use crate::pool::StreamPool;
 use crate::protocol;
 use crate::stream::{self, Parts};
 
-struct Table(CustreamCAPI);
+/// The table, and what a grown build appends to it (src/layout.rs's GROWTH).
+#[repr(C)]
+struct Table(CustreamCAPI, [u8; GROWTH]);
 // SAFETY: the table is written once, before it is published, and only read afterwards;
 // its pointers are to functions and to the type object, which live for the process.
 unsafe impl Sync for Table {}
@@ -220,26 +223,36 @@ fn sm_count_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut 
 /// The capsule holding the table; the table lives for the process.
 pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     let table = TABLE.get_or_init(|| {
-        Table(CustreamCAPI {
-            abi_version: CUSTREAM_ABI_VERSION,
-            api_size: std::mem::size_of::<CustreamCAPI>() as u32,
-            stream_size: std::mem::size_of::<CustreamStream>() as u32,
-            reserved: 0,
-            StreamType: object::stream_type_ptr(),
-            as_stream: Some(as_stream),
-            from_handle: Some(from_handle),
-            from_handle_with_deleter: Some(from_handle_with_deleter),
-            check: Some(check),
-            synchronize: Some(synchronize),
-            handle_checked: Some(handle_checked),
-            current_stream: Some(current_stream),
-            default_stream: Some(default_stream),
-            pool_get: Some(pool_get),
-            launch_host_func: Some(launch_host_func),
-            is_capturing: Some(is_capturing),
-            green_context: Some(green_context),
-            sm_count: Some(sm_count),
-        })
+        let offset = |o: usize| o as u32;
+        Table(
+            CustreamCAPI {
+                abi_version: CUSTREAM_ABI_VERSION,
+                api_size: size_of::<Table>() as u32,
+                stream_size: STREAM_SIZE as u32,
+                reserved: 0,
+                StreamType: object::stream_type_ptr(),
+                as_stream: Some(as_stream),
+                from_handle: Some(from_handle),
+                from_handle_with_deleter: Some(from_handle_with_deleter),
+                check: Some(check),
+                synchronize: Some(synchronize),
+                handle_checked: Some(handle_checked),
+                current_stream: Some(current_stream),
+                default_stream: Some(default_stream),
+                pool_get: Some(pool_get),
+                launch_host_func: Some(launch_host_func),
+                is_capturing: Some(is_capturing),
+                green_context: Some(green_context),
+                sm_count: Some(sm_count),
+                handle_offset: offset(offset_of!(CustreamStream, handle)),
+                flags_offset: offset(offset_of!(CustreamStream, flags)),
+                state_offset: offset(offset_of!(CustreamStream, state)),
+                device_offset: offset(offset_of!(CustreamStream, device)),
+                priority_offset: offset(offset_of!(CustreamStream, priority)),
+                reserved2: 0,
+            },
+            [0; GROWTH],
+        )
     });
     let name = CStr::from_bytes_with_nul(CUSTREAM_CAPSULE_NAME).map_err(|e| PyValueError::new_err(e.to_string()))?;
     // SAFETY: the table lives for the process, as the capsule's readers need.

@@ -1,6 +1,6 @@
 //! The Python face of the Stream object: a type built with PyType_FromSpec whose
-//! `tp_basicsize` is `sizeof(CustreamStream)`, so Cython's `check_size error` and the C API
-//! see exactly the layout pxd/custream.h declares. pyo3's #[pyclass] layout is not a C ABI,
+//! `tp_basicsize` is `sizeof(CustreamStream)`, so Cython's size check and the C API see
+//! exactly the layout pxd/custream.h declares. pyo3's #[pyclass] layout is not a C ABI,
 //! which is why this type is assembled from slots by hand. Every slot and method here is a
 //! safe function: `entry!` (src/object.rs) makes the `extern "C"` shim CPython calls.
 
@@ -22,7 +22,7 @@ use crate::driver::CaptureMode;
 use crate::event::{self, Event};
 use crate::graph::Graph;
 use crate::green_type::green_context_arg;
-use crate::layout::CustreamStream;
+use crate::layout::{CustreamStream, STREAM_SIZE};
 use crate::object::{self, entry, Fastcall, StreamObject, TupleDict};
 use crate::protocol::{self, handle_from_int};
 use crate::stream::{self, closed_error, Parts};
@@ -559,7 +559,7 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
     ]);
     let spec = Box::leak(Box::new(ffi::PyType_Spec {
         name: c"custream.Stream".as_ptr() as *const c_char,
-        basicsize: std::mem::size_of::<CustreamStream>() as c_int,
+        basicsize: STREAM_SIZE as c_int,
         itemsize: 0,
         flags: (ffi::Py_TPFLAGS_DEFAULT | ffi::Py_TPFLAGS_HAVE_GC | ffi::Py_TPFLAGS_IMMUTABLETYPE) as _,
         slots,

@@ -80,7 +80,9 @@ fn generate(python: &Python, resource_dir: Option<&Path>) -> Result<String, bind
         .raw_line("//! Regenerate with `CUSTREAM_BLESS=1 cargo test --test layout`.")
         .raw_line("#![allow(non_camel_case_types, non_snake_case, dead_code)]")
         .raw_line("use pyo3::ffi::{PyObject, PyTypeObject};")
-        .layout_tests(true)
+        // No numbers: the object header's size is the build's (16 bytes, 32 free-threaded);
+        // `compiled_layout_is_rust_layout` below compares the layouts per build instead.
+        .layout_tests(false)
         .derive_debug(false)
         .derive_default(false)
         .generate_comments(false)
@@ -196,5 +198,93 @@ fn layout_rs_matches_header() {
         "{} drifted from pxd/custream.h; \
          run `CUSTREAM_BLESS=1 cargo test --test layout` and commit the result",
         drifted.join(" and ")
+    );
+}
+
+/// The fields whose offsets the C compiler and Rust must agree on: every field of both structs.
+macro_rules! fields {
+    ($m:ident) => {
+        $m!(CustreamStream: handle protocol flags state device priority fork_generation reserved owner
+            deleter deleter_ctx context weakreflist context_id);
+        $m!(CustreamCAPI: abi_version api_size stream_size reserved StreamType as_stream from_handle
+            from_handle_with_deleter check synchronize handle_checked current_stream default_stream
+            pool_get launch_host_func is_capturing green_context sm_count handle_offset flags_offset
+            state_offset device_offset priority_offset reserved2);
+    };
+}
+
+/// The layout as this build's Rust sees it, one "name value" line each, in the order the C
+/// program below prints them.
+fn rust_layout() -> String {
+    use pyo3_custream::ffi::{CustreamCAPI, CustreamStream};
+    let mut out = format!("PyObject {}\n", size_of::<pyo3::ffi::PyObject>());
+    macro_rules! rust {
+        ($t:ident: $($f:ident)*) => {
+            out += &format!("{} {}\n", stringify!($t), size_of::<$t>());
+            $(out += &format!("{}.{} {}\n", stringify!($t), stringify!($f), std::mem::offset_of!($t, $f));)*
+        };
+    }
+    fields!(rust);
+    out
+}
+
+/// A C program printing the same lines as compiled against custream.h and `python`'s headers.
+fn c_program() -> String {
+    let mut c = String::from(
+        "#include <stddef.h>\n#include <stdio.h>\n#include \"custream.h\"\nint main(void) {\n\
+         printf(\"PyObject %zu\\n\", sizeof(PyObject));\n",
+    );
+    macro_rules! c {
+        ($t:ident: $($f:ident)*) => {
+            c += &format!("printf(\"{0} %zu\\n\", sizeof({0}));\n", stringify!($t));
+            $(c += &format!("printf(\"{0}.{1} %zu\\n\", offsetof({0}, {1}));\n", stringify!($t), stringify!($f));)*
+        };
+    }
+    fields!(c);
+    c + "return 0;\n}\n"
+}
+
+/// What the C compiler makes of custream.h with the Python headers this build is for is what
+/// Rust's ffi module says, field by field: per build, so a free-threaded build (a 32-byte
+/// object header) is compared as it is, not against numbers written for the GIL build.
+#[test]
+fn compiled_layout_is_rust_layout() {
+    let python = python();
+    let dir = std::env::temp_dir().join(format!("custream-layout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (src, exe) = (dir.join("layout.c"), dir.join("layout"));
+    std::fs::write(&src, c_program()).unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = Command::new(&cc)
+        .arg(format!("-I{}", root.join("pxd").display()))
+        .arg(format!("-I{}", python.include))
+        // The header's inline functions call libpython, which this program never calls.
+        .args(["-O2", "-Wl,--unresolved-symbols=ignore-all", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| fail(format!("running the C compiler {cc} (CC names another): {e}")));
+    if !built.status.success() {
+        fail(format!(
+            "{cc} could not compile custream.h's layout program against {}'s headers: {}",
+            python.name,
+            String::from_utf8_lossy(&built.stderr)
+        ));
+    }
+    let compiled = String::from_utf8(Command::new(&exe).output().unwrap().stdout).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let rust = rust_layout();
+    let header = |s: &str| s.lines().next().unwrap_or_default().to_string();
+    assert_eq!(
+        header(&compiled),
+        header(&rust),
+        "{}'s object header is not the one this build is for (pyo3's interpreter): set PYTHON \
+         to the interpreter the build uses",
+        python.name
+    );
+    assert_eq!(
+        compiled, rust,
+        "custream.h as compiled (left) and pyo3-custream's ffi (right) differ"
     );
 }

@@ -1,7 +1,7 @@
 //! custream's C-API table, imported from the capsule `custream._custream._C_API` at first use
-//! and checked as `custream_import()` in custream.h checks it: the ABI version must match, the
-//! table may be bigger than ours (it grows append-only) but not smaller, and the Stream struct
-//! must have our size. Nothing here links to the extension.
+//! and checked as `custream_import()` in custream.h checks it: the ABI version must match, and
+//! the table and the Stream struct may be bigger than ours (they grow append-only) but not
+//! smaller. Nothing here links to the extension.
 
 use std::ffi::{c_int, CStr};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -68,16 +68,23 @@ fn import(py: Python<'_>) -> PyResult<Api> {
              release this crate's version names, or a pyo3-custream release for the installed custream"
         )));
     }
+    // A newer custream's table and struct are larger (append-only): accepted. A smaller one is
+    // an older custream than this crate's header, without what we would read.
     let ours = (size_of::<CustreamCAPI>(), size_of::<CustreamStream>());
-    if (api_size as usize) < ours.0 || stream_size as usize != ours.1 {
+    if (api_size as usize) < ours.0 || (stream_size as usize) < ours.1 {
+        let installed = py
+            .import("custream._custream")
+            .and_then(|m| m.getattr("__version__"))
+            .map_or_else(|_| "(version unknown)".to_string(), |v| v.to_string());
         return Err(PyImportError::new_err(format!(
-            "custream C API layout mismatch: pyo3-custream {version} was built against a table of {} bytes \
-             and a Stream of {} bytes, the installed custream has {api_size} and {stream_size} (too old?); \
-             install the custream release this crate's version names",
+            "custream C API layout mismatch: pyo3-custream {version} was built against custream {version}'s \
+             table of {} bytes and Stream of {} bytes, the installed custream {installed} has {api_size} and \
+             {stream_size} (older than this crate); install custream {version} or newer",
             ours.0, ours.1
         )));
     }
-    // SAFETY: the version and the sizes match: the table is a whole CustreamCAPI, static.
+    // SAFETY: the version matches and the table and struct are at least ours: the table
+    // begins with a whole CustreamCAPI, static.
     let table: &'static CustreamCAPI = unsafe { table.as_ref() };
     if table.StreamType.is_null() || table.as_stream.is_none() || table.from_handle_with_deleter.is_none() {
         return Err(PyImportError::new_err(

@@ -6,6 +6,7 @@
 use pyo3::ffi::{PyObject, PyTypeObject};
 
 pub const CUSTREAM_ABI_VERSION: u32 = 1;
+pub const CUSTREAM_HEADER_VERSION: &[u8; 6] = b"0.1.0\0";
 pub const CUSTREAM_CAPSULE_NAME: &[u8; 26] = b"custream._custream._C_API\0";
 pub const CUSTREAM_FLAG_OWNED: u32 = 1;
 pub const CUSTREAM_FLAG_DEFAULT: u32 = 2;
@@ -50,27 +51,6 @@ pub struct CustreamStream {
     pub weakreflist: *mut PyObject,
     pub context_id: u64,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CustreamStream"][::std::mem::size_of::<CustreamStream>() - 104usize];
-    ["Alignment of CustreamStream"][::std::mem::align_of::<CustreamStream>() - 8usize];
-    ["Offset of field: CustreamStream::ob_base"][::std::mem::offset_of!(CustreamStream, ob_base) - 0usize];
-    ["Offset of field: CustreamStream::handle"][::std::mem::offset_of!(CustreamStream, handle) - 16usize];
-    ["Offset of field: CustreamStream::protocol"][::std::mem::offset_of!(CustreamStream, protocol) - 24usize];
-    ["Offset of field: CustreamStream::flags"][::std::mem::offset_of!(CustreamStream, flags) - 32usize];
-    ["Offset of field: CustreamStream::state"][::std::mem::offset_of!(CustreamStream, state) - 36usize];
-    ["Offset of field: CustreamStream::device"][::std::mem::offset_of!(CustreamStream, device) - 40usize];
-    ["Offset of field: CustreamStream::priority"][::std::mem::offset_of!(CustreamStream, priority) - 44usize];
-    ["Offset of field: CustreamStream::fork_generation"]
-        [::std::mem::offset_of!(CustreamStream, fork_generation) - 48usize];
-    ["Offset of field: CustreamStream::reserved"][::std::mem::offset_of!(CustreamStream, reserved) - 52usize];
-    ["Offset of field: CustreamStream::owner"][::std::mem::offset_of!(CustreamStream, owner) - 56usize];
-    ["Offset of field: CustreamStream::deleter"][::std::mem::offset_of!(CustreamStream, deleter) - 64usize];
-    ["Offset of field: CustreamStream::deleter_ctx"][::std::mem::offset_of!(CustreamStream, deleter_ctx) - 72usize];
-    ["Offset of field: CustreamStream::context"][::std::mem::offset_of!(CustreamStream, context) - 80usize];
-    ["Offset of field: CustreamStream::weakreflist"][::std::mem::offset_of!(CustreamStream, weakreflist) - 88usize];
-    ["Offset of field: CustreamStream::context_id"][::std::mem::offset_of!(CustreamStream, context_id) - 96usize];
-};
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct CustreamCAPI {
@@ -117,29 +97,10 @@ pub struct CustreamCAPI {
     pub sm_count: ::std::option::Option<
         unsafe extern "C" fn(stream: *mut PyObject, out: *mut ::std::os::raw::c_uint) -> ::std::os::raw::c_int,
     >,
+    pub handle_offset: u32,
+    pub flags_offset: u32,
+    pub state_offset: u32,
+    pub device_offset: u32,
+    pub priority_offset: u32,
+    pub reserved2: u32,
 }
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    ["Size of CustreamCAPI"][::std::mem::size_of::<CustreamCAPI>() - 128usize];
-    ["Alignment of CustreamCAPI"][::std::mem::align_of::<CustreamCAPI>() - 8usize];
-    ["Offset of field: CustreamCAPI::abi_version"][::std::mem::offset_of!(CustreamCAPI, abi_version) - 0usize];
-    ["Offset of field: CustreamCAPI::api_size"][::std::mem::offset_of!(CustreamCAPI, api_size) - 4usize];
-    ["Offset of field: CustreamCAPI::stream_size"][::std::mem::offset_of!(CustreamCAPI, stream_size) - 8usize];
-    ["Offset of field: CustreamCAPI::reserved"][::std::mem::offset_of!(CustreamCAPI, reserved) - 12usize];
-    ["Offset of field: CustreamCAPI::StreamType"][::std::mem::offset_of!(CustreamCAPI, StreamType) - 16usize];
-    ["Offset of field: CustreamCAPI::as_stream"][::std::mem::offset_of!(CustreamCAPI, as_stream) - 24usize];
-    ["Offset of field: CustreamCAPI::from_handle"][::std::mem::offset_of!(CustreamCAPI, from_handle) - 32usize];
-    ["Offset of field: CustreamCAPI::from_handle_with_deleter"]
-        [::std::mem::offset_of!(CustreamCAPI, from_handle_with_deleter) - 40usize];
-    ["Offset of field: CustreamCAPI::check"][::std::mem::offset_of!(CustreamCAPI, check) - 48usize];
-    ["Offset of field: CustreamCAPI::synchronize"][::std::mem::offset_of!(CustreamCAPI, synchronize) - 56usize];
-    ["Offset of field: CustreamCAPI::handle_checked"][::std::mem::offset_of!(CustreamCAPI, handle_checked) - 64usize];
-    ["Offset of field: CustreamCAPI::current_stream"][::std::mem::offset_of!(CustreamCAPI, current_stream) - 72usize];
-    ["Offset of field: CustreamCAPI::default_stream"][::std::mem::offset_of!(CustreamCAPI, default_stream) - 80usize];
-    ["Offset of field: CustreamCAPI::pool_get"][::std::mem::offset_of!(CustreamCAPI, pool_get) - 88usize];
-    ["Offset of field: CustreamCAPI::launch_host_func"]
-        [::std::mem::offset_of!(CustreamCAPI, launch_host_func) - 96usize];
-    ["Offset of field: CustreamCAPI::is_capturing"][::std::mem::offset_of!(CustreamCAPI, is_capturing) - 104usize];
-    ["Offset of field: CustreamCAPI::green_context"][::std::mem::offset_of!(CustreamCAPI, green_context) - 112usize];
-    ["Offset of field: CustreamCAPI::sm_count"][::std::mem::offset_of!(CustreamCAPI, sm_count) - 120usize];
-};

@@ -19,6 +19,18 @@ mod cudarc_interop;
 #[allow(missing_docs)]
 pub mod ffi;
 mod handover;
+
+// The layout custream.h promises, in terms of the object header, whose size is the build's
+// (16 bytes; 32 in a free-threaded build): the Stream's fields follow it with no gap, and the
+// table holds no Python object, so its size is the same in every build.
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    const HEAD: usize = size_of::<pyo3::ffi::PyObject>();
+    assert!(offset_of!(ffi::CustreamStream, handle) == HEAD);
+    assert!(offset_of!(ffi::CustreamStream, context_id) == HEAD + 80);
+    assert!(size_of::<ffi::CustreamStream>() == HEAD + 88);
+    assert!(size_of::<ffi::CustreamCAPI>() == 152);
+};
 mod stream;
 mod stream_ref;
 
