@@ -94,6 +94,7 @@ impl Call {
     /// after. On custream's thread.
     fn run_once(self, py: Option<Python<'_>>) -> relay::After {
         let Call { payload, flag, .. } = self;
+        let armed = relay::Armed::new(relay::After::Raise(flag));
         match py.filter(|_| lifecycle::may_release(payload.generation)) {
             Some(py) => {
                 let _inside = HostFunctionScope::enter();
@@ -102,13 +103,13 @@ impl Call {
             }
             None => std::mem::forget(payload),
         }
-        relay::After::Raise(flag)
+        armed.disarm()
     }
 }
 
 /// The trampoline of a host node (a call queued during a capture): runs at each launch.
 unsafe extern "C" fn run_in_graph(user: *mut c_void) {
-    let node = SendPtr(user);
+    let node = CallPtr(user);
     // SAFETY: the call is owned by a user object that the graph holds, which the driver
     // destroys only after the graph's last launch ran, and a launch runs only once the flag
     // this raises is up: the call outlives every use below.
@@ -120,11 +121,12 @@ unsafe extern "C" fn run_in_graph(user: *mut c_void) {
     relay::post(Box::new(move |py| {
         // SAFETY: as above; `node` is the same pointer.
         let call = unsafe { &*node.get().cast::<Call>() };
+        let armed = relay::Armed::new(relay::After::RaiseKept(call.flag.raiser()));
         if let Some(py) = py.filter(|_| lifecycle::may_release(call.payload.generation)) {
             let _inside = HostFunctionScope::enter();
             call.payload.run(py);
         }
-        relay::After::RaiseKept(call.flag.raiser())
+        armed.disarm()
     }));
 }
 
@@ -144,15 +146,29 @@ unsafe extern "C" fn release_graph_payload(user: *mut c_void) {
     }));
 }
 
-/// A pointer handed to the driver from a thread without the GIL.
+/// A `Call`'s address, handed to the driver and to custream's thread.
 #[derive(Clone, Copy)]
-struct SendPtr(*mut c_void);
-// SAFETY: the pointee (a `Call`) is only touched by the trampolines and by custream's thread,
-// which touches its Python objects only with the GIL.
-unsafe impl Send for SendPtr {}
+struct CallPtr(*mut c_void);
+// SAFETY: the pointee is a `Call`, only read (its flag is atomic) by the trampolines and by
+// custream's thread, which touches its Python objects only attached to the interpreter.
+unsafe impl Send for CallPtr {}
 
-impl SendPtr {
-    /// The pointer (a method, so a closure captures the whole `SendPtr`, not its field).
+impl CallPtr {
+    /// The pointer (a method, so a closure captures the whole `CallPtr`, not its field).
+    fn get(self) -> *mut c_void {
+        self.0
+    }
+}
+
+/// A C caller's `user` pointer for `Custream_LaunchHostFunc`, opaque to us.
+#[derive(Clone, Copy)]
+struct CUser(*mut c_void);
+// SAFETY: we never dereference it; custream.h's contract for the C entry makes the caller
+// promise that `fn(user)` may run on any thread (a driver thread runs it), so the pointer may
+// go to another thread, which is all this lets it do.
+unsafe impl Send for CUser {}
+
+impl CUser {
     fn get(self) -> *mut c_void {
         self.0
     }
@@ -244,7 +260,7 @@ fn launch_in_capture(py: Python<'_>, h: StreamHandle, call: Box<Call>) -> driver
             return Err(e);
         }
     };
-    let user = SendPtr(call);
+    let user = CallPtr(call);
     // SAFETY: the call lives until the user object's destructor, after every launch.
     let launched = gil::detach(py, move || unsafe {
         driver::launch_host_func(h, run_in_graph, user.get())
@@ -266,7 +282,7 @@ pub fn launch_c(
     f: unsafe extern "C" fn(*mut c_void),
     user: *mut c_void,
 ) -> PyResult<()> {
-    let user = SendPtr(user);
+    let user = CUser(user);
     stream.use_handle(py, "launch_host_func()", |h| {
         // SAFETY: the C caller's contract (custream.h): `f(user)` is safe on any thread.
         gil::detach(py, move || unsafe { driver::launch_host_func(h, f, user.get()) })

@@ -63,6 +63,12 @@ impl Flag {
 pub struct Raiser(&'static AtomicU32);
 
 impl Raiser {
+    /// A raiser of a word of the tests' own (no driver: no page, no mapping).
+    #[cfg(test)]
+    pub fn of(word: &'static AtomicU32) -> Raiser {
+        Raiser(word)
+    }
+
     /// As `Flag::raise`.
     pub fn raise(self) {
         self.0.store(1, Ordering::Release);

@@ -66,21 +66,23 @@ pub struct Awaited(());
 
 impl Awaited {
     pub fn new() -> Awaited {
-        AWAITED.fetch_add(1, Ordering::Relaxed);
+        // Release: a thread that sees the launch this counts (its stream's work, an event
+        // recorded after it) sees the count too, with or without a GIL between them.
+        AWAITED.fetch_add(1, Ordering::Release);
         Awaited(())
     }
 }
 
 impl Drop for Awaited {
     fn drop(&mut self) {
-        AWAITED.fetch_sub(1, Ordering::Relaxed);
+        AWAITED.fetch_sub(1, Ordering::Release);
     }
 }
 
-/// Whether a Python call the GPU may be waiting for exists (the GIL orders this with the
-/// launch that counted it).
+/// Whether a Python call the GPU may be waiting for exists (ordered after the launch that
+/// counted it: `Awaited::new`).
 pub fn python_awaited() -> bool {
-    AWAITED.load(Ordering::Relaxed) != 0
+    AWAITED.load(Ordering::Acquire) != 0
 }
 
 /// Run a brief driver call (a record, a wait, a query: it takes the driver's locks but never

@@ -6,7 +6,7 @@
 //! - core: `stream`, `event`, `pool`, `graph`, `green`, `current`, `callback`, `protocol`,
 //!   `relay`, `flags`, `owner`
 //! - capture: `capture` (what a capture is to custream, by handle)
-//! - base: `object` (the one module that touches Python objects raw), `lifecycle`, `errors`,
+//! - base: `object` (the one module that touches Python objects raw), `lifecycle`, `state_word`, `errors`,
 //!   `args`, `boundary`, `gil`
 //! - ground: `driver` (owning handles, their views, every driver call), `process` (fork, exit,
 //!   host-function state), `libcuda` (the library), `layout`
@@ -49,6 +49,7 @@ mod pool_type;
 mod process;
 mod protocol;
 mod relay;
+mod state_word;
 mod stream;
 mod stream_type;
 

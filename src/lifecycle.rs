@@ -2,12 +2,8 @@
 //! where it lives and how it is made (`Home`), how a use holds it open (`InUse`), and how it
 //! is closed and released exactly once (`close`, `close_quietly`, `release_at_dealloc`).
 //!
-//! The state word: the closed bit, the released bit, and the count of uses in flight.
-//! `close()` may race a `synchronize()` that released the GIL, another `close()`, or the
-//! deallocation that follows. The rule that keeps them apart: whoever moves the word to
-//! "closed with no users" releases the object, and only one compare-and-swap can do that,
-//! so the driver object is destroyed (or the deleter called) exactly once and never while
-//! a call on it is still in flight. Nothing outside this file writes the word.
+//! The state word (src/state_word.rs) decides who releases: exactly once, never while a use
+//! is in flight. Nothing outside these two files writes it.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -17,87 +13,8 @@ use pyo3::prelude::*;
 
 use crate::driver::{self, Context, DriverError};
 use crate::gil;
-use crate::layout::{
-    CUSTREAM_STATE_CLOSED as CLOSED, CUSTREAM_STATE_RELEASED as RELEASED, CUSTREAM_STATE_USERS as USERS,
-};
 use crate::process;
-
-/// What the caller must do after `close()` or the end of a use.
-#[must_use]
-#[derive(Debug, PartialEq, Eq)]
-enum Release {
-    /// Release the object now: this caller won the right to, once.
-    Now,
-    /// Nothing: it is still in use, or somebody else released it.
-    NotYours,
-}
-
-/// The state word's transitions.
-struct Word<'a>(&'a AtomicU32);
-
-impl Word<'_> {
-    fn is_closed(&self) -> bool {
-        self.0.load(Ordering::Acquire) & CLOSED != 0
-    }
-
-    /// Begin a use; false once closed.
-    fn enter(&self) -> bool {
-        let mut s = self.0.load(Ordering::Acquire);
-        loop {
-            if s & CLOSED != 0 || s & USERS == USERS {
-                return false;
-            }
-            match self
-                .0
-                .compare_exchange_weak(s, s + 1, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return true,
-                Err(now) => s = now,
-            }
-        }
-    }
-
-    /// End a use begun by `enter`.
-    fn leave(&self) -> Release {
-        let before = self.0.fetch_sub(1, Ordering::AcqRel);
-        if before == CLOSED | 1 {
-            self.claim_release()
-        } else {
-            Release::NotYours
-        }
-    }
-
-    /// Mark closed. `Now` if no use is in flight and nobody released it before.
-    fn close(&self) -> Release {
-        let before = self.0.fetch_or(CLOSED, Ordering::AcqRel);
-        if before & CLOSED == 0 && before & USERS == 0 {
-            self.claim_release()
-        } else {
-            Release::NotYours
-        }
-    }
-
-    fn claim_release(&self) -> Release {
-        match self
-            .0
-            .compare_exchange(CLOSED, CLOSED | RELEASED, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => Release::Now,
-            Err(_) => Release::NotYours,
-        }
-    }
-
-    /// At deallocation nothing else can reach the object (no reference, so no use in
-    /// flight), so a load and a store do what `close` does: its read-modify-writes cost
-    /// more than the rest of a borrowed stream's teardown.
-    fn close_unshared(&self) -> Release {
-        if self.0.load(Ordering::Acquire) & RELEASED != 0 {
-            return Release::NotYours;
-        }
-        self.0.store(CLOSED | RELEASED, Ordering::Release);
-        Release::Now
-    }
-}
+use crate::state_word::{Release, Word};
 
 /// An object with this lifecycle: its state word, the fork generation it was made in, and
 /// what releasing it means.
@@ -164,6 +81,12 @@ pub fn enter<'a, T: Managed>(obj: &'a T, py: Python<'a>, what: &str) -> PyResult
         return Err(closed_error(T::KIND, what));
     }
     Ok(InUse { obj, py })
+}
+
+/// Hold `obj` open without a driver call (to read what its release drops): also in a forked
+/// child, where no driver call may follow. None once closed.
+pub fn hold<'a, T: Managed>(obj: &'a T, py: Python<'a>) -> Option<InUse<'a, T>> {
+    Word(obj.state()).enter().then_some(InUse { obj, py })
 }
 
 impl<T: Managed> InUse<'_, T> {
@@ -428,84 +351,5 @@ pub fn run_deferred() {
     let waiting = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(PoisonError::into_inner));
     for release in waiting {
         release();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::AtomicUsize;
-    use std::sync::Arc;
-
-    #[test]
-    fn close_without_users_releases_once() {
-        let w = AtomicU32::new(0);
-        let l = Word(&w);
-        assert!(!l.is_closed());
-        assert_eq!(l.close(), Release::Now);
-        assert!(l.is_closed());
-        assert_eq!(l.close(), Release::NotYours);
-        assert!(!l.enter());
-    }
-
-    #[test]
-    fn close_during_a_call_defers_release_to_the_caller() {
-        let w = AtomicU32::new(0);
-        let l = Word(&w);
-        assert!(l.enter());
-        assert!(l.enter());
-        assert_eq!(l.close(), Release::NotYours);
-        assert!(!l.enter(), "a closed object accepts no new uses");
-        assert_eq!(l.leave(), Release::NotYours);
-        assert_eq!(l.leave(), Release::Now);
-        assert_eq!(l.close(), Release::NotYours);
-    }
-
-    #[test]
-    fn calls_that_end_before_close_leave_nothing_to_release() {
-        let w = AtomicU32::new(0);
-        let l = Word(&w);
-        assert!(l.enter());
-        assert_eq!(l.leave(), Release::NotYours);
-        assert_eq!(l.close(), Release::Now);
-    }
-
-    #[test]
-    fn dealloc_releases_unless_close_already_did() {
-        let w = AtomicU32::new(0);
-        assert_eq!(Word(&w).close_unshared(), Release::Now);
-        assert!(Word(&w).is_closed());
-        assert_eq!(Word(&w).close_unshared(), Release::NotYours);
-        let w = AtomicU32::new(0);
-        assert_eq!(Word(&w).close(), Release::Now);
-        assert_eq!(Word(&w).close_unshared(), Release::NotYours);
-    }
-
-    #[test]
-    fn racing_threads_release_exactly_once() {
-        for _ in 0..200 {
-            let w: Arc<AtomicU32> = Arc::new(AtomicU32::new(0));
-            let released = Arc::new(AtomicUsize::new(0));
-            let threads: Vec<_> = (0..8)
-                .map(|i| {
-                    let (w, released) = (w.clone(), released.clone());
-                    std::thread::spawn(move || {
-                        let l = Word(&w);
-                        for _ in 0..50 {
-                            if l.enter() && l.leave() == Release::Now {
-                                released.fetch_add(1, Ordering::SeqCst);
-                            }
-                        }
-                        if i % 2 == 0 && l.close() == Release::Now {
-                            released.fetch_add(1, Ordering::SeqCst);
-                        }
-                    })
-                })
-                .collect();
-            for t in threads {
-                t.join().unwrap();
-            }
-            assert_eq!(released.load(Ordering::SeqCst), 1);
-        }
     }
 }

@@ -11,22 +11,26 @@
 //! - The `entry!` shims: the `unsafe extern "C"` functions of the Stream type's tables, each
 //!   one line that turns CPython's pointers into the views above and calls a safe closure.
 //!
-//! The rules that make the `unsafe` blocks here sound:
+//! The rules that make the `unsafe` blocks here sound. None rests on the GIL: a free-threaded
+//! interpreter runs these with other threads attached beside them.
 //! 1. A `StreamObject` is made from a live object whose type is `STREAM_TYPE` (checked), or
 //!    by a shim from the object CPython called a Stream slot on (CPython's guarantee).
-//! 2. The fields `handle`, `flags`, `priority` and `fork_generation` are written once, in
-//!    `alloc`, before anybody else sees the object; `device`, `owner` and `state` are only
-//!    accessed atomically (custream.h says so to C readers too); `context`, `context_id`,
-//!    `deleter` and `deleter_ctx` are read and written with the GIL held, which every method
-//!    that touches them takes a `Python` token to prove; `protocol` is set in `alloc` and
-//!    cleared only by `dealloc`, when no reference is left.
-//! 3. Every shim runs with the GIL held: CPython calls slots and methods with it, and the C
-//!    API's contract (custream.h) requires it.
+//! 2. The fields `handle`, `flags`, `priority`, `fork_generation` and `protocol` are written
+//!    once, in `alloc`, before anybody else sees the object (`protocol` is cleared only by
+//!    `dealloc`, when no reference is left). Every other field is only ever accessed
+//!    atomically: `state` (the lifecycle's word), `device` (-1, then the device, once),
+//!    `owner`, `deleter` and `deleter_ctx` (swapped out by the one release, which the state
+//!    word elects), `context` and `context_id` (learnt on first use, cleared by the release).
+//! 3. The pointers a field holds are kept alive by the state word: a reader of `owner`
+//!    holds a use of the stream (src/lifecycle.rs), and the release that drops the reference
+//!    waits for every use in flight.
+//! 4. Every shim runs attached to the interpreter: CPython calls slots and methods so, and
+//!    the C API's contract (custream.h) requires it.
 
 use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
 use std::ptr::{null_mut, NonNull};
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
@@ -161,15 +165,17 @@ impl<'a> StreamObject<'a> {
         unsafe { AtomicPtr::from_ptr(&raw mut (*self.raw()).owner) }
     }
 
-    /// The object a borrowed stream keeps alive, if any.
-    pub fn owner<'py>(self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
+    /// The object a borrowed stream keeps alive, if any, as a new reference. The caller holds
+    /// a use of the stream, or is its one release (the `_use` proof): the object's own
+    /// reference is dropped only by `take_owner`, in the release, after every use (rule 3).
+    pub fn owner<'py, U>(self, py: Python<'py>, _use: &U) -> Option<Bound<'py, PyAny>> {
         let p = self.owner_cell().load(Ordering::Acquire);
-        // SAFETY: the object holds this strong reference until `take_owner`, which runs
-        // with the GIL held, as this caller does (rule 2).
+        // SAFETY: the object holds this strong reference until `take_owner`, which cannot run
+        // meanwhile (rule 3); made into a new reference before the use ends.
         (!p.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, p) })
     }
 
-    /// Take the object's reference to its owner: the caller now holds it.
+    /// Take the object's reference to its owner: the caller (the one release) now holds it.
     pub fn take_owner(self, _py: Python<'_>) -> Option<Owned> {
         let p = self.owner_cell().swap(null_mut(), Ordering::AcqRel);
         NonNull::new(p).map(Owned)
@@ -182,37 +188,63 @@ impl<'a> StreamObject<'a> {
         unsafe { Borrowed::from_ptr(py, (*self.raw()).protocol).cast_unchecked() }
     }
 
-    /// The context the stream lives in and its id, once known.
-    #[inline]
-    pub fn known_context(self, _py: Python<'_>) -> (Option<Context>, u64) {
-        // SAFETY: alive; read with the GIL held (rule 2). The context pointer is null or one
-        // the driver handed out (written by `set_context` or `alloc` alone).
-        unsafe { (Context::from_raw((*self.raw()).context), (*self.raw()).context_id) }
-    }
-
-    /// Learn (or forget, with None) the context, with the GIL held.
-    pub fn set_context(self, _py: Python<'_>, context: Option<Context>, id: u64) {
-        // SAFETY: alive; written with the GIL held (rule 2).
+    fn context_cells(self) -> (&'a AtomicPtr<c_void>, &'a AtomicU64) {
+        // SAFETY: alive for 'a; both fields are only accessed atomically (rule 2).
         unsafe {
-            (*self.raw()).context = context.map_or(null_mut(), Context::as_raw);
-            (*self.raw()).context_id = id;
+            (
+                AtomicPtr::from_ptr(&raw mut (*self.raw()).context),
+                AtomicU64::from_ptr(&raw mut (*self.raw()).context_id),
+            )
         }
     }
 
-    pub fn has_deleter(self, _py: Python<'_>) -> bool {
-        // SAFETY: alive; read with the GIL held (rule 2).
-        unsafe { (*self.raw()).deleter.is_some() }
+    /// The context the stream lives in and its id, once known.
+    #[inline]
+    pub fn known_context(self) -> (Option<Context>, u64) {
+        let (context, id) = self.context_cells();
+        // The id is stored before the context (`set_context`), so a context seen here comes
+        // with its id. Two threads learning it at once store what the driver told each of
+        // them about the same stream: the same pair, unless its context was reset in
+        // between, and then either pair fails the next check, which is what a reset must do.
+        let raw = context.load(Ordering::Acquire);
+        let id = id.load(Ordering::Relaxed);
+        // SAFETY: null or a context the driver handed out (written by `set_context` alone).
+        (unsafe { Context::from_raw(raw) }, id)
     }
 
-    /// Take the C owner's release, to be called once.
-    pub fn take_deleter(self, _py: Python<'_>) -> Option<Deleter> {
-        // SAFETY: alive; written with the GIL held (rule 2).
-        let (f, ctx) = unsafe {
+    /// Learn (or forget, with None) the context.
+    pub fn set_context(self, context: Option<Context>, id: u64) {
+        let (cell, id_cell) = self.context_cells();
+        id_cell.store(id, Ordering::Relaxed);
+        cell.store(context.map_or(null_mut(), Context::as_raw), Ordering::Release);
+    }
+
+    fn deleter_cells(self) -> (&'a AtomicPtr<c_void>, &'a AtomicPtr<c_void>) {
+        // SAFETY: alive for 'a; both fields are only accessed atomically (rule 2).
+        // `custream_deleter_t` is an Option of a function pointer: one pointer, null for
+        // None, so the field is read and written as a pointer.
+        unsafe {
             (
-                (*self.raw()).deleter.take(),
-                std::mem::replace(&mut (*self.raw()).deleter_ctx, null_mut()),
+                AtomicPtr::from_ptr((&raw mut (*self.raw()).deleter).cast::<*mut c_void>()),
+                AtomicPtr::from_ptr(&raw mut (*self.raw()).deleter_ctx),
             )
-        };
+        }
+    }
+
+    pub fn has_deleter(self) -> bool {
+        !self.deleter_cells().0.load(Ordering::Acquire).is_null()
+    }
+
+    /// Take the C owner's release, to be called once (the one release takes it).
+    pub fn take_deleter(self, _py: Python<'_>) -> Option<Deleter> {
+        let (f, ctx) = self.deleter_cells();
+        let ctx = ctx.swap(null_mut(), Ordering::AcqRel);
+        let f = f.swap(null_mut(), Ordering::AcqRel);
+        // SAFETY: the field held a `custream_deleter_t`: null (None, filtered out by
+        // `then`) or a function pointer of that signature, which `alloc` stored.
+        let f = (!f.is_null()).then(|| unsafe {
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, custream_handle_t)>(f)
+        });
         f.map(|f| Deleter {
             f,
             ctx,
@@ -242,11 +274,11 @@ pub struct Deleter {
 }
 
 impl Deleter {
-    /// Call it, once, with the GIL held.
+    /// Call it, once, attached to the interpreter.
     pub fn call(self, _py: Python<'_>) {
-        // SAFETY: custream.h's contract for the deleter: called exactly once, with the GIL
-        // held, with the context pointer and the handle it was given with. `take_deleter`
-        // took it out of the object, so this is the only call.
+        // SAFETY: custream.h's contract for the deleter: called exactly once, attached, with
+        // the context pointer and the handle it was given with. `take_deleter` took it out of
+        // the object, so this is the only call.
         unsafe { (self.f)(self.ctx, self.handle) }
     }
 }
@@ -372,7 +404,7 @@ pub struct TupleDict<'a, 'py> {
 
 // ---- the shims ----------------------------------------------------------------------------
 // The functions below are what the `entry!` shims call: each turns CPython's pointers into
-// the views above. The GIL is held and the pointers are CPython's (rule 3).
+// the views above. The GIL is held and the pointers are CPython's (rule 4).
 
 /// # Safety
 /// `obj` is the live Stream a method was called on; `arg` is NULL or a live argument; the
@@ -383,7 +415,7 @@ pub unsafe fn method(
     arg: *mut ffi::PyObject,
     f: impl for<'a> FnOnce(StreamObject<'a>, Python<'a>, Option<Borrowed<'a, 'a, PyAny>>) -> *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: the caller's contract: the GIL is held, `obj` is a live Stream and `arg` NULL
+    // SAFETY: the caller's contract: the thread is attached, `obj` is a live Stream and `arg` NULL
     // or alive, all for the call.
     let (py, s, arg) = unsafe {
         let py = Python::assume_attached();
@@ -394,7 +426,7 @@ pub unsafe fn method(
 
 /// # Safety
 /// `obj` is the live Stream a METH_FASTCALL method was called on, the rest what CPython
-/// passed with it; the GIL is held.
+/// passed with it; the thread is attached.
 #[inline(always)]
 pub unsafe fn method_fastcall(
     obj: *mut ffi::PyObject,
@@ -403,7 +435,7 @@ pub unsafe fn method_fastcall(
     kwnames: *mut ffi::PyObject,
     f: impl for<'a> FnOnce(StreamObject<'a>, Python<'a>, Fastcall<'a, 'a>) -> *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: the caller's contract: the GIL is held, `obj` is a live Stream and the rest
+    // SAFETY: the caller's contract: the thread is attached, `obj` is a live Stream and the rest
     // what CPython passes to a METH_FASTCALL method, all for the call.
     let (py, s, args) = unsafe {
         let py = Python::assume_attached();
@@ -413,7 +445,7 @@ pub unsafe fn method_fastcall(
 }
 
 /// # Safety
-/// What CPython passes to a static METH_FASTCALL method; the GIL is held.
+/// What CPython passes to a static METH_FASTCALL method; the thread is attached.
 #[inline(always)]
 pub unsafe fn function_fastcall(
     args: *const *mut ffi::PyObject,
@@ -421,7 +453,7 @@ pub unsafe fn function_fastcall(
     kwnames: *mut ffi::PyObject,
     f: impl for<'a> FnOnce(Python<'a>, Fastcall<'a, 'a>) -> *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: the caller's contract: the GIL is held, and these are what CPython passes to a
+    // SAFETY: the caller's contract: the thread is attached, and these are what CPython passes to a
     // METH_FASTCALL function, live for the call.
     let (py, args) = unsafe {
         let py = Python::assume_attached();
@@ -432,13 +464,13 @@ pub unsafe fn function_fastcall(
 
 /// # Safety
 /// `arg` is the live argument of a METH_O function (or a C API object argument: NULL or
-/// alive); the GIL is held.
+/// alive); the thread is attached.
 #[inline(always)]
 pub unsafe fn function_o<R>(
     arg: *mut ffi::PyObject,
     f: impl for<'a> FnOnce(Python<'a>, Option<Borrowed<'a, 'a, PyAny>>) -> R,
 ) -> R {
-    // SAFETY: the caller's contract: the GIL is held and `arg` is NULL or alive for the call.
+    // SAFETY: the caller's contract: the thread is attached and `arg` is NULL or alive for the call.
     let (py, arg) = unsafe {
         let py = Python::assume_attached();
         (py, Borrowed::from_ptr_or_opt(py, arg))
@@ -447,14 +479,14 @@ pub unsafe fn function_o<R>(
 }
 
 /// # Safety
-/// What CPython passes to tp_new; the GIL is held.
+/// What CPython passes to tp_new; the thread is attached.
 #[inline(always)]
 pub unsafe fn new(
     args: *mut ffi::PyObject,
     kwargs: *mut ffi::PyObject,
     f: impl for<'a> FnOnce(Python<'a>, TupleDict<'a, 'a>) -> *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: the caller's contract: the GIL is held, and tp_new gets an argument tuple and
+    // SAFETY: the caller's contract: the thread is attached, and tp_new gets an argument tuple and
     // a keyword dict (or NULL), live for the call.
     let (py, args) = unsafe {
         let py = Python::assume_attached();
@@ -468,17 +500,17 @@ pub unsafe fn new(
 }
 
 /// # Safety
-/// `obj` is a live Stream a slot was called on (tp_hash, tp_clear); the GIL is held.
+/// `obj` is a live Stream a slot was called on (tp_hash, tp_clear); the thread is attached.
 #[inline(always)]
 pub unsafe fn slot<R>(obj: *mut ffi::PyObject, f: impl for<'a> FnOnce(StreamObject<'a>, Python<'a>) -> R) -> R {
-    // SAFETY: the caller's contract: the GIL is held and `obj` is a live Stream.
+    // SAFETY: the caller's contract: the thread is attached and `obj` is a live Stream.
     unsafe { f(StreamObject::from_ptr(obj), Python::assume_attached()) }
 }
 
 /// tp_dealloc: `release` what the stream holds, then free it.
 ///
 /// # Safety
-/// `obj` is a Stream whose last reference is gone; the GIL is held.
+/// `obj` is a Stream whose last reference is gone; the thread is attached.
 pub unsafe fn dealloc(obj: *mut ffi::PyObject, release: impl FnOnce(StreamObject<'_>, Python<'_>)) {
     // SAFETY: the caller's contract; every step below is CPython's own teardown order, and
     // nothing reads the object after PyObject_GC_Del.
@@ -532,14 +564,14 @@ macro_rules! entry {
             obj: *mut pyo3::ffi::PyObject,
             arg: *mut pyo3::ffi::PyObject,
         ) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls a Stream method with the GIL held and live arguments.
+            // SAFETY: CPython calls a Stream method attached and live arguments.
             unsafe { $crate::object::method(obj, arg, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject, *mut pyo3::ffi::PyObject) -> *mut pyo3::ffi::PyObject
     }};
     (getter, $f:expr) => {{
         unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject, _: *mut std::ffi::c_void) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls a Stream getter with the GIL held and a live Stream.
+            // SAFETY: CPython calls a Stream getter attached and a live Stream.
             unsafe { $crate::object::slot(obj, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject, *mut std::ffi::c_void) -> *mut pyo3::ffi::PyObject
@@ -551,7 +583,7 @@ macro_rules! entry {
             nargs: pyo3::ffi::Py_ssize_t,
             kwnames: *mut pyo3::ffi::PyObject,
         ) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls a METH_FASTCALL Stream method with the GIL held and these.
+            // SAFETY: CPython calls a METH_FASTCALL Stream method attached and these.
             unsafe { $crate::object::method_fastcall(obj, args, nargs, kwnames, $f) }
         }
         shim as pyo3::ffi::PyCFunctionFastWithKeywords
@@ -563,7 +595,7 @@ macro_rules! entry {
             nargs: pyo3::ffi::Py_ssize_t,
             kwnames: *mut pyo3::ffi::PyObject,
         ) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls a static METH_FASTCALL method with the GIL held and these.
+            // SAFETY: CPython calls a static METH_FASTCALL method attached and these.
             unsafe { $crate::object::function_fastcall(args, nargs, kwnames, $f) }
         }
         shim as pyo3::ffi::PyCFunctionFastWithKeywords
@@ -574,28 +606,28 @@ macro_rules! entry {
             args: *mut *mut pyo3::ffi::PyObject,
             nargs: pyo3::ffi::Py_ssize_t,
         ) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls a METH_FASTCALL Stream method with the GIL held and these.
+            // SAFETY: CPython calls a METH_FASTCALL Stream method attached and these.
             unsafe { $crate::object::method_fastcall(obj, args, nargs, std::ptr::null_mut(), $f) }
         }
         shim as pyo3::ffi::PyCFunctionFast
     }};
     (unary, $f:expr) => {{
         unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls a Stream slot with the GIL held and a live Stream.
+            // SAFETY: CPython calls a Stream slot attached and a live Stream.
             unsafe { $crate::object::slot(obj, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject) -> *mut pyo3::ffi::PyObject
     }};
     (hash, $f:expr) => {{
         unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject) -> pyo3::ffi::Py_hash_t {
-            // SAFETY: CPython calls tp_hash with the GIL held and a live Stream.
+            // SAFETY: CPython calls tp_hash attached and a live Stream.
             unsafe { $crate::object::slot(obj, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject) -> pyo3::ffi::Py_hash_t
     }};
     (clear, $f:expr) => {{
         unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject) -> std::ffi::c_int {
-            // SAFETY: CPython's GC calls tp_clear with the GIL held and a live Stream.
+            // SAFETY: CPython's GC calls tp_clear attached and a live Stream.
             unsafe { $crate::object::slot(obj, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject) -> std::ffi::c_int
@@ -606,7 +638,7 @@ macro_rules! entry {
             b: *mut pyo3::ffi::PyObject,
             op: std::ffi::c_int,
         ) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls tp_richcompare with the GIL held, `a` a live Stream and
+            // SAFETY: CPython calls tp_richcompare attached, `a` a live Stream and
             // `b` a live object.
             unsafe { $crate::object::method(a, b, |a, py, b| ($f)(a, py, b, op)) }
         }
@@ -622,7 +654,7 @@ macro_rules! entry {
             args: *mut pyo3::ffi::PyObject,
             kwargs: *mut pyo3::ffi::PyObject,
         ) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls tp_new with the GIL held and these.
+            // SAFETY: CPython calls tp_new attached and these.
             unsafe { $crate::object::new(args, kwargs, $f) }
         }
         shim as unsafe extern "C" fn(
@@ -633,7 +665,7 @@ macro_rules! entry {
     }};
     (dealloc, $f:expr) => {{
         unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject) {
-            // SAFETY: CPython deallocates a Stream whose last reference is gone, with the GIL.
+            // SAFETY: CPython deallocates a Stream whose last reference is gone, attached.
             unsafe { $crate::object::dealloc(obj, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject)
@@ -658,7 +690,7 @@ macro_rules! entry {
             _m: *mut pyo3::ffi::PyObject,
             arg: *mut pyo3::ffi::PyObject,
         ) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls a METH_O function with the GIL held and a live argument.
+            // SAFETY: CPython calls a METH_O function attached and a live argument.
             unsafe { $crate::object::function_o(arg, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject, *mut pyo3::ffi::PyObject) -> *mut pyo3::ffi::PyObject

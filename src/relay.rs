@@ -62,6 +62,30 @@ impl After {
     }
 }
 
+/// What a job leaves for, armed while the job runs: dropped without `disarm` (the job
+/// panicked, a bug of ours) it is carried out at once, so the stream that waits on the flag
+/// moves on instead of waiting forever: a failure fails open.
+pub struct Armed(Option<After>);
+
+impl Armed {
+    pub fn new(after: After) -> Armed {
+        Armed(Some(after))
+    }
+
+    /// The job ended: its `After`, for the thread to carry out once it let the GIL go.
+    pub fn disarm(mut self) -> After {
+        self.0.take().unwrap_or(After::Nothing)
+    }
+}
+
+impl Drop for Armed {
+    fn drop(&mut self) {
+        if let Some(after) = self.0.take() {
+            after.finish();
+        }
+    }
+}
+
 enum Post {
     /// Run as soon as the thread gets to it.
     Now(Job),
@@ -232,7 +256,8 @@ fn run(resident: &mut Resident, burst: Vec<Job>) {
     }
 }
 
-/// A job run, a panic caught (the job's flag then stays down: a bug of ours, never a user's).
+/// A job run, a panic caught (a bug of ours, never a user's: the job's `Armed` raised its
+/// flag while it unwound).
 fn attempt(job: Job, py: Option<Python<'_>>) -> After {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(py))).unwrap_or(After::Nothing)
 }
@@ -246,4 +271,49 @@ pub fn wait_for_running(py: Python<'_>) {
         return;
     }
     gil::wait_in_finalize(py, || ENTERING.load(Ordering::SeqCst) == 0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn word() -> &'static AtomicU32 {
+        Box::leak(Box::new(AtomicU32::new(0)))
+    }
+
+    #[test]
+    fn a_job_that_panics_still_raises_its_flag() {
+        let w = word();
+        let job: Job = Box::new(move |_| {
+            let armed = Armed::new(After::RaiseKept(flags::Raiser::of(w)));
+            if w.load(Ordering::Acquire) == 0 {
+                panic!("a bug in a job");
+            }
+            armed.disarm()
+        });
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let after = attempt(job, None);
+        std::panic::set_hook(hook);
+        assert!(matches!(after, After::Nothing));
+        assert_eq!(
+            w.load(Ordering::Acquire),
+            1,
+            "the stream waiting on the flag would hang"
+        );
+    }
+
+    #[test]
+    fn a_job_that_ends_leaves_its_flag_to_the_thread() {
+        let w = word();
+        let job: Job = Box::new(move |_| Armed::new(After::RaiseKept(flags::Raiser::of(w))).disarm());
+        let after = attempt(job, None);
+        assert_eq!(
+            w.load(Ordering::Acquire),
+            0,
+            "raised after the GIL is let go, not before"
+        );
+        after.finish();
+        assert_eq!(w.load(Ordering::Acquire), 1);
+    }
 }

@@ -30,11 +30,14 @@ use crate::process;
 /// Live Stream objects in this process (allocated and not yet deallocated).
 pub static LIVE: AtomicIsize = AtomicIsize::new(0);
 
-/// Objects are made and freed with the GIL held, which orders the updates: a load and a
-/// store, not a locked read-modify-write, on this per-object path.
+/// Objects are made and freed on any thread (at once, without a GIL): a read-modify-write.
 fn count_live(delta: isize) {
-    LIVE.store(LIVE.load(Ordering::Relaxed) + delta, Ordering::Relaxed);
+    LIVE.fetch_add(delta, Ordering::Relaxed);
 }
+
+/// The proof `StreamObject::owner` takes from `Managed::release`: the one release, with no
+/// use left in flight, may read what it is about to drop.
+struct Released;
 
 /// The owned streams alive in this process: handle -> (context, context id). A borrowed
 /// stream over one of them learns its context here, without asking the driver about a
@@ -283,11 +286,18 @@ impl StreamObject<'_> {
         self.flags() & CUSTREAM_FLAG_GREEN != 0
     }
 
+    /// The object the stream keeps alive (a borrowed stream's owner, a green stream's
+    /// GreenContext) while it is open: read within a use, which its release waits for.
+    pub fn owner_while_open<'py>(self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
+        let held = lifecycle::hold(&self, py)?;
+        self.owner(py, &held)
+    }
+
     /// The GreenContext of a stream made in one, while the stream is open.
     fn own_green_context<'py>(self, py: Python<'py>, what: &str) -> PyResult<Bound<'py, GreenContext>> {
-        match self.owner(py) {
-            Some(owner) if !self.is_closed() => Ok(owner.cast_into::<GreenContext>()?),
-            _ => Err(closed_error(what)),
+        match self.owner_while_open(py) {
+            Some(owner) => Ok(owner.cast_into::<GreenContext>()?),
+            None => Err(closed_error(what)),
         }
     }
 
@@ -351,7 +361,7 @@ impl StreamObject<'_> {
         f: impl FnOnce(StreamHandle) -> driver::Result<R>,
     ) -> PyResult<R> {
         let _in_use = lifecycle::enter(&self, py, what)?;
-        Ok(self.call_on_handle(py, f)?)
+        Ok(self.call_on_handle(f)?)
     }
 
     /// `use_handle` for a caller that has just checked that `home`'s context is the one it
@@ -365,31 +375,39 @@ impl StreamObject<'_> {
         f: impl FnOnce(StreamHandle) -> driver::Result<R>,
     ) -> PyResult<R> {
         let _in_use = lifecycle::enter(&self, py, what)?;
-        if !self.is_default() && self.known_context(py) == (Some(home.context), home.context_id) {
+        if !self.is_default() && self.known_context() == (Some(home.context), home.context_id) {
             return Ok(f(self.handle())?);
         }
-        Ok(self.call_on_handle(py, f)?)
+        Ok(self.call_on_handle(f)?)
     }
 
-    /// `use_handle` for a call that holds the GIL from start to end (no `detach` in `f`):
-    /// no close can begin meanwhile, since close() marks the stream closed under the GIL
-    /// before it releases anything, so a load of the state word does what the two
-    /// read-modify-writes of `use_handle` do. For the cheapest calls (query), where those
-    /// cost a tenth of the driver's own time.
+    /// `use_handle` for a call that stays attached from start to end (no `detach` in `f`).
+    /// Where the interpreter has a GIL, that attachment is exclusive: no close can begin
+    /// meanwhile (close() marks the stream closed, attached, before it releases anything), so
+    /// a load of the state word does what the two read-modify-writes of `use_handle` do, for
+    /// the cheapest calls (query), where those cost a tenth of the driver's own time. A
+    /// free-threaded interpreter runs other attached threads beside this one: there the
+    /// state word's marks hold the stream, as in `use_handle`.
     pub fn use_handle_attached<R>(
         self,
         py: Python<'_>,
         what: &str,
         f: impl FnOnce(StreamHandle) -> driver::Result<R>,
     ) -> PyResult<R> {
-        lifecycle::ensure_usable(&self, what)?;
-        Ok(self.call_on_handle(py, f)?)
+        #[cfg(Py_GIL_DISABLED)]
+        return self.use_handle(py, what, f);
+        #[cfg(not(Py_GIL_DISABLED))]
+        {
+            let _ = py;
+            lifecycle::ensure_usable(&self, what)?;
+            Ok(self.call_on_handle(f)?)
+        }
     }
 
     /// The driver call of `use_handle` and `use_handle_attached`, once the stream is known open.
     /// A default-stream token on a thread with no current context follows the CUDA
     /// runtime's rule (device 0's primary context), which stays current only for the call.
-    fn call_on_handle<R>(self, py: Python<'_>, f: impl FnOnce(StreamHandle) -> driver::Result<R>) -> driver::Result<R> {
+    fn call_on_handle<R>(self, f: impl FnOnce(StreamHandle) -> driver::Result<R>) -> driver::Result<R> {
         let h = self.handle();
         if self.is_default() {
             return match driver::current_context()? {
@@ -397,15 +415,15 @@ impl StreamObject<'_> {
                 None => driver::in_primary_context(0, || f(h)),
             };
         }
-        self.check_context(py, h).and_then(|()| f(h))
+        self.check_context(h).and_then(|()| f(h))
     }
 
     /// Learn a borrowed stream's context on first use (the stream is alive then: its owner
     /// is), and on every use make sure the context was not reset since: a driver call on a
-    /// stream of a reset context can crash the process instead of failing. Called with the
-    /// GIL held, which orders the first-use writes.
-    fn check_context(self, py: Python<'_>, h: StreamHandle) -> driver::Result<()> {
-        let (known, id) = self.known_context(py);
+    /// stream of a reset context can crash the process instead of failing. Threads learning
+    /// it at once store the same answer (src/object.rs, `known_context`).
+    fn check_context(self, h: StreamHandle) -> driver::Result<()> {
+        let (known, id) = self.known_context();
         if let Some(ctx) = known {
             return driver::ensure_same_context(ctx, id);
         }
@@ -417,7 +435,7 @@ impl StreamObject<'_> {
                 (ctx, driver::context_id(ctx)?)
             }
         };
-        self.set_context(py, Some(ctx), id);
+        self.set_context(Some(ctx), id);
         driver::ensure_same_context(ctx, id)
     }
 
@@ -520,7 +538,7 @@ impl StreamObject<'_> {
         }
         self.use_handle(py, "context", |_| Ok(()))?;
         // The use above learnt it.
-        self.known_context(py).0.ok_or_else(|| closed_error("context"))
+        self.known_context().0.ok_or_else(|| closed_error("context"))
     }
 
     /// Whether the stream does not synchronize with the legacy default stream.
@@ -589,11 +607,12 @@ impl Managed for StreamObject<'_> {
     /// deleter (the common wrap) calls nothing.
     fn release(&self, py: Python<'_>) -> driver::Result<()> {
         let s = *self;
-        let (context, context_id) = s.known_context(py);
-        s.set_context(py, None, context_id);
+        let (context, context_id) = s.known_context();
+        s.set_context(None, context_id);
         let deleter = s.take_deleter(py);
         // A green stream's owner is the GreenContext it holds open: ended after the destroy.
-        let green = s.is_green().then(|| s.owner(py)).flatten();
+        // This is the one release, which every use has left (src/lifecycle.rs).
+        let green = s.is_green().then(|| s.owner(py, &Released)).flatten();
         let owner = s.take_owner(py);
         let may_call = || lifecycle::may_release(s.fork_generation());
 

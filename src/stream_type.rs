@@ -109,9 +109,9 @@ fn repr(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
             " owned in a green context".to_owned()
         } else if s.is_owned() {
             " owned".to_owned()
-        } else if let Some(owner) = s.owner(py) {
+        } else if let Some(owner) = s.owner_while_open(py) {
             format!(" borrowed from {}", owner.get_type().fully_qualified_name()?)
-        } else if s.has_deleter(py) {
+        } else if s.has_deleter() {
             " borrowed with deleter".to_owned()
         } else {
             " borrowed".to_owned()
@@ -360,7 +360,7 @@ fn get_owned(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
 }
 
 fn get_owner(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
-    match s.owner(py) {
+    match s.owner_while_open(py) {
         Some(o) => o.into_ptr(),
         None => none(py),
     }

@@ -129,15 +129,56 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 /// own in flight: it is kept. pyo3's `PyErr::take` would resume a pending `PanicException` as
 /// a Rust panic, so the pending exception is moved aside with the C API itself.
 fn report_panic(py: Python<'_>, payload: &(dyn Any + Send)) {
-    let (mut ptype, mut pvalue, mut ptrace) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
-    // SAFETY: the GIL is held; the three places receive new references (or NULL) that
-    // PyErr_Restore below takes back.
-    unsafe { pyo3::ffi::PyErr_Fetch(&mut ptype, &mut pvalue, &mut ptrace) };
+    let pending = Pending::take();
     let err = PanicException::new_err(panic_message(payload));
     let context = PyString::new(py, "pyo3_custream: the release given to to_python()");
     err.write_unraisable(py, Some(context.as_any()));
-    // SAFETY: the GIL is held; these are the references PyErr_Fetch gave, restored once.
-    unsafe { pyo3::ffi::PyErr_Restore(ptype, pvalue, ptrace) };
+    pending.restore();
+}
+
+/// The thread's pending exception, moved aside and put back, with the calls the build's
+/// interpreter offers: 3.12 deprecated the three-part fetch and restore (and a free-threaded
+/// or 3.12+ build refuses the deprecated ones in clippy), while the abi3-py310 build has only them.
+struct Pending {
+    #[cfg(Py_3_12)]
+    exception: *mut pyo3::ffi::PyObject,
+    #[cfg(not(Py_3_12))]
+    parts: [*mut pyo3::ffi::PyObject; 3],
+}
+
+impl Pending {
+    /// Take the pending exception (or none). The thread is attached (our caller holds a token).
+    fn take() -> Self {
+        #[cfg(Py_3_12)]
+        {
+            // SAFETY: attached; a new reference or NULL, which `restore` takes back.
+            let exception = unsafe { pyo3::ffi::PyErr_GetRaisedException() };
+            Pending { exception }
+        }
+        #[cfg(not(Py_3_12))]
+        {
+            let mut parts = [std::ptr::null_mut(); 3];
+            let [t, v, tb] = &mut parts;
+            // SAFETY: attached; the three places receive new references (or NULL) that
+            // `restore` takes back.
+            unsafe { pyo3::ffi::PyErr_Fetch(t, v, tb) };
+            Pending { parts }
+        }
+    }
+
+    /// Put it back, once.
+    fn restore(self) {
+        // SAFETY: attached; the references `take` got, given back once (self is consumed).
+        #[cfg(Py_3_12)]
+        unsafe {
+            pyo3::ffi::PyErr_SetRaisedException(self.exception)
+        };
+        // SAFETY: as above.
+        #[cfg(not(Py_3_12))]
+        unsafe {
+            pyo3::ffi::PyErr_Restore(self.parts[0], self.parts[1], self.parts[2])
+        };
+    }
 }
 
 #[cfg(test)]

@@ -137,10 +137,12 @@ pub fn stream_capture_status(h: StreamHandle) -> Result<CaptureStatus> {
 }
 
 /// The calling thread's capture interaction mode set to `mode` until this is dropped, which
-/// puts back the one it had.
+/// puts back the one it had. The mode is the thread's: the scope is `!Send`, so it is dropped
+/// on the thread that entered it.
 pub struct CaptureModeScope {
     api: &'static Api,
     previous: c_uint,
+    _thread: PhantomData<*const ()>,
 }
 
 impl CaptureModeScope {
@@ -149,7 +151,11 @@ impl CaptureModeScope {
         let mut previous = mode.raw() as c_uint;
         // SAFETY: a valid in/out pointer.
         check(unsafe { (api.cuThreadExchangeStreamCaptureMode)(&mut previous) })?;
-        Ok(CaptureModeScope { api, previous })
+        Ok(CaptureModeScope {
+            api,
+            previous,
+            _thread: PhantomData,
+        })
     }
 }
 

@@ -19,6 +19,7 @@
 //! (`user_object_create`, `host_register_mapped`): their callers vouch for the pointers.
 
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
+use std::marker::PhantomData;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -329,8 +330,9 @@ fn context_changed(status: Status) -> DriverError {
 }
 
 /// Makes a context current for its lifetime and restores the previous one on drop, so a
-/// call never changes the thread's current context as a side effect.
-struct ContextScope(&'static Api);
+/// call never changes the thread's current context as a side effect. The context stack is
+/// the thread's: the scope is `!Send`, so it pops on the thread that pushed.
+struct ContextScope(&'static Api, PhantomData<*const ()>);
 
 impl ContextScope {
     fn enter(ctx: Context) -> Result<ContextScope> {
@@ -338,7 +340,7 @@ impl ContextScope {
         // SAFETY: `ctx` is a context the driver handed out (the handle rule); a reset one is
         // refused with an error, never dereferenced by us.
         check(unsafe { (api.cuCtxPushCurrent_v2)(ctx.0) })?;
-        Ok(ContextScope(api))
+        Ok(ContextScope(api, PhantomData))
     }
 }
 
