@@ -250,6 +250,8 @@ mod model {
 
         fn release(&self, how: Release) {
             if how == Release::Now {
+                // SAFETY: what the model checks: loom fails the run if a use's read is not
+                // ordered before this write.
                 self.resource.with_mut(|p| unsafe { *p = 0 });
                 self.releases.fetch_add(1, SeqCst);
             }
@@ -258,6 +260,7 @@ mod model {
         /// A use, as `lifecycle::enter` and the `InUse` drop make it.
         fn use_once(&self) {
             if self.word().enter() {
+                // SAFETY: as in `release`: loom checks this read against the release's write.
                 let seen = self.resource.with(|p| unsafe { *p });
                 assert_eq!(seen, 7, "a use saw the object released");
                 self.release(self.word().leave());
