@@ -62,7 +62,11 @@ pub mod handles {
     pub use crate::driver::{Context, DriverError, EventHandle, OwnedEvent, OwnedGreenCtx, OwnedStream, StreamHandle};
 }
 
-#[pymodule]
+// Safe without the GIL (a free-threaded interpreter keeps it off on import): nothing here uses
+// the GIL as a lock (src/object.rs's rules; the state word, model-checked in
+// src/state_word.rs), and the suite runs on a free-threaded 3.13 with PYTHON_GIL=0
+// (docs/building.md).
+#[pymodule(gil_used = false)]
 fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     process::install_fork_handler();

@@ -86,7 +86,8 @@ pub fn enter<'a, T: Managed>(obj: &'a T, py: Python<'a>, what: &str) -> PyResult
 /// Hold `obj` open without a driver call (to read what its release drops): also in a forked
 /// child, where no driver call may follow. None once closed.
 pub fn hold<'a, T: Managed>(obj: &'a T, py: Python<'a>) -> Option<InUse<'a, T>> {
-    Word(obj.state()).enter().then_some(InUse { obj, py })
+    // `then`, not `then_some`: an InUse made and dropped on refusal would leave a use never begun.
+    Word(obj.state()).enter().then(|| InUse { obj, py })
 }
 
 impl<T: Managed> InUse<'_, T> {

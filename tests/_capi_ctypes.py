@@ -32,6 +32,12 @@ class CAPI(ctypes.Structure):
         ("is_capturing", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object)),
         ("green_context", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))),
         ("sm_count", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_uint))),
+        ("handle_offset", ctypes.c_uint32),
+        ("flags_offset", ctypes.c_uint32),
+        ("state_offset", ctypes.c_uint32),
+        ("device_offset", ctypes.c_uint32),
+        ("priority_offset", ctypes.c_uint32),
+        ("reserved2", ctypes.c_uint32),
     ]
 
 

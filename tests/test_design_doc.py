@@ -21,7 +21,7 @@ FLOORS = {
         ["stream", "event", "pool", "graph", "green", "current", "callback", "protocol", "relay", "flags", "owner"], 2
     ),
     "capture": 3,
-    **dict.fromkeys(["object", "lifecycle", "errors", "args", "boundary", "gil"], 4),
+    **dict.fromkeys(["object", "lifecycle", "state_word", "errors", "args", "boundary", "gil"], 4),
     **dict.fromkeys(["driver", "process", "libcuda", "layout"], 5),
 }
 # Modules of one floor may use each other, as long as there is no circle.

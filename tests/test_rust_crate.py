@@ -461,10 +461,10 @@ def test_a_custream_without_the_capsule_is_an_import_error():
     [
         (0, 99, "custream C API version mismatch: pyo3-custream 0.1.0 was built against custream.h ABI 1 but the installed custream provides ABI 99"),
         (0, 0, "provides ABI 0"),
-        (4, 64, "custream C API layout mismatch: pyo3-custream 0.1.0 was built against a table of 128 bytes and a Stream of 104 bytes, the installed custream has 64 and 104 (too old?)"),
-        (8, 96, "the installed custream has 128 and 96"),
+        (4, 64, "custream C API layout mismatch: pyo3-custream 0.1.0 was built against custream 0.1.0's table of 152 bytes and Stream of 104 bytes, the installed custream 0.1.0 has 64 and 104 (older than this crate); install custream 0.1.0 or newer"),
+        (8, 96, "the installed custream 0.1.0 has 152 and 96 (older than this crate)"),
     ],
-    ids=["newer-abi", "older-abi", "smaller-table", "other-struct"],
+    ids=["newer-abi", "older-abi", "smaller-table", "smaller-struct"],
 )
 def test_an_incompatible_custream_is_an_import_error(offset, value, message):
     """A fake capsule: a copy of custream's table with one header field changed."""
@@ -476,7 +476,7 @@ def test_an_incompatible_custream_is_an_import_error(offset, value, message):
         new = ctypes.pythonapi.PyCapsule_New
         new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
         real = C._C_API
-        table = ctypes.create_string_buffer(ctypes.string_at(get(real, NAME), 128), 128)
+        table = ctypes.create_string_buffer(ctypes.string_at(get(real, NAME), 152), 152)
         struct.pack_into("<I", table, {offset}, {value})
         C._C_API = new(ctypes.addressof(table), NAME, None)
         for call in (lambda: rx.handle_of(custream.Stream.from_handle(5)), lambda: rx.give(5)):
