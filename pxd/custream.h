@@ -88,7 +88,8 @@ typedef struct CUgreenCtx_st *custream_green_ctx_t;
 #define CUSTREAM_OPAQUE_STREAM 1 /* abi3t: PyObject's size is unknown here, so is ours */
 #endif
 
-/* Called exactly once, with the GIL held, when a stream wrapped with a deleter is closed or
+/* Called exactly once, attached to the interpreter (the GIL held, where there is one), on the
+ * thread that closes or deallocates a stream wrapped with a deleter, when it is closed or
  * deallocated. Never called during interpreter finalization nor in a child process after
  * fork(): there the handle is left to the process's exit. */
 typedef void (*custream_deleter_t)(void *ctx, custream_handle_t handle);
