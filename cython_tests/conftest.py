@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import importlib
 import sys
+import sysconfig
 
 import pytest
 
 import custream
 
 from _cy_build import BUILD_ROOT, Module, build, cuda_toolkit, variant_header
+
+# A free-threaded CPython's headers refuse the limited API (abi3) until abi3t.
+LIMITED_API = not sysconfig.get_config_var("Py_GIL_DISABLED")
 
 def _cpu_modules() -> list[Module]:
     headers = BUILD_ROOT / "headers"
@@ -26,8 +30,8 @@ def _cpu_modules() -> list[Module]:
         Module("drift_smaller", "drift.pyx", include_dirs=(smaller,)),
         Module("c_consumer", "c_consumer.c", cflags=("-std=c99", *strict)),
         Module("c_consumer_cpp", "c_consumer.c", macros=("MODNAME=c_consumer_cpp",), cflags=strict, cplus=True),
-        Module("c_consumer_abi3", "c_consumer.c",
-               macros=("MODNAME=c_consumer_abi3", "Py_LIMITED_API=0x030A0000"), cflags=strict),
+        *[Module("c_consumer_abi3", "c_consumer.c",
+                 macros=("MODNAME=c_consumer_abi3", "Py_LIMITED_API=0x030A0000"), cflags=strict)] * LIMITED_API,
         Module("c_consumer_opaque", "c_consumer.c",
                macros=("MODNAME=c_consumer_opaque", "CUSTREAM_OPAQUE_STREAM"), cflags=("-std=c99", *strict)),
         Module("c_consumer_abi99", "c_consumer.c", include_dirs=(abi99,), macros=("MODNAME=c_consumer_abi99",)),
@@ -54,7 +58,7 @@ def cy(built):
     return importlib.import_module("consumer")
 
 
-@pytest.fixture(scope="session", params=["c_consumer", "c_consumer_cpp", "c_consumer_abi3"])
+@pytest.fixture(scope="session", params=["c_consumer", "c_consumer_cpp", *["c_consumer_abi3"] * LIMITED_API])
 def cext(request, built):
     """c_consumer.c, compiled as C, as C++ and against the limited API."""
     return importlib.import_module(request.param)

@@ -73,25 +73,13 @@ class DeleterCounter:
 
 
 
-class _StreamHead(ctypes.Structure):
-    # The start of CustreamStream (pxd/custream.h) on a 64-bit CPython: PyObject_HEAD,
-    # handle, protocol, flags, state.
-    _fields_ = [
-        ("ob_refcnt", ctypes.c_ssize_t),
-        ("ob_type", ctypes.c_void_p),
-        ("handle", ctypes.c_void_p),
-        ("protocol", ctypes.c_void_p),
-        ("flags", ctypes.c_uint32),
-        ("state", ctypes.c_uint32),
-    ]
-
-
 STATE_CLOSED = 0x80000000
 STATE_RELEASED = 0x40000000
 STATE_USERS = 0x3FFFFFFF
 
 
 def state_word(stream):
-    """The stream's atomic state word (closed, released, calls in flight), read in place."""
+    """The stream's atomic state word (closed, released, calls in flight), read in place at
+    the offset the C-API table gives (the object header is 16 bytes, or 32 free-threaded)."""
     assert type(stream) is custream.Stream
-    return _StreamHead.from_address(id(stream)).state
+    return ctypes.c_uint32.from_address(id(stream) + capi().state_offset).value

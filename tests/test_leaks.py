@@ -11,6 +11,7 @@ import gc
 import os
 import subprocess
 import sys
+import sysconfig
 import tracemalloc
 
 import pytest
@@ -25,6 +26,9 @@ WARMUP = 5_000
 TRACED_BOUND = 64 * 1024
 HEAP_BOUND = 256 * 1024
 RSS_BOUND = 2 * 1024 * 1024
+# A free-threaded CPython allocates objects from mimalloc, which keeps freed pages for reuse:
+# the process's size is no measure there, the traced and heap growth still are.
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
 def rss_bytes():
@@ -106,7 +110,8 @@ def assert_flat(growth):
     assert growth["traced"] < TRACED_BOUND, growth
     if growth["heap"] is not None:
         assert growth["heap"] < HEAP_BOUND, growth
-    assert growth["rss"] < RSS_BOUND, growth
+    if not FREE_THREADED:
+        assert growth["rss"] < RSS_BOUND, growth
 
 
 def test_from_handle_with_owner_close_and_dealloc():
