@@ -63,6 +63,16 @@ MODULE(MODNAME, m) {
         callback();  // the caller drops its references and collects: the argument must live on
         return to_int(s);
     });
+    m.def("call_during_owned", [](custream::stream s, bind::object callback) {
+        callback();  // the Stream the caster made for a producer is held by `s` alone
+        return to_int(s.ref());
+    });
+    // A caster that kept no reference to the Stream it made: the lifetime test must catch it.
+    m.def("call_during_dropped", [](custream::stream s, bind::object callback) {
+        Py_DECREF(s.release());
+        callback();
+        return uintptr_t{0};
+    });
     m.def("synchronize", [](custream::stream s) { custream::check<bind_error>(s.synchronize()); });
     m.def("wrap", [](uintptr_t h, int device) { return custream::from_handle(from_int(h), device); });
     m.def("give", [](uintptr_t h, int device, int slot) {

@@ -84,8 +84,13 @@ def test_no_reference_is_leaked(ext):
     assert (sys.getrefcount(s), sys.getrefcount(p), custream.live_stream_count()) == before
 
 
-def test_the_argument_lives_for_the_call(ext):
-    refs = []
+def _inside_the_call(f):
+    """Call f(producer, callback) with a producer only the call holds (the caller's frame keeps
+    the argument alive, nothing else). The callback collects garbage and returns how many more
+    custream.Streams are alive than before the call: the Stream a caster made for the producer,
+    if it is still held. Returns (that count, f's result), after checking nothing outlives
+    the call."""
+    refs, seen = [], []
 
     def make():
         p = Producer(0x7000)
@@ -94,11 +99,31 @@ def test_the_argument_lives_for_the_call(ext):
 
     def during():
         gc.collect()
-        assert refs[0]() is not None
+        assert refs[0]() is not None  # the argument itself: Python's to keep, and it does
+        seen.append(custream.live_stream_count() - before)
 
-    assert ext.call_during(make(), during) == 0x7000
     gc.collect()
-    assert refs[0]() is None
+    before = custream.live_stream_count()
+    result = f(make(), during)
+    gc.collect()
+    assert refs[0]() is None and custream.live_stream_count() == before  # nothing outlives the call
+    return seen[0], result
+
+
+def test_the_argument_lives_for_the_call(ext):
+    """A custream::stream argument from a producer holds the Stream the caster made for it,
+    which no one else references: it must stay alive until the call returns, with the
+    producer as its owner and its handle readable. A custream::stream_ref needs no Stream: its
+    view is the producer's own handle, and the caster's wrapper is gone before the call runs."""
+    assert _inside_the_call(ext.call_during_owned) == (1, 0x7000)
+    assert _inside_the_call(ext.call_during) == (0, 0x7000)
+
+
+def test_the_lifetime_check_sees_a_caster_that_keeps_nothing(ext):
+    """The check above can fail: in a binding that lets go of the Stream it made (as a caster
+    that borrowed instead of owning would), the call sees none alive, where the test above
+    requires one."""
+    assert _inside_the_call(ext.call_during_dropped) == (0, 0)
 
 
 def test_custream_errors_arrive_as_they_are(ext):

@@ -3,7 +3,8 @@ info string: ```cpp borrow, ```cpp move and ```cpp share compile (syntax-only, C
 C++20, warning-free); ```cpp nanobind and ```cpp pybind11 are built into modules that run the
 ```python block, once by this test's own builder and once by the page's ```cmake nanobind and
 ```cmake pybind11 recipes; the ```cython block is built, in C++ mode, against a small
-mylib.hpp."""
+mylib.hpp, once by this test's own builder and once by the page's ```python setup.py with the
+commands of its ```bash block."""
 
 import contextlib
 import importlib
@@ -59,7 +60,7 @@ def last():
 
 def test_every_block_is_tested():
     assert set(BLOCKS) == {"cpp borrow", "cpp move", "cpp share", "cpp nanobind", "cpp pybind11", "cmake nanobind",
-                           "cmake pybind11", "python", "cython"}
+                           "cmake pybind11", "python", "cython", "python setup.py", "bash"}
 
 
 def test_the_ownership_examples_compile():
@@ -140,3 +141,44 @@ def test_the_cython_example_runs(examples):
     assert cy.last() == (0x5000, 8)
     with pytest.raises(TypeError):
         cy.fill_on(None, 0, 1)
+
+
+def test_the_cython_setup_py_builds_the_cython_example(tmp_path):
+    """The page's setup.py and commands, as a user runs them, in a folder holding the ```cython
+    block as fill_cy.pyx and a mylib.hpp: the module builds with this Python (the wheels the
+    ```bash block installs are this environment's) and works in a fresh interpreter."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from _cy_downstream import check_in
+
+    need(cccl(), CCCL_WHEELS)
+    pytest.importorskip("Cython")
+    pytest.importorskip("setuptools")
+    (tmp_path / "fill_cy.pyx").write_text(BLOCKS["cython"] + CYTHON_HARNESS)
+    (tmp_path / "mylib.hpp").write_text(MYLIB)
+    (tmp_path / "setup.py").write_text(BLOCKS["python setup.py"])
+    install, *commands = BLOCKS["bash"].strip().splitlines()
+    assert install.startswith("pip install ")
+    for dist in install.split()[2:]:
+        try:
+            version(dist)
+        except PackageNotFoundError:
+            need(f"{dist} is not installed", dist)
+    assert commands == ["python setup.py build_ext --inplace"], commands
+    run([sys.executable, *commands[0].split()[1:]], cwd=tmp_path)
+    check_in(tmp_path, """
+    import custream, fill_cy
+
+    class Producer:  # any library's stream
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __cuda_stream__(self):
+            return (0, self.handle)
+
+    fill_cy.fill_on(custream.Stream.from_handle(0x4000), 0, 16)
+    assert fill_cy.last() == (0x4000, 16)
+    fill_cy.fill_on_any(Producer(0x5000), 0, 8)
+    assert fill_cy.last() == (0x5000, 8)
+    assert fill_cy.__file__.startswith(sys.path[0]), fill_cy.__file__  # the module setup.py built
+""")

@@ -232,3 +232,36 @@ def test_build_example_builds(block, tmp_path):
         (tmp_path / "meson.build").write_text(block.code)
         folder = meson_build(tmp_path)
     check_functions(folder, module_c(block.page))
+
+
+def build_commands(page: str, tool_name: str) -> list[tuple[str, str]]:
+    """The ```bash block of `page` that runs `tool_name`: (command, the text after ``  # ``)
+    for each line but the ``pip install`` that brings the tools."""
+    found = [b for b in code_blocks.blocks("bash", page=page) if f"\n{tool_name} " in "\n" + b.code]
+    assert len(found) == 1, f"{page} needs one ```bash block running {tool_name}, has {len(found)}"
+    lines = [line.partition("  # ") for line in found[0].code.splitlines() if line.strip()]
+    assert lines[0][0].startswith("pip install ") and tool_name in lines[0][0], "the first line installs the tools"
+    return [(command, comment.strip()) for command, _, comment in lines[1:]]
+
+
+@pytest.mark.parametrize("tag", ["cmake", "meson"])
+def test_the_build_commands_of_the_c_guide_build_and_run(tag, tmp_path):
+    """docs/c.md's commands, as written, in a folder holding its mymod.c and the build file;
+    the tools come from this environment (as `pip install` puts them), else the test skips
+    (fails under CUSTREAM_REQUIRE_BUILD_TOOLS)."""
+    from _cy_downstream import ENV, missing, tool
+
+    (block,) = code_blocks.blocks(tag, page="docs/c.md")
+    (tmp_path / "mymod.c").write_text(module_c("docs/c.md"))
+    (tmp_path / ("CMakeLists.txt" if tag == "cmake" else "meson.build")).write_text(block.code)
+    for name in (tag, "ninja"):
+        tool(name)
+    if not (Path(sys.executable).parent / "python").exists():
+        missing(f"no `python` next to {sys.executable} for the page's commands")
+    commands = build_commands("docs/c.md", tag)
+    assert any("python -c" in c for c, _ in commands), "the commands call the module they built"
+    for command, prints in commands:
+        out = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=ENV, capture_output=True, text=True)
+        assert out.returncode == 0, f"{command}\n{out.stdout}{out.stderr}"
+        if "python -c" in command:
+            assert out.stdout.strip() == prints, out.stdout

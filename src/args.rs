@@ -199,3 +199,176 @@ pub fn i32_arg(value: Option<&Bound<'_, PyAny>>, fname: &str, pname: &str, defau
         ))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use pyo3::types::{PyDict, PyTuple};
+
+    use super::*;
+
+    const SIG: Signature = Signature {
+        name: "f",
+        positional: &["handle", "device"],
+        keyword_only: &["owner"],
+        required: 1,
+    };
+
+    /// `f(*args, **kwargs)` parsed against SIG: each slot's repr, or the error's text.
+    fn parse(
+        py: Python<'_>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> Result<Vec<String>, String> {
+        let call = TupleDict {
+            args: Some(args.as_borrowed()),
+            kwargs: kwargs.map(|k| k.as_borrowed()),
+        };
+        match SIG.parse_tuple_dict::<3>(&call) {
+            Ok(out) => Ok(out
+                .iter()
+                .map(|v| v.as_ref().map_or("-".to_owned(), |v| v.repr().unwrap().to_string()))
+                .collect()),
+            Err(e) => Err(format!("{}: {}", e.get_type(py).name().unwrap(), e.value(py))),
+        }
+    }
+
+    fn with_python(f: impl for<'py> FnOnce(Python<'py>)) {
+        Python::initialize();
+        Python::attach(f);
+    }
+
+    #[test]
+    fn arguments_go_to_their_slots_by_position_and_by_name() {
+        with_python(|py| {
+            let kw = PyDict::new(py);
+            kw.set_item("owner", "o").unwrap();
+            kw.set_item("device", 3).unwrap();
+            let args = PyTuple::new(py, [7]).unwrap();
+            assert_eq!(parse(py, &args, Some(&kw)).unwrap(), ["7", "3", "'o'"]);
+            let none = PyTuple::empty(py);
+            let kw = PyDict::new(py);
+            kw.set_item("handle", 1).unwrap();
+            assert_eq!(
+                parse(py, &none, Some(&kw)).unwrap(),
+                ["1", "-", "-"],
+                "optional slots stay empty"
+            );
+            assert_eq!(
+                parse(py, &PyTuple::new(py, [1, 2]).unwrap(), None).unwrap(),
+                ["1", "2", "-"]
+            );
+        });
+    }
+
+    #[test]
+    fn mistakes_get_cpythons_wording() {
+        with_python(|py| {
+            let none = PyTuple::empty(py);
+            assert_eq!(
+                parse(py, &none, None).unwrap_err(),
+                "TypeError: f() missing required argument 'handle'"
+            );
+            let three = PyTuple::new(py, [1, 2, 3]).unwrap();
+            assert_eq!(
+                parse(py, &three, None).unwrap_err(),
+                "TypeError: f() takes 2 positional arguments but 3 were given"
+            );
+            let kw = PyDict::new(py);
+            kw.set_item("handle", 2).unwrap();
+            assert_eq!(
+                parse(py, &PyTuple::new(py, [1]).unwrap(), Some(&kw)).unwrap_err(),
+                "TypeError: f() got multiple values for argument 'handle'"
+            );
+            let kw = PyDict::new(py);
+            kw.set_item("devcie", 0).unwrap();
+            assert_eq!(
+                parse(py, &PyTuple::new(py, [1]).unwrap(), Some(&kw)).unwrap_err(),
+                "TypeError: f() got an unexpected keyword argument 'devcie'"
+            );
+            let one = Signature {
+                name: "g",
+                positional: &["x"],
+                keyword_only: &[],
+                required: 0,
+            };
+            let err = one.positional_count_error(2);
+            assert_eq!(
+                err.value(py).to_string(),
+                "g() takes 1 positional argument but 2 were given"
+            );
+            let zero = Signature {
+                name: "h",
+                positional: &[],
+                keyword_only: &["x"],
+                required: 0,
+            };
+            let err = zero.positional_count_error(1);
+            assert_eq!(
+                err.value(py).to_string(),
+                "h() takes no positional arguments but 1 was given"
+            );
+        });
+    }
+
+    #[test]
+    fn device_bool_and_int_arguments_are_checked() {
+        with_python(|py| {
+            let int = |v: i64| v.into_pyobject(py).unwrap().into_any();
+            let big = py.eval(c"2**40", None, None).unwrap();
+            let t = PyBool::new(py, true).to_owned().into_any();
+            let s = "0".into_pyobject(py).unwrap().into_any();
+            let none = py.None().into_bound(py);
+            let msg = |e: PyErr| format!("{}: {}", e.get_type(py).name().unwrap(), e.value(py));
+
+            assert_eq!(device_arg(None, "f").unwrap(), None);
+            assert_eq!(device_arg(Some(&none), "f").unwrap(), None);
+            assert_eq!(device_arg(Some(&int(2)), "f").unwrap(), Some(2));
+            assert_eq!(
+                msg(device_arg(Some(&t), "f").unwrap_err()),
+                "TypeError: f() device must be an int device ordinal or None, got bool"
+            );
+            assert_eq!(
+                msg(device_arg(Some(&int(-1)), "f").unwrap_err()),
+                "ValueError: f() device must be a non-negative device ordinal below 2**31, got -1"
+            );
+            assert!(device_arg(Some(&big), "f").is_err());
+
+            assert!(bool_arg(None, "f", "timing", true).unwrap());
+            assert!(!bool_arg(Some(&PyBool::new(py, false).to_owned().into_any()), "f", "timing", true).unwrap());
+            assert_eq!(
+                msg(bool_arg(Some(&int(1)), "f", "timing", false).unwrap_err()),
+                "TypeError: f() timing must be True or False, got int"
+            );
+
+            assert_eq!(i32_arg(None, "f", "priority", -1).unwrap(), -1);
+            assert_eq!(i32_arg(Some(&int(-5)), "f", "priority", 0).unwrap(), -5);
+            assert_eq!(
+                msg(i32_arg(Some(&s), "f", "priority", 0).unwrap_err()),
+                "TypeError: f() priority must be an int, got str"
+            );
+            assert_eq!(
+                msg(i32_arg(Some(&big), "f", "priority", 0).unwrap_err()),
+                "ValueError: f() priority 1099511627776 is out of range: it must fit a 32-bit signed int"
+            );
+        });
+    }
+
+    #[test]
+    fn reprs_for_messages_are_short_and_never_fail() {
+        with_python(|py| {
+            let huge = py.eval(c"-(10**100)", None, None).unwrap();
+            assert_eq!(int_repr(&huge), "a negative int of 333 bits");
+            assert_eq!(int_repr(&7i64.into_pyobject(py).unwrap().into_any()), "7");
+            let long = "x".repeat(200).into_pyobject(py).unwrap().into_any();
+            let r = short_repr(&long);
+            assert!(
+                r.starts_with("'xxx") && r.ends_with("...") && r.chars().count() == 63,
+                "{r}"
+            );
+            let bad = py.eval(c"type('Bad', (), {'__repr__': lambda self: 1 / 0})()", None, None);
+            assert_eq!(short_repr(&bad.unwrap()), "a Bad object");
+            assert!(is_int_not_bool(&huge));
+            assert!(!is_int_not_bool(&PyBool::new(py, true).to_owned().into_any()));
+        });
+    }
+}

@@ -69,7 +69,7 @@ impl Payload {
 /// The object `sys.unraisablehook` gets for an exception raised by a host function: its
 /// repr names the function and the stream; ``function``, ``args`` and ``stream`` (the
 /// handle, an int) are attributes.
-/// Its repr is in src/host_function_type.rs.
+// Its repr is in src/host_function_type.rs.
 #[pyclass(module = "custream", frozen)]
 pub struct HostFunction {
     #[pyo3(get)]

@@ -260,3 +260,99 @@ pub fn joined(id: u64, waiter: u64) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The registry is the process's: these tests take turns, and use handles of their own.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    fn serial() -> MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn stream(raw: u64) -> StreamHandle {
+        // SAFETY: the registry only stores and compares the handle; no driver call is made.
+        unsafe { StreamHandle::from_raw(raw) }
+    }
+
+    #[test]
+    fn an_open_capture_is_known_until_it_ends() {
+        let _turn = serial();
+        let h = 0xC0_0001;
+        assert!(!checks_needed(), "no capture open, foreign checks off: the fast path");
+        assert_eq!(own_capture_of(h), None);
+        let id = opening(stream(h), CaptureMode::ThreadLocal);
+        assert!(checks_needed() && is_open(id));
+        assert_eq!(own_capture_of(h), Some(id));
+        let said = describe_own(h).expect("described");
+        assert!(
+            said.contains(&format!(
+                "custream capture #{id} in 'thread_local' mode, begun by custream on it"
+            )),
+            "{said}"
+        );
+        assert_eq!(own_capture_of(h + 1), None, "another stream takes no part");
+        ended(h, None); // no graph: nothing to hand over
+        assert!(!is_open(id) && !checks_needed());
+        assert_eq!(own_capture_of(h), None);
+        ended(h, None); // a second end finds nothing
+        assert!(!checks_needed(), "the count never goes below zero");
+    }
+
+    #[test]
+    fn a_stream_joins_by_waiting_and_leaves_when_destroyed() {
+        let _turn = serial();
+        let (origin, waiter) = (0xC0_0010, 0xC0_0020);
+        let id = opening(stream(origin), CaptureMode::Global);
+        joined(id, waiter);
+        joined(id, waiter); // once only
+        assert_eq!(own_capture_of(waiter), Some(id));
+        let said = describe_own(waiter).expect("described");
+        assert!(
+            said.contains(&format!(
+                "in 'global' mode, joined through wait() into the capture on stream {origin:#x}"
+            )),
+            "{said}"
+        );
+        stream_destroyed(stream(waiter)); // a joined stream just leaves (no driver call)
+        assert_eq!(own_capture_of(waiter), None);
+        assert!(is_open(id), "the capture goes on on its own stream");
+        forget(id); // as when the driver refuses to begin it
+        assert!(!is_open(id) && !checks_needed());
+        joined(id, waiter); // joining a capture that is gone does nothing
+        assert_eq!(own_capture_of(waiter), None);
+    }
+
+    #[test]
+    fn foreign_checks_are_a_bit_of_their_own() {
+        let _turn = serial();
+        assert!(!set_foreign_checks(true), "off by default");
+        assert!(foreign_checks() && checks_needed());
+        let id = opening(stream(0xC0_0030), CaptureMode::Relaxed);
+        assert!(describe_own(0xC0_0030).expect("described").contains("'relaxed' mode"));
+        assert!(set_foreign_checks(false), "returns the previous setting");
+        assert!(
+            !foreign_checks() && checks_needed(),
+            "the open capture still needs checks"
+        );
+        ended(0xC0_0030, None);
+        assert!(!is_open(id) && !checks_needed());
+        assert!(!set_foreign_checks(false));
+    }
+
+    #[test]
+    fn captures_get_distinct_ids_and_end_one_by_one() {
+        let _turn = serial();
+        let (a, b) = (0xC0_0040, 0xC0_0050);
+        let ia = opening(stream(a), CaptureMode::ThreadLocal);
+        let ib = opening(stream(b), CaptureMode::ThreadLocal);
+        assert_ne!(ia, ib);
+        assert_eq!((own_capture_of(a), own_capture_of(b)), (Some(ia), Some(ib)));
+        ended(a, None);
+        assert!(!is_open(ia) && is_open(ib) && checks_needed());
+        ended(b, None);
+        assert!(!checks_needed());
+    }
+}

@@ -11,16 +11,17 @@ pyo3::create_exception!(
     custream,
     CudaUnavailableError,
     PyRuntimeError,
-    "No usable CUDA driver on this machine: none could be loaded (the message names the \
-     libraries looked for), or it is older than CUDA 12.0. Wrapping handles and the protocol \
-     still work; anything that needs the driver raises this."
+    "No usable CUDA driver on this machine: none could be loaded (the message names the\n\
+     libraries looked for), or it is older than CUDA 12.0 (the message names its version).\n\
+     Wrapping handles and the protocol still work; anything that needs the driver raises\n\
+     this, except ``device_count()``, which is 0 without a driver library."
 );
 
 pyo3::create_exception!(
     custream,
     CudaError,
     PyRuntimeError,
-    "A CUDA driver call failed. Attributes: ``code`` (the ``CUresult`` value), ``name`` \
+    "A CUDA driver call failed. Attributes: ``code`` (the ``CUresult`` value), ``name``\n\
      (e.g. ``CUDA_ERROR_INVALID_HANDLE``) and ``message`` (the driver's own description)."
 );
 

@@ -94,7 +94,19 @@ fn with_pool<R>(context_id: u64, f: impl FnOnce(&mut Pool) -> R) -> R {
 /// new page registered in `ctx` (without the GIL: registering is a driver call that can wait
 /// on the driver's locks).
 pub fn take(py: Python<'_>, ctx: Context, context_id: u64) -> driver::Result<Flag> {
-    let reused = with_pool(context_id, |pool| {
+    if let Some(flag) = reuse(context_id) {
+        return Ok(flag);
+    }
+    let mut page = gil::detach(py, move || new_page(ctx, context_id))?;
+    let flag = page.pop().expect("a page holds flags");
+    with_pool(context_id, |pool| pool.free.append(&mut page));
+    Ok(flag)
+}
+
+/// A free flag of context `context_id`'s pool, if any: one given back, or one raised that
+/// the GPU has since lowered.
+fn reuse(context_id: u64) -> Option<Flag> {
+    with_pool(context_id, |pool| {
         if pool.free.is_empty() {
             let (lowered, raised) = std::mem::take(&mut pool.lowering)
                 .into_iter()
@@ -103,14 +115,7 @@ pub fn take(py: Python<'_>, ctx: Context, context_id: u64) -> driver::Result<Fla
             pool.lowering = raised;
         }
         pool.free.pop()
-    });
-    if let Some(flag) = reused {
-        return Ok(flag);
-    }
-    let mut page = gil::detach(py, move || new_page(ctx, context_id))?;
-    let flag = page.pop().expect("a page holds flags");
-    with_pool(context_id, |pool| pool.free.append(&mut page));
-    Ok(flag)
+    })
 }
 
 fn new_page(ctx: Context, context_id: u64) -> driver::Result<Vec<Flag>> {
@@ -148,4 +153,72 @@ pub fn give_back(flag: Flag) {
 /// reused.)
 pub fn give_back_raised(flag: Flag) {
     with_pool(flag.context_id, |pool| pool.lowering.push(flag));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A flag of context `context_id` over a word of its own (a page's word, without the
+    /// driver: reuse never registers anything). Each test uses context ids of its own, as
+    /// the pools are the process's.
+    fn flag(context_id: u64, device: u64) -> Flag {
+        Flag {
+            word: Box::leak(Box::new(AtomicU32::new(0))),
+            device,
+            context_id,
+        }
+    }
+
+    #[test]
+    fn a_flag_given_back_is_reused_lowered() {
+        const CTX: u64 = u64::MAX - 1;
+        assert!(reuse(CTX).is_none(), "a new context's pool is empty");
+        let f = flag(CTX, 0x1000);
+        f.raise();
+        assert!(f.is_raised());
+        give_back(f); // never waited on: free at once, lowered
+        let again = reuse(CTX).expect("the flag given back");
+        assert_eq!(again.device_address(), 0x1000);
+        assert!(!again.is_raised());
+        assert!(reuse(CTX).is_none(), "taken: not handed out twice");
+    }
+
+    #[test]
+    fn a_raised_flag_is_reused_only_once_the_gpu_lowered_it() {
+        const CTX: u64 = u64::MAX - 2;
+        let f = flag(CTX, 0x2000);
+        let raiser = f.raiser();
+        raiser.raise();
+        assert!(f.is_raised());
+        let word = f.word;
+        give_back_raised(f);
+        assert!(
+            reuse(CTX).is_none(),
+            "still raised: the stream's write of 0 has not run"
+        );
+        word.store(0, Ordering::Release); // the GPU's write of 0
+        assert_eq!(reuse(CTX).expect("lowered now").device_address(), 0x2000);
+        assert!(reuse(CTX).is_none());
+    }
+
+    #[test]
+    fn each_context_reuses_its_own_flags_and_lowered_ones_first_come_back() {
+        const A: u64 = u64::MAX - 3;
+        const B: u64 = u64::MAX - 4;
+        give_back(flag(A, 0xA000));
+        assert!(reuse(B).is_none(), "A's flag is mapped for A's GPU, not B's");
+        let up = flag(A, 0xA004);
+        up.raise();
+        let down = flag(A, 0xA008);
+        down.raise();
+        let down_word = down.word;
+        give_back_raised(up);
+        give_back_raised(down);
+        down_word.store(0, Ordering::Release);
+        // The free one first; then, with none free, the lowered one, never the raised one.
+        assert_eq!(reuse(A).map(|f| f.device_address()), Some(0xA000));
+        assert_eq!(reuse(A).map(|f| f.device_address()), Some(0xA008));
+        assert!(reuse(A).is_none(), "0xA004 is still raised");
+    }
 }

@@ -6,8 +6,9 @@ use pyo3::prelude::*;
 
 use crate::args::device_arg;
 use crate::boundary::boundary;
-use crate::driver;
+use crate::driver::{self, DriverError};
 use crate::gil;
+use crate::libcuda::LoadError;
 use crate::lifecycle;
 use crate::object::{self, entry};
 use crate::process;
@@ -62,10 +63,16 @@ pub fn driver_version() -> PyResult<i32> {
     Ok(driver::driver_version()?)
 }
 
-/// The number of CUDA devices.
+/// The number of CUDA devices; 0 where there is no driver library (as PyTorch and JAX answer)
+/// or the driver finds no device (``CUDA_ERROR_NO_DEVICE``, e.g. ``CUDA_VISIBLE_DEVICES=""``).
+/// A driver that is there but unusable (too old, failing to initialize) raises.
 #[pyfunction]
 pub fn device_count() -> PyResult<i32> {
-    Ok(driver::device_count()?)
+    match driver::device_count() {
+        Err(DriverError::Unavailable(LoadError::NotFound { .. })) => Ok(0),
+        Err(DriverError::Cuda { code, .. }) if code == driver::code::NO_DEVICE => Ok(0),
+        found => Ok(found?),
+    }
 }
 
 /// Name, total memory in bytes and compute capability of a device, for reports.

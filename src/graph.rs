@@ -10,7 +10,7 @@ use crate::gil;
 use crate::lifecycle::{Closable, DriverObject, Home, Made};
 use crate::object::StreamObject;
 
-/// An executable CUDA graph: what `Stream.end_capture()` returns.
+/// An executable CUDA graph: what ``Stream.end_capture()`` returns.
 ///
 /// ``g.launch(stream)`` runs it on any stream (a custream.Stream or any ``__cuda_stream__``
 /// object), ``g.upload(stream)`` prepares it there ahead of a launch, ``close()`` destroys it

@@ -27,7 +27,8 @@ use crate::gil;
 use crate::lifecycle::{self, Closable, Home, InUse, Managed};
 use crate::process;
 
-/// A slice of a device's SMs (a CUDA green context) to make streams in.
+/// A slice of a device's SMs (a CUDA green context, driver 12.4 and newer) to make streams
+/// in: their work runs on those SMs only.
 ///
 /// ``GreenContext(sm_count, *, device=None)`` asks the driver for at least ``sm_count`` SMs of
 /// ``device`` (default: the current context's device, else 0); the driver rounds the count up

@@ -200,7 +200,7 @@ impl GreenContext {
 
 closable_methods!(
     GreenContext,
-    "Refuse new streams from now on and destroy the green context once its last stream is \
+    "Refuse new streams from now on and destroy the green context once its last stream is\n\
      closed (now, if it has none); idempotent.",
     with
 );

@@ -35,7 +35,8 @@ A CUDA stream shared by Python, Cython and C, speaking the CUDA Stream Protocol.
 ``Stream()`` creates an owned stream in the device's primary context (``device`` defaults to
 the current context's device, else 0) and leaves the thread's current context as it was;
 with ``green_context=gc`` (a custream.GreenContext) it is made in that green context instead,
-its work running on that context's SMs only, and keeps ``gc`` open.
+its work running on that context's SMs only, and keeps ``gc`` open; it must then be
+non-blocking, and ``device`` left out or ``gc.device``.
 ``Stream.from_handle(handle, owner=...)`` and ``custream.as_stream(obj)`` wrap a stream
 somebody else made, keeping its owner alive. ``with s:`` makes ``s`` the current stream
 (``custream.current_stream()``) for the block and closes nothing. ``close()`` destroys an
@@ -447,12 +448,12 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
         method(c"record", M { PyCFunctionFastWithKeywords: entry!(fastcall, record) }, ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
             c"record($self, /, event=None)\n--\n\nRecord ``event`` (a new custream.Event if None) on this stream and return it."),
         method(c"close", M { PyCFunction: entry!(method, close) }, noargs,
-            c"close($self, /)\n--\n\nDestroy an owned stream, or release a borrowed one's owner or deleter.\nIdempotent and thread-safe; afterwards every handle accessor raises ValueError."),
+            c"close($self, /)\n--\n\nDestroy an owned stream, or release a borrowed one's owner or deleter.\nIdempotent and thread-safe; afterwards every handle accessor raises ValueError.\nRefused (ValueError) for the module's default streams and for a StreamPool's streams."),
         method(c"__enter__", M { PyCFunction: entry!(method, enter) }, noargs, c"Make the stream current (custream.current_stream()) until the block ends."),
         method(c"__exit__", M { PyCFunction: entry!(method, exit) }, ffi::METH_VARARGS, c"Make the stream that was current before the block current again; closes nothing."),
         method(c"__reduce__", M { PyCFunction: entry!(method, reduce) }, noargs, c"Streams cannot be pickled."),
         method(c"launch_host_func", M { PyCFunctionFast: entry!(fastcall_positional, launch_host_func) }, ffi::METH_FASTCALL,
-            c"launch_host_func($self, fn, /, *args)\n--\n\nRun ``fn(*args)`` on custream's host-function thread once the work queued on\nthe stream before it is done; the work queued after it waits for it. Returns at once\n(unless about 1,000 are already pending on the stream: it then waits, GIL released). ``fn`` and ``args`` are kept alive until\nthe call ran. An exception in ``fn`` goes to ``sys.unraisablehook``. ``fn`` must make\nno CUDA call (custream refuses one). In a capture the call becomes a host node, run\nat each launch of the graph."),
+            c"launch_host_func($self, fn, /, *args)\n--\n\nRun ``fn(*args)`` on custream's host-function thread once the work queued on\nthe stream before it is done; the work queued after it waits for it. Returns at once\n(unless about 1,000 are already pending on the stream: it then waits, GIL released).\n``fn`` and ``args`` are kept alive until the call ran. An exception in ``fn`` goes to\n``sys.unraisablehook``. ``fn`` must make no CUDA call (custream refuses one). In a\ncapture the call becomes a host node, run at each launch of the graph."),
         method(c"begin_capture", M { PyCFunctionFastWithKeywords: entry!(fastcall, begin_capture) }, ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
             c"begin_capture($self, /, mode='thread_local')\n--\n\nBegin capturing the work queued on this stream into a CUDA graph; ``mode`` is\n'thread_local', 'global' or 'relaxed' (CUDA's capture modes). End it with\nend_capture(). While it is open, synchronize() and query() on the stream raise\nCudaError instead of invalidating the capture."),
         method(c"end_capture", M { PyCFunction: entry!(method, end_capture) }, noargs,

@@ -333,14 +333,18 @@ def test_exit_with_callbacks_queued_behind_work(fake, kernel_ms, tmp_path):
 
 
 def test_exit_waits_for_a_callback_inside_python(fake, tmp_path):
+    # The main thread exits once the host function is inside Python (an event, not a sleep:
+    # the relay thread may be slow to start); exit must wait for it to finish.
     mark = tmp_path / "done"
     out = run(fake, f"""
         s = Stream()
+        started = threading.Event()
         def slow():
+            started.set()
             time.sleep(0.3)
             open({str(mark)!r}, "w").write("done")
         s.launch_host_func(slow)
-        time.sleep(0.05)
+        assert started.wait(10), "the host function never started"
     """)
     assert out.stderr == ""
     assert mark.read_text() == "done"

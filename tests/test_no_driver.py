@@ -1,4 +1,5 @@
-"""Without a CUDA driver: import works, wrapping works, driver needs raise CudaUnavailableError.
+"""Without a CUDA driver: import works, wrapping works, device_count() is 0 and
+is_available() False, and what needs the driver raises CudaUnavailableError.
 
 These run on machines without libcuda (this project's CI); where a driver exists they skip.
 """
@@ -25,7 +26,6 @@ no_library = pytest.mark.skipif(
         lambda: custream.Stream(),
         lambda: custream.Stream(device=0, non_blocking=False, priority=0),
         lambda: custream.Event(),
-        lambda: custream.device_count(),
         lambda: custream.driver_version(),
         lambda: custream.device_info(0),
         lambda: custream.Stream.from_handle(0x1000).synchronize(),
@@ -46,6 +46,16 @@ def test_driver_needs_raise_cuda_unavailable_naming_the_library(call):
 @no_library
 def test_is_available_is_false_and_never_raises():
     assert custream.is_available() is False
+
+
+@no_library
+def test_device_count_is_zero_without_a_driver():
+    """As torch.cuda.device_count() and jax answer: a probe for GPUs gets 0, not an error
+    (tests/test_device_count.py has the drivers that are present but find none, or fail)."""
+    assert custream.device_count() == 0
+    assert custream.device_count() == 0  # and again: nothing was cached as an error
+    with pytest.raises(custream.CudaUnavailableError):
+        custream.device_info(0)  # a device's own questions still need the driver
 
 
 def test_unavailable_error_is_a_runtime_error_distinct_from_cuda_error():

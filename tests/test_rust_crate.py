@@ -4,14 +4,17 @@ Python, on the CPU. Streams are wrapped made-up handles (no driver call), or own
 the stand-in libcuda (tests/standin) in a subprocess; fork, interpreter exit and a missing or
 incompatible custream run in subprocesses too.
 
-Without the extension installed these tests skip, saying how to build it; CI installs it and
-sets CUSTREAM_REQUIRE_BUILD_TOOLS, under which a missing extension fails them instead.
+An installed extension is used (CI installs the wheel scripts/build-rust-ext.sh builds);
+otherwise the first test builds it with cargo and maturin (tests/_rust_ext.py), and without
+those the tests skip saying why, or fail under CUSTREAM_REQUIRE_BUILD_TOOLS. The Rust guide
+(docs/rust.md) is checked to be the crate's own docs, and its recipe is built as a user would.
 tests/gpu/test_gpu_rust.py has the GPU half (cudarc kernels on CuPy and PyTorch streams).
 """
 
 import gc
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -494,53 +497,120 @@ def test_an_incompatible_custream_is_an_import_error(offset, value, message):
     assert out.strip() == "ok"
 
 
-# ---- the crate's files: versions and docs -------------------------------------------------------
+# ---- the crate's version, and the Rust guide ----------------------------------------------------
 
 
-def _toml_value(text, key):
-    m = re.search(rf'^{key}\s*=\s*"([^"]+)"', text, re.M)
-    return m and m.group(1)
+def cargo_metadata():
+    """`cargo metadata` of the workspace (the crate, custream and the test extension)."""
+    import json
+
+    if shutil.which("cargo") is None:
+        missing_tool("cargo is not on PATH")
+    out = subprocess.run(["cargo", "metadata", "--format-version", "1", "--no-deps", "--offline"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return {p["name"]: p for p in json.loads(out.stdout)["packages"]}
 
 
-def test_the_crate_version_is_the_packages_and_its_pyo3_the_projects():
-    root = (ROOT / "Cargo.toml").read_text()
-    crate = (CRATE / "Cargo.toml").read_text()
-    assert _toml_value(crate, "version") == _toml_value(root, "version") == custream.__version__
-    assert _toml_value(crate, "rust-version") == _toml_value(root, "rust-version")
-    pyo3 = re.compile(r'^pyo3 = \{ version = "([^"]+)"', re.M)
-    assert pyo3.findall(crate)[0] == pyo3.findall(root)[0]
-    dependencies = crate.split("\n[dependencies]\n")[1].split("\n[")[0]
-    (line,) = re.findall(r"^pyo3 = .*$", dependencies, re.M)
-    assert "abi3" not in line  # the extension chooses
-    readme = (CRATE / "README.md").read_text()
-    assert re.search(rf'^pyo3-custream = "{re.escape(custream.__version__)}"', readme, re.M)
-    assert re.search(r'^pyo3 = \{ version = "' + re.escape(pyo3.findall(root)[0]) + '"', readme, re.M)
+def missing_tool(what):
+    message = f"{what} (a Rust toolchain; pip install maturin)"
+    if os.environ.get("CUSTREAM_REQUIRE_BUILD_TOOLS"):
+        pytest.fail(message + "; CUSTREAM_REQUIRE_BUILD_TOOLS is set")
+    pytest.skip(message)
 
 
-def test_docs_rust_md_is_the_crates_readme_and_guide():
-    """docs/rust.md includes the crate's own files, whose code blocks are the crate's doctests."""
-    page = (ROOT / "docs" / "rust.md").read_text()
-    includes = re.findall(r"^```\{include\} (\S+)\n```", page, re.M)
-    assert includes == ["../pyo3-custream/README.md", "../pyo3-custream/docs/lifetime-rules.md",
-                        "../pyo3-custream/docs/version-policy.md"]
-    lib = (CRATE / "src" / "lib.rs").read_text()
-    assert lib.startswith('#![doc = include_str!("../README.md")]')
-    for doc in ("lifetime-rules.md", "version-policy.md"):
-        assert f'#[doc = include_str!("../docs/{doc}")]' in lib
-    index = (ROOT / "docs" / "index.md").read_text()
-    assert re.search(r"^rust$", index, re.M)
-    # Every block in those files is Rust (a doctest) or the Cargo.toml lines checked above.
-    for name in ("README.md", "docs/lifetime-rules.md", "docs/version-policy.md"):
-        tags = re.findall(r"^```(.*)$", (CRATE / name).read_text(), re.M)
-        assert tags and all(t in ("rust", "rust no_run", "toml", "") for t in tags), (name, tags)
-        assert tags.count("") * 2 == len(tags), (name, tags)  # every fence is closed
+def test_the_crate_is_the_packages_version_and_says_so():
+    """The crate's version is the package's, as cargo resolves them, and the extension built
+    with it names both in its ImportError; it builds on the same Rust and pyo3 as custream and
+    leaves the abi3 choice to the extension."""
+    packages = cargo_metadata()
+    crate, root = packages["pyo3-custream"], packages["custream"]
+    assert crate["version"] == root["version"] == custream.__version__
+    assert crate["rust_version"] == root["rust_version"]
+    pyo3 = {p["name"]: {d["name"]: d for d in p["dependencies"] if d["kind"] is None}["pyo3"] for p in (crate, root)}
+    assert pyo3["pyo3-custream"]["req"] == pyo3["custream"]["req"]
+    assert not any("abi3" in f for f in pyo3["pyo3-custream"]["features"])
+    rc, out, err = run("""
+        import sys
+        sys.modules["custream"] = None
+        import custream_rust_ext as rx
+        rx.import_custream()
+    """)
+    v = custream.__version__
+    assert rc != 0 and f"ImportError: pyo3-custream {v} needs custream {v}" in err, err
 
 
-def test_the_ffi_module_is_the_extensions_layout():
-    """One bindgen output (tests/layout.rs regenerates and checks it): the crate's ffi
-    module, which the extension re-exports and its Cargo.toml depends on."""
-    ffi = (CRATE / "src" / "ffi.rs").read_text()
-    assert "pub struct CustreamStream" in ffi and "pub struct CustreamCAPI" in ffi
-    layout = (ROOT / "src" / "layout.rs").read_text()
-    assert "pub use pyo3_custream::ffi::*;" in layout and "struct" not in layout
-    assert re.search(r'^pyo3-custream = \{ path = "pyo3-custream"', (ROOT / "Cargo.toml").read_text(), re.M)
+sys.path.insert(0, str(ROOT / "scripts"))
+import rust_guide  # noqa: E402 (scripts/rust_guide.py writes docs/rust.md from the crate's docs)
+
+sys.path.pop(0)
+GUIDE = ROOT / "docs" / "rust.md"
+FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)
+
+
+def test_the_rust_guide_is_the_crates_own_docs():
+    """One source: docs/rust.md is what scripts/rust_guide.py writes from the files the crate
+    includes as its documentation (whose Rust blocks cargo runs as doctests)."""
+    assert rust_guide.sources()[0] == CRATE / "README.md"
+    assert len(rust_guide.sources()) >= 3
+    assert GUIDE.read_text() == rust_guide.page(), "docs/rust.md is stale: run python scripts/rust_guide.py"
+    # It reads on its own: no directive a code host would not show, no link only rustdoc resolves.
+    text = GUIDE.read_text()
+    assert "{include}" not in text and "crate::" not in text and "docs.rs" not in text
+    commands = "\n".join(code for info, code in FENCE.findall(text) if info == "bash")
+    assert "pip install ../custream" in commands and "pip install custream" not in commands, "not on PyPI yet"
+
+
+def test_the_rust_guides_recipe_builds_and_runs(tmp_path):
+    """The guide's recipe as a user copies it: a clone of custream (here, this repository),
+    beside it a folder with the page's Cargo.toml, pyproject.toml and first Rust example as
+    src/lib.rs, then the page's commands. custream is already installed here, and the
+    extension goes into a folder of the test's own rather than this environment."""
+    if shutil.which("cargo") is None:
+        missing_tool("cargo is not on PATH")
+    try:
+        import maturin  # noqa: F401
+    except ImportError:
+        missing_tool(f"maturin is not installed in {sys.executable}")
+    blocks = FENCE.findall(GUIDE.read_text())
+    tomls = [code for info, code in blocks if info == "toml"]
+    (cargo,) = [t for t in tomls if "[lib]" in t]
+    (pyproject,) = [t for t in tomls if "[build-system]" in t]
+    lib = next(code for info, code in blocks if info == "rust")
+    (bash,) = [code for info, code in blocks if info == "bash"]
+    assert 'crate-type = ["cdylib"]' in cargo and 'path = "../custream/pyo3-custream"' in cargo
+    assert "#[pymodule]\nfn mylib(" in lib
+
+    (tmp_path / "custream").symlink_to(ROOT)  # the clone
+    project = tmp_path / "mylib"
+    (project / "src").mkdir(parents=True)
+    (project / "Cargo.toml").write_text(cargo)
+    (project / "pyproject.toml").write_text(pyproject)
+    (project / "src" / "lib.rs").write_text(lib)
+    # The versions this repository's tests resolve (cargo keeps what the recipe uses): no
+    # registry index is needed for a build that custream's own build already fetched.
+    shutil.copyfile(ROOT / "Cargo.lock", project / "Cargo.lock")
+    site = tmp_path / "site"
+    env = dict(os.environ)
+    env.setdefault("CARGO_TARGET_DIR", str(ROOT / "target"))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    ran = []
+    for line in bash.splitlines():
+        command, _, comment = line.partition("  # ")
+        argv = command.split()
+        if argv == ["pip", "install", "../custream"]:
+            assert custream.__file__  # custream itself: installed in this environment already
+            continue
+        if argv == ["pip", "install", "."]:
+            argv = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--target", str(site), "."]
+        elif argv[:2] == ["python", "-c"]:
+            argv = [sys.executable, "-c", command.split(" -c ", 1)[1].strip().strip('"')]
+        else:
+            raise AssertionError(f"a command the test does not know how to run: {line!r}")
+        out = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True)
+        assert out.returncode == 0, f"{line}\n{out.stdout}{out.stderr}"
+        if argv[1] == "-c":
+            assert out.stdout.strip() == comment.strip(), out.stdout
+        ran.append(argv[1])
+    assert ran == ["-m", "-c"], ran  # it built the module, then called it
+    assert list(site.glob("mylib/*.so")), "the module pip installed"

@@ -46,7 +46,8 @@ class CudaStreamProducer(Protocol):
     def __cuda_stream__(self) -> tuple[int, int]: ...
 
 class CudaError(RuntimeError):
-    """A CUDA driver call failed."""
+    """A CUDA driver call failed. Attributes: ``code`` (the ``CUresult`` value), ``name``
+    (e.g. ``CUDA_ERROR_INVALID_HANDLE``) and ``message`` (the driver's own description)."""
 
     code: int
     """The ``CUresult`` value."""
@@ -56,19 +57,25 @@ class CudaError(RuntimeError):
     """The driver's description."""
 
 class CudaUnavailableError(RuntimeError):
-    """No usable CUDA driver: none could be loaded (the message names the libraries looked
-    for), or it is older than CUDA 12.0 (the message names its version)."""
+    """No usable CUDA driver on this machine: none could be loaded (the message names the
+    libraries looked for), or it is older than CUDA 12.0 (the message names its version).
+    Wrapping handles and the protocol still work; anything that needs the driver raises
+    this, except ``device_count()``, which is 0 without a driver library."""
 
 @final
 class Stream:
     """A CUDA stream shared by Python, Cython and C, speaking the CUDA Stream Protocol.
 
-    ``Stream()`` creates an owned stream in the device's primary context (``device``
-    defaults to the current context's device, else 0) and leaves the thread's current
-    context as it was. ``Stream.from_handle`` and ``custream.as_stream`` wrap a stream
-    somebody else made, keeping its owner alive. After ``close()`` every handle accessor
-    raises ValueError.
-    """
+    ``Stream()`` creates an owned stream in the device's primary context (``device`` defaults to
+    the current context's device, else 0) and leaves the thread's current context as it was;
+    with ``green_context=gc`` (a custream.GreenContext) it is made in that green context instead,
+    its work running on that context's SMs only, and keeps ``gc`` open; it must then be
+    non-blocking, and ``device`` left out or ``gc.device``.
+    ``Stream.from_handle(handle, owner=...)`` and ``custream.as_stream(obj)`` wrap a stream
+    somebody else made, keeping its owner alive. ``with s:`` makes ``s`` the current stream
+    (``custream.current_stream()``) for the block and closes nothing. ``close()`` destroys an
+    owned stream and lets go of a borrowed one's owner; after it, every handle accessor raises
+    ValueError."""
 
     def __new__(
         cls,
@@ -77,21 +84,19 @@ class Stream:
         non_blocking: bool = True,
         priority: int = 0,
         green_context: GreenContext | None = None,
-    ) -> Stream:
-        """``green_context=gc`` makes the stream in that green context (on its SMs only); it
-        must then be non-blocking, and ``device`` left out or ``gc.device``."""
+    ) -> Stream: ...
     @staticmethod
     def from_handle(handle: int, *, owner: object | None = None, device: int | None = None) -> Stream:
         """Wrap an existing CUDA stream handle (an int) without calling the driver.
 
-        ``owner`` is kept alive until the stream is closed or deallocated. 0, 1 and 2 are
-        the default-stream tokens (null, legacy, per-thread).
-        """
+        ``owner`` is kept alive until the stream is closed or deallocated; ``device``
+        spares a driver call when ``.device`` is read. 0, 1 and 2 are the default-stream
+        tokens (null, legacy, per-thread)."""
     def __cuda_stream__(self) -> tuple[int, int]:
-        """The CUDA Stream Protocol: ``(0, handle)``."""
+        """The CUDA Stream Protocol: (0, handle), both ints."""
     @property
     def handle(self) -> int:
-        """The ``CUstream`` handle as an int."""
+        """The CUstream handle as an int (0, 1 and 2 are default-stream tokens)."""
     @property
     def device(self) -> int:
         """The device ordinal; for default streams, that of the current context."""
@@ -112,64 +117,82 @@ class Stream:
         """The stream's priority (lower numbers run first)."""
     @property
     def closed(self) -> bool:
-        """True once ``close()`` has been called."""
+        """True once close() has been called."""
     def synchronize(self) -> None:
         """Wait for all work on the stream; the GIL is released while waiting."""
     def query(self) -> bool:
-        """True if all work on the stream is done."""
+        """True if all work on the stream is done, False if some is pending."""
     def wait(self, other: Event | Stream | CudaStreamProducer, /) -> None:
-        """Make later work on this stream wait for ``other``'s recorded or queued work."""
+        """Make later work on this stream wait for ``other``: a custream.Event, or the
+        work queued so far on a custream.Stream or any ``__cuda_stream__`` object."""
     def record(self, event: Event | None = None) -> Event:
-        """Record ``event`` (a new one if None) on this stream and return it."""
+        """Record ``event`` (a new custream.Event if None) on this stream and return it."""
     def close(self) -> None:
-        """Destroy an owned stream or release a borrowed one's owner; idempotent. Refused for
-        the module's default streams and for a StreamPool's streams."""
+        """Destroy an owned stream, or release a borrowed one's owner or deleter.
+        Idempotent and thread-safe; afterwards every handle accessor raises ValueError.
+        Refused (ValueError) for the module's default streams and for a StreamPool's streams."""
     def __enter__(self) -> Stream:
-        """Make the stream current (``current_stream()``) until the block ends."""
+        """Make the stream current (custream.current_stream()) until the block ends."""
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
     ) -> bool:
-        """Make the stream current before the block current again; closes nothing."""
+        """Make the stream that was current before the block current again; closes nothing."""
     def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
     def launch_host_func(self, fn: Callable[..., object], /, *args: Any) -> None:
-        """Run ``fn(*args)`` on custream's host-function thread once the work queued before it is done."""
+        """Run ``fn(*args)`` on custream's host-function thread once the work queued on
+        the stream before it is done; the work queued after it waits for it. Returns at once
+        (unless about 1,000 are already pending on the stream: it then waits, GIL released).
+        ``fn`` and ``args`` are kept alive until the call ran. An exception in ``fn`` goes to
+        ``sys.unraisablehook``. ``fn`` must make no CUDA call (custream refuses one). In a
+        capture the call becomes a host node, run at each launch of the graph."""
     def begin_capture(self, mode: Literal["thread_local", "global", "relaxed"] = "thread_local") -> None:
-        """Begin capturing the work queued on this stream into a CUDA graph."""
+        """Begin capturing the work queued on this stream into a CUDA graph; ``mode`` is
+        'thread_local', 'global' or 'relaxed' (CUDA's capture modes). End it with
+        end_capture(). While it is open, synchronize() and query() on the stream raise
+        CudaError instead of invalidating the capture."""
     def end_capture(self) -> Graph:
-        """End the capture and return the instantiated graph."""
+        """End the capture begun on this stream and return the instantiated custream.Graph."""
     @property
     def is_capturing(self) -> bool:
-        """True while the stream is capturing a CUDA graph, whoever began the capture."""
+        """True while the stream is capturing a CUDA graph (whoever began the capture)."""
     @property
     def green_context(self) -> GreenContext | None:
-        """The green context the stream's work runs in, or None (the whole device); any stream
-        can be asked, another library's too."""
+        """The custream.GreenContext the stream's work runs in, or None (the whole device).
+        Any stream can be asked: one made in a green context by another library answers
+        too (the driver is asked, and the green context adopted with the stream as owner)."""
     @property
     def sm_count(self) -> int:
         """How many SMs the stream's work may use: its green context's, else the device's."""
 
 @final
 class Event:
-    """A CUDA event in a device's primary context; ``timing=True`` enables ``elapsed_time``."""
+    """A CUDA event, created in a device's primary context.
+
+    ``Event(*, device=None, timing=False)``: ``device`` defaults to the current context's
+    device, else 0. Events are made without timing unless ``timing=True``, which
+    ``elapsed_time`` needs. ``close()`` destroys the event; so does deallocation."""
 
     def __new__(cls, *, device: int | None = None, timing: bool = False) -> Event: ...
     def record(self, stream: Stream | CudaStreamProducer) -> None:
-        """Record the event on ``stream``."""
+        """Record the event on ``stream`` (a custream.Stream or any ``__cuda_stream__`` object)."""
     def synchronize(self) -> None:
-        """Wait for the recorded work (the GIL is released)."""
+        """Wait until the work recorded before the event is done (the GIL is released)."""
     def query(self) -> bool:
-        """True if the recorded work is done."""
+        """True if the work recorded before the event is done."""
     def elapsed_time(self, end: Event) -> float:
-        """Milliseconds from this event to ``end`` (both made with ``timing=True``)."""
+        """Milliseconds from this event to ``end``; both need ``timing=True`` and must have
+        completed."""
     @property
-    def handle(self) -> int: ...
+    def handle(self) -> int:
+        """The CUevent handle as an int."""
     @property
     def device(self) -> int: ...
     @property
     def timing(self) -> bool: ...
     @property
-    def closed(self) -> bool: ...
+    def closed(self) -> bool:
+        """True once close() has been called."""
     def close(self) -> None:
         """Destroy the event; idempotent."""
     def __enter__(self) -> Event: ...
@@ -177,32 +200,43 @@ class Event:
 
 @final
 class GreenContext:
-    """A slice of one device's SMs (a CUDA green context, driver 12.4 and newer) to make streams
+    """A slice of a device's SMs (a CUDA green context, driver 12.4 and newer) to make streams
     in: their work runs on those SMs only.
 
-    ``GreenContext(sm_count)`` asks the driver for at least ``sm_count`` SMs (it rounds up to
-    its granularity, 8 SMs on Hopper); ``sm_count`` reports what it granted. ``close()``
-    refuses new streams at once; the driver's green context goes when its last stream is closed.
-    """
+    ``GreenContext(sm_count, *, device=None)`` asks the driver for at least ``sm_count`` SMs of
+    ``device`` (default: the current context's device, else 0); the driver rounds the count up
+    to its granularity (8 SMs on Hopper), and ``sm_count`` reports what it granted.
+    ``GreenContext.split(sm_count, *, device=None)`` returns two disjoint ones: that slice and
+    the rest of the device. ``GreenContext.from_handle(handle, *, owner=None)`` adopts another
+    library's. Streams: ``gc.create_stream(priority=0)``, ``Stream(green_context=gc)``,
+    ``StreamPool(n, green_context=gc)``. ``close()`` (idempotent; ``with`` closes too) refuses
+    new streams at once; the driver's green context goes when its last stream is closed."""
 
     def __new__(cls, sm_count: int, *, device: int | None = None) -> GreenContext: ...
     @staticmethod
     def split(sm_count: int, *, device: int | None = None) -> tuple[GreenContext, GreenContext]:
-        """Two disjoint green contexts: at least ``sm_count`` SMs, and the rest of the device."""
+        """Two disjoint green contexts of ``device`` (default: the current context's device,
+        else 0): at least ``sm_count`` SMs, rounded up as the driver requires, and the rest.
+        E.g. ``small, rest = GreenContext.split(16)`` on a 132-SM H200 gives 16 and 116."""
     @staticmethod
     def from_handle(handle: object, *, owner: object | None = None) -> GreenContext:
-        """Adopt another library's green context (a ``CUgreenCtx``, the context converted from
-        one, or a cuda.core ``Context``), keeping ``owner`` alive; never destroyed by custream."""
+        """Adopt another library's green context: ``handle`` is a ``CUgreenCtx`` (an int or a
+        cuda.bindings ``CUgreenCtx``), or the context converted from one (a cuda.bindings
+        ``CUcontext``, such as cuda.core's ``Context.handle``), or a cuda.core ``Context``.
+        ``owner`` is kept alive until ``close()`` (a cuda.core ``Context`` is its own owner
+        unless one is given); custream never destroys an adopted green context."""
     def create_stream(self, *, priority: int = 0) -> Stream:
-        """A new Stream in this green context; it keeps the green context open."""
+        """A new custream.Stream in this green context (non-blocking, as CUDA requires): its work
+        runs on this green context's SMs only. The stream keeps the green context open."""
     @property
     def handle(self) -> int:
-        """The ``CUgreenCtx`` handle as an int."""
+        """The ``CUgreenCtx`` handle as an int; raises once closed."""
     @property
-    def device(self) -> int: ...
+    def device(self) -> int:
+        """The device the green context's SMs belong to."""
     @property
     def sm_count(self) -> int:
-        """The SMs the driver granted."""
+        """The SMs the driver granted: at least the count asked for, rounded up as it requires."""
     @property
     def owned(self) -> bool:
         """True if custream made the green context and destroys it."""
@@ -210,15 +244,24 @@ class GreenContext:
     def owner(self) -> Any:
         """The object kept alive for an adopted green context, or None."""
     @property
-    def closed(self) -> bool: ...
+    def closed(self) -> bool:
+        """True once close() has been called."""
     def close(self) -> None:
-        """Refuse new streams; the green context is destroyed once its last stream is closed."""
+        """Refuse new streams from now on and destroy the green context once its last stream is
+        closed (now, if it has none); idempotent."""
     def __enter__(self) -> GreenContext: ...
     def __exit__(self, *exc: object) -> bool: ...
 
 @final
 class StreamPool:
-    """``size`` owned streams made up front, handed out round-robin; ``close()`` closes them all."""
+    """A fixed set of owned streams, handed out round-robin.
+
+    ``StreamPool(size, *, device=None, non_blocking=True, priority=0, green_context=None)``
+    creates ``size`` streams in ``device``'s primary context (default: the current context's
+    device, else 0), or in ``green_context`` (a custream.GreenContext) when given.
+    ``get()`` hands them out in turn (thread-safe, no lock), ``pool[i]`` and ``len(pool)``
+    index them. A pool's stream is a plain custream.Stream to every consumer; it stays valid
+    while the pool is open, and only ``pool.close()`` (idempotent) closes it."""
     def __new__(
         cls,
         size: int,
@@ -229,7 +272,7 @@ class StreamPool:
         green_context: GreenContext | None = None,
     ) -> StreamPool: ...
     def get(self) -> Stream:
-        """The next stream, round-robin (thread-safe, no lock)."""
+        """The next stream, round-robin (thread-safe, no lock): one atomic add."""
     def __getitem__(self, index: int, /) -> Stream: ...
     def __len__(self) -> int: ...
     @property
@@ -247,57 +290,78 @@ def current_stream() -> Stream:
     ``CUSTREAM_PER_THREAD_DEFAULT_STREAM=1``). It is the context variable's own ``get``."""
 
 def priority_range(device: int | None = None) -> tuple[int, int]:
-    """``(least, greatest)`` stream priorities of a device; greatest is the numerically lowest."""
+    """``(least, greatest)`` stream priorities of a device (default: the current context's,
+    else 0). Greatest is the numerically lowest: ``Stream(priority=greatest)`` runs first."""
 
 def as_stream(obj: Stream | CudaStreamProducer, /) -> Stream:
-    """``obj`` as a Stream: a Stream as is, else a borrowed Stream owning ``obj``."""
+    """Return ``obj`` as a custream.Stream: a Stream as is, otherwise a borrowed Stream over
+    the handle ``obj.__cuda_stream__()`` returns, keeping ``obj`` alive as its owner."""
 
 def is_available() -> bool:
-    """True if the CUDA driver loads and has at least one device; never raises."""
+    """True if the CUDA driver loads and initializes (there is at least one device). Never raises."""
 
 def driver_version() -> int:
-    """The driver's CUDA version, e.g. 13000 for 13.0."""
+    """The CUDA driver's version as an int, e.g. 13000 for CUDA 13.0."""
 
 def device_count() -> int:
-    """The number of CUDA devices."""
+    """The number of CUDA devices; 0 where there is no driver library (as PyTorch and JAX answer)
+    or the driver finds no device (``CUDA_ERROR_NO_DEVICE``, e.g. ``CUDA_VISIBLE_DEVICES=""``).
+    A driver that is there but unusable (too old, failing to initialize) raises."""
 
 def device_info(device: int) -> tuple[str, int, tuple[int, int]]:
-    """(name, total memory in bytes, (major, minor) compute capability)."""
+    """Name, total memory in bytes and compute capability of a device, for reports."""
 
 def driver_library_candidates() -> list[str]:
-    """The library names custream tries when it loads the driver."""
+    """The library names custream looks for when it loads the CUDA driver, in order
+    (``CUSTREAM_LIBCUDA`` alone when that is set)."""
 
 def live_stream_count() -> int:
-    """The number of Stream objects alive in this process."""
+    """The number of custream.Stream objects alive in this process (for leak tests), not
+    counting the module's three default streams."""
 
-def _finalize() -> None: ...
+def _finalize() -> None:
+    """Registered with atexit: from here on no Stream, Event or Graph calls into the driver,
+    and no host function enters Python; those already inside it are waited for."""
 
 _C_API: object
 
 @final
 class Graph:
-    """An executable CUDA graph, as ``Stream.end_capture()`` returns it."""
+    """An executable CUDA graph: what ``Stream.end_capture()`` returns.
+
+    ``g.launch(stream)`` runs it on any stream (a custream.Stream or any ``__cuda_stream__``
+    object), ``g.upload(stream)`` prepares it there ahead of a launch, ``close()`` destroys it
+    (idempotent; launches in flight finish first). It lives in the context of the stream it
+    was captured on, and is destroyed there exactly once: never after interpreter
+    finalization began, never in a forked child."""
 
     def launch(self, stream: Stream | CudaStreamProducer) -> None:
-        """Launch the graph on ``stream``."""
+        """Launch the graph on ``stream`` (a custream.Stream or any ``__cuda_stream__`` object):
+        it runs after the work queued there before, and later work waits for it."""
     def upload(self, stream: Stream | CudaStreamProducer) -> None:
-        """Upload the graph's work to the device on ``stream`` ahead of a launch."""
+        """Upload the graph's work to the device on ``stream`` ahead of its first launch."""
     @property
-    def handle(self) -> int: ...
+    def handle(self) -> int:
+        """The CUgraphExec handle as an int."""
     @property
-    def device(self) -> int: ...
+    def device(self) -> int:
+        """The device of the context the graph was captured and instantiated in."""
     @property
-    def node_count(self) -> int: ...
+    def node_count(self) -> int:
+        """The number of nodes the capture recorded."""
     @property
-    def closed(self) -> bool: ...
+    def closed(self) -> bool:
+        """True once close() has been called."""
     def close(self) -> None:
-        """Destroy the executable graph; idempotent."""
+        """Destroy the executable graph (launches in flight finish first); idempotent."""
     def __enter__(self) -> Graph: ...
     def __exit__(self, *exc: object) -> bool: ...
 
 @final
 class HostFunction:
-    """What ``sys.unraisablehook`` gets as ``object`` when a host function raises."""
+    """The object `sys.unraisablehook` gets for an exception raised by a host function: its
+    repr names the function and the stream; ``function``, ``args`` and ``stream`` (the
+    handle, an int) are attributes."""
 
     @property
     def function(self) -> Any: ...
@@ -307,5 +371,10 @@ class HostFunction:
     def stream(self) -> int: ...
 
 def check_foreign_captures(enabled: bool | None = None) -> bool:
-    """Whether query() and synchronize() first ask the driver about captures other libraries
-    began; with a bool, set it and return the previous setting."""
+    """Whether custream asks the driver, before each ``query()`` and ``synchronize()``, if the
+    stream is capturing a CUDA graph that another library began on the same handle, and then
+    refuses instead of letting the driver invalidate that capture. Off by default: it costs
+    one driver call on those fast paths. Captures begun through custream are always guarded.
+
+    ``check_foreign_captures()`` returns the setting; ``check_foreign_captures(True)`` (or
+    False) sets it and returns the previous one."""

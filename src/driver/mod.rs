@@ -44,6 +44,7 @@ pub mod code {
     pub const INVALID_VALUE: Status = R::CUDA_ERROR_INVALID_VALUE as Status;
     pub const NOT_INITIALIZED: Status = R::CUDA_ERROR_NOT_INITIALIZED as Status;
     pub const DEINITIALIZED: Status = R::CUDA_ERROR_DEINITIALIZED as Status;
+    pub const NO_DEVICE: Status = R::CUDA_ERROR_NO_DEVICE as Status;
     pub const INVALID_DEVICE: Status = R::CUDA_ERROR_INVALID_DEVICE as Status;
     pub const INVALID_CONTEXT: Status = R::CUDA_ERROR_INVALID_CONTEXT as Status;
     pub const NOT_READY: Status = R::CUDA_ERROR_NOT_READY as Status;
