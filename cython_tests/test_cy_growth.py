@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -22,10 +23,10 @@ import pytest
 
 import custream
 
-from conftest import LIMITED_API  # noqa: E402
-
 ROOT = Path(__file__).resolve().parent.parent
 GROWTH = 64
+# A free-threaded CPython's headers refuse the limited API (abi3) until abi3t.
+LIMITED_API = not sysconfig.get_config_var("Py_GIL_DISABLED")
 
 
 @pytest.fixture(scope="module")
