@@ -4,7 +4,8 @@
 #
 #   bash scripts/gpu-compare.sh BEFORE_WHEEL [SECONDS] [WORKERS]
 #
-# AFTER is the release wheel in dist/ (scripts/build-wheel.sh dist). WORKERS: benches/worker.py
+# AFTER is the release wheel in dist/ (scripts/build-wheel.sh dist); a custream_rust_ext wheel
+# beside either (scripts/build-rust-ext.sh) is installed with it. WORKERS: benches/worker.py
 # names (default "custream capture"). Each worker's JSON line goes to one file,
 # $OUT/compare.jsonl ({"wheel": "before"|"after", "round": N, ...}); keep $OUT small, since the
 # device tool brings back only a few files.
@@ -20,7 +21,10 @@ tmp=$(mktemp -d)
 for w in before after; do
     wheel=$before
     [ $w = after ] && wheel=$(ls dist/custream-*-manylinux_2_28_x86_64.whl)
-    python3 -m pip install -q --no-index --no-deps --target "$tmp/$w" "$wheel" || exit 2
+    # The Rust crate's test extension built beside each wheel (scripts/build-rust-ext.sh), if
+    # there: the Rust StreamRef row, each against its own custream.
+    rx=$(ls "$(dirname "$wheel")"/custream_rust_ext-*.whl 2>/dev/null | head -1)
+    python3 -m pip install -q --no-index --no-deps --target "$tmp/$w" "$wheel" ${rx:+"$rx"} || exit 2
 done
 gcc -O2 -shared -fPIC -o "$tmp/libraw_driver.so" benches/raw_driver.c -ldl || exit 2
 ext=$tmp/floor_ext$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')

@@ -459,12 +459,17 @@ def test_a_custream_without_the_capsule_is_an_import_error():
     assert out.strip() == "ok"
 
 
+STREAM = custream.Stream.__basicsize__  # 104, or 120 where the object header is 32 bytes
+
+
 @pytest.mark.parametrize(
     "offset,value,message",
     [
         (0, 99, "custream C API version mismatch: pyo3-custream 0.1.0 was built against custream.h ABI 1 but the installed custream provides ABI 99"),
         (0, 0, "provides ABI 0"),
-        (4, 64, "custream C API layout mismatch: pyo3-custream 0.1.0 was built against custream 0.1.0's table of 152 bytes and Stream of 104 bytes, the installed custream 0.1.0 has 64 and 104 (older than this crate); install custream 0.1.0 or newer"),
+        (4, 64, "custream C API layout mismatch: pyo3-custream 0.1.0 was built against custream 0.1.0's table of "
+         f"152 bytes and Stream of {STREAM} bytes, the installed custream 0.1.0 has 64 and {STREAM} (older than this "
+         "crate); install custream 0.1.0 or newer"),
         (8, 96, "the installed custream 0.1.0 has 152 and 96 (older than this crate)"),
     ],
     ids=["newer-abi", "older-abi", "smaller-table", "smaller-struct"],
