@@ -33,7 +33,11 @@ enum {
 enum { SMS = 132, SM_GRANULE = 8, RESOURCE_SM = 1, GREEN_DEFAULT_STREAM = 1, NON_BLOCKING = 1, ATTR_SMS = 16 };
 
 static struct ctx primary[2] = {{1, 0, NULL}, {1001, 1, NULL}};
+/* Counters bumped from any thread at once (a free-threaded interpreter runs custream's calls
+ * in parallel): atomic, as a driver's own bookkeeping is. */
 static int primary_retains, live_streams, live_events, pushes;
+#define BUMP(n, by) __atomic_add_fetch(&(n), (by), __ATOMIC_RELAXED)
+#define READ(n) __atomic_load_n(&(n), __ATOMIC_RELAXED)
 static __thread CUcontext stack[16];
 static __thread int depth;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -43,10 +47,10 @@ static int devices(void) {
     return n && atoi(n) == 2 ? 2 : 1;
 }
 
-int standin_primary_retains(void) { return primary_retains; }
-int standin_live_streams(void) { return live_streams; }
-int standin_live_events(void) { return live_events; }
-int standin_pushes(void) { return pushes; }
+int standin_primary_retains(void) { return READ(primary_retains); }
+int standin_live_streams(void) { return READ(live_streams); }
+int standin_live_events(void) { return READ(live_events); }
+int standin_pushes(void) { return READ(pushes); }
 /* Like cuDevicePrimaryCtxReset in another library: the context gets a new id. */
 void standin_reset_primary(void) { primary[0].id++; }
 
@@ -77,11 +81,11 @@ CUresult cuDeviceGetAttribute(int *v, int a, CUdevice d) { (void)d; *v = a == AT
 CUresult cuCtxGetCurrent(CUcontext *c) { *c = depth ? stack[depth - 1] : NULL; return OK; }
 CUresult cuCtxGetDevice(CUdevice *d) { *d = depth ? stack[depth - 1]->device : 0; return depth ? OK : INVALID_CONTEXT; }
 CUresult cuCtxGetId(CUcontext c, unsigned long long *id) { *id = c->id; return OK; }
-CUresult cuCtxPushCurrent_v2(CUcontext c) { stack[depth++] = c; pushes++; return OK; }
+CUresult cuCtxPushCurrent_v2(CUcontext c) { stack[depth++] = c; BUMP(pushes, 1); return OK; }
 CUresult cuCtxPopCurrent_v2(CUcontext *c) { *c = depth ? stack[--depth] : NULL; return OK; }
 CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) { *least = 0; *greatest = -5; return depth ? OK : INVALID_CONTEXT; }
-CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { *c = &primary[d == 1]; primary_retains++; return OK; }
-CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) { (void)d; primary_retains--; return OK; }
+CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { *c = &primary[d == 1]; BUMP(primary_retains, 1); return OK; }
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) { (void)d; BUMP(primary_retains, -1); return OK; }
 
 /* ---- streams: cells on a list, so a handle made up by a test is known not to be one ---- */
 static struct stream *streams;
@@ -94,7 +98,7 @@ static CUstream new_stream(struct ctx *c, struct green *g) {
     pthread_mutex_lock(&mu);
     s->next = streams;
     streams = s;
-    live_streams++;
+    BUMP(live_streams, 1);
     green_streams += g != NULL;
     pthread_mutex_unlock(&mu);
     return s;
@@ -129,7 +133,7 @@ CUresult cuStreamDestroy_v2(CUstream s) {
     pthread_mutex_lock(&mu);
     for (CUstream *p = &streams; *p; p = &(*p)->next)
         if (*p == s) { *p = s->next; break; }
-    live_streams--;
+    BUMP(live_streams, -1);
     green_streams -= s->green != NULL;
     pthread_mutex_unlock(&mu);
     free(s);
@@ -167,8 +171,8 @@ CUresult cuStreamGetCtx(CUstream s, CUcontext *c) {
 }
 CUresult cuStreamGetFlags(CUstream s, unsigned *f) { (void)s; *f = 1; return OK; }
 CUresult cuStreamGetPriority(CUstream s, int *p) { (void)s; *p = 0; return OK; }
-CUresult cuEventCreate(CUevent *e, unsigned f) { (void)f; *e = malloc(16); live_events++; return OK; }
-CUresult cuEventDestroy_v2(CUevent e) { free(e); live_events--; return OK; }
+CUresult cuEventCreate(CUevent *e, unsigned f) { (void)f; *e = malloc(16); BUMP(live_events, 1); return OK; }
+CUresult cuEventDestroy_v2(CUevent e) { free(e); BUMP(live_events, -1); return OK; }
 CUresult cuEventRecord(CUevent e, CUstream s) { (void)e; return on(s); }
 CUresult cuEventSynchronize(CUevent e) { (void)e; return OK; }
 CUresult cuEventQuery(CUevent e) { (void)e; return OK; }
@@ -245,7 +249,7 @@ CUresult cuGreenCtxCreate(CUgreenCtx *g, CUdevResourceDesc desc, CUdevice d, uns
     pthread_mutex_lock(&mu);
     made->ctx = (struct ctx){next_green_id++, d, made};
     live_greens++;
-    primary_retains++;  /* the driver retains the primary context for the green one's life */
+    BUMP(primary_retains, 1);  /* the driver retains the primary context for the green one's life */
     pthread_mutex_unlock(&mu);
     *g = made;
     return OK;
@@ -257,7 +261,7 @@ CUresult cuGreenCtxDestroy(CUgreenCtx g) {
     for (CUstream p = streams; p; p = p->next) detached_streams += p->green == g;
     g->destroyed = 1;
     live_greens--;
-    primary_retains--;
+    BUMP(primary_retains, -1);
     pthread_mutex_unlock(&mu);
     return OK;
 }
