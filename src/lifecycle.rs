@@ -83,6 +83,10 @@ pub fn enter<'a, T: Managed>(obj: &'a T, py: Python<'a>, what: &str) -> PyResult
     Ok(InUse { obj, py })
 }
 
+// SAFETY: an InUse is made only by a successful `Word::enter` and ends the use when dropped;
+// the release waits for every use to end (src/state_word.rs).
+unsafe impl<T: Managed> crate::object::KeepsOpen for InUse<'_, T> {}
+
 /// Hold `obj` open without a driver call (to read what its release drops): also in a forked
 /// child, where no driver call may follow. None once closed.
 pub fn hold<'a, T: Managed>(obj: &'a T, py: Python<'a>) -> Option<InUse<'a, T>> {

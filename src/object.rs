@@ -166,9 +166,9 @@ impl<'a> StreamObject<'a> {
     }
 
     /// The object a borrowed stream keeps alive, if any, as a new reference. The caller holds
-    /// a use of the stream, or is its one release (the `_use` proof): the object's own
+    /// a use of the stream, or is its one release (the `_open` proof): the object's own
     /// reference is dropped only by `take_owner`, in the release, after every use (rule 3).
-    pub fn owner<'py, U>(self, py: Python<'py>, _use: &U) -> Option<Bound<'py, PyAny>> {
+    pub fn owner<'py>(self, py: Python<'py>, _open: &impl KeepsOpen) -> Option<Bound<'py, PyAny>> {
         let p = self.owner_cell().load(Ordering::Acquire);
         // SAFETY: the object holds this strong reference until `take_owner`, which cannot run
         // meanwhile (rule 3); made into a new reference before the use ends.
@@ -252,6 +252,13 @@ impl<'a> StreamObject<'a> {
         })
     }
 }
+
+/// Proof that a Stream's release cannot run meanwhile (rule 3): a use in flight
+/// (`lifecycle::InUse`), or the one release itself.
+///
+/// # Safety
+/// A value of the type exists only while the object's release has not begun, or inside it.
+pub unsafe trait KeepsOpen {}
 
 /// A strong reference taken out of a Stream object (its owner), to give back in
 /// src/owner.rs's bounded way.

@@ -39,6 +39,9 @@ fn count_live(delta: isize) {
 /// use left in flight, may read what it is about to drop.
 struct Released;
 
+// SAFETY: made only inside `Managed::release` below, the one release of the object.
+unsafe impl crate::object::KeepsOpen for Released {}
+
 /// The owned streams alive in this process: handle -> (context, context id). A borrowed
 /// stream over one of them learns its context here, without asking the driver about a
 /// handle that a context reset may already have destroyed.
