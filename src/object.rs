@@ -235,19 +235,23 @@ impl<'a> StreamObject<'a> {
         !self.deleter_cells().0.load(Ordering::Acquire).is_null()
     }
 
-    /// Take the C owner's release, to be called once (the one release takes it).
+    /// Take the C owner's release, to be called once. The one release takes it, and it alone
+    /// writes these fields after `alloc`: a load and a store do (readers only read), and a
+    /// stream without a deleter (the common wrap) writes nothing.
     pub fn take_deleter(self, _py: Python<'_>) -> Option<Deleter> {
         let (f, ctx) = self.deleter_cells();
-        let ctx = ctx.swap(null_mut(), Ordering::AcqRel);
-        let f = f.swap(null_mut(), Ordering::AcqRel);
-        // SAFETY: the field held a `custream_deleter_t`: null (None, filtered out by
-        // `then`) or a function pointer of that signature, which `alloc` stored.
-        let f = (!f.is_null()).then(|| unsafe {
-            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, custream_handle_t)>(f)
-        });
-        f.map(|f| Deleter {
+        let raw = f.load(Ordering::Acquire);
+        if raw.is_null() {
+            return None;
+        }
+        f.store(null_mut(), Ordering::Release);
+        // SAFETY: the field held a `custream_deleter_t` that is not None: a function pointer
+        // of that signature, which `alloc` stored.
+        let f =
+            unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, custream_handle_t)>(raw) };
+        Some(Deleter {
             f,
-            ctx,
+            ctx: ctx.swap(null_mut(), Ordering::AcqRel),
             handle: self.handle_value() as usize as custream_handle_t,
         })
     }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicIsize, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use pyo3::exceptions::PyValueError;
@@ -26,14 +26,6 @@ use crate::lifecycle::{self, Home, Managed};
 use crate::object::{self, Fields, StreamObject};
 use crate::owner;
 use crate::process;
-
-/// Live Stream objects in this process (allocated and not yet deallocated).
-pub static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-/// Objects are made and freed on any thread (at once, without a GIL): a read-modify-write.
-fn count_live(delta: isize) {
-    LIVE.fetch_add(delta, Ordering::Relaxed);
-}
 
 /// The proof `StreamObject::owner` takes from `Managed::release`: the one release, with no
 /// use left in flight, may read what it is about to drop.
@@ -127,11 +119,6 @@ pub fn make<'py>(py: Python<'py>, parts: Parts<'py>) -> PyResult<Bound<'py, PyAn
             context_id,
         },
     )?;
-    // The module's three default streams live as long as the module: not counted, so a
-    // leak test can expect 0.
-    if flags & CUSTREAM_FLAG_SHARED == 0 {
-        count_live(1);
-    }
     Ok(obj)
 }
 
@@ -611,7 +598,9 @@ impl Managed for StreamObject<'_> {
     fn release(&self, py: Python<'_>) -> driver::Result<()> {
         let s = *self;
         let (context, context_id) = s.known_context();
-        s.set_context(None, context_id);
+        if context.is_some() {
+            s.set_context(None, context_id);
+        }
         let deleter = s.take_deleter(py);
         // A green stream's owner is the GreenContext it holds open: ended after the destroy.
         // This is the one release, which every use has left (src/lifecycle.rs).
@@ -670,9 +659,5 @@ fn wait_on(py: Python<'_>, h: StreamHandle) -> driver::Result<()> {
 
 /// tp_dealloc's work before the object is freed (src/object.rs frees it).
 pub fn release_at_dealloc(s: StreamObject<'_>, py: Python<'_>) {
-    let shared = s.is_shared();
     lifecycle::release_at_dealloc(&s, py);
-    if !shared {
-        count_live(-1);
-    }
 }
