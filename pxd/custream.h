@@ -219,12 +219,14 @@ static int custream_import(void) {
         PyObject *ver = mod ? PyObject_GetAttrString(mod, "__version__") : NULL;
         PyErr_Clear();
         if (ver == NULL) ver = PyUnicode_FromString("(version unknown)");
+        PyErr_Clear();
         PyErr_Format(PyExc_ImportError,
                      "custream C API layout mismatch: this module was compiled against the "
                      "custream.h of custream %s (a table of %d bytes and a Stream of %d bytes), "
                      "the installed custream %S has %d and %d (older than the header); install "
                      "custream %s or newer, or rebuild this module against the installed one",
-                     CUSTREAM_HEADER_VERSION, (int)sizeof(CustreamCAPI), (int)stream_size, ver,
+                     CUSTREAM_HEADER_VERSION, (int)sizeof(CustreamCAPI), (int)stream_size,
+                     ver ? ver : Py_None,
                      (int)api->api_size, (int)api->stream_size, CUSTREAM_HEADER_VERSION);
         Py_XDECREF(ver);
         Py_XDECREF(mod);

@@ -27,6 +27,9 @@ def test_the_version_has_one_source():
     assert 'dynamic = ["version"]' in pyproject
     assert not re.search(r"^version\s*=", pyproject, re.M), "pyproject.toml must not write the version"
     assert "__version__ = " not in (ROOT / "python" / "custream" / "__init__.py").read_text()
+    # custream.h names its release in custream_import()'s errors: the installed header's is this one.
+    header = (Path(custream.get_include()) / "custream.h").read_text()
+    assert re.findall(r'^#define CUSTREAM_HEADER_VERSION "([^"]+)"$', header, re.M) == [cargo_version()]
 
 
 def test_the_changelog_has_this_version_or_unreleased():
