@@ -21,7 +21,8 @@ pub(crate) struct Api(&'static CustreamCAPI);
 
 // SAFETY: the table is written once by custream before it publishes the capsule and only read
 // afterwards; its pointers are to functions and to the Stream type object, which live for the
-// process. Every entry is called with the GIL held (each caller has a `Python` token).
+// process. Every entry is called attached to the interpreter (each caller has a `Python`
+// token), from any number of threads at once: custream's entries need no GIL.
 unsafe impl Send for Api {}
 // SAFETY: as above: shared reads of immutable data.
 unsafe impl Sync for Api {}
@@ -117,7 +118,7 @@ impl Api {
     /// Stream borrowing the handle its `__cuda_stream__()` gives, keeping obj alive.
     pub(crate) fn as_stream<'py>(self, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let f = self.0.as_stream.ok_or_else(|| missing("as_stream"))?;
-        // SAFETY: the GIL is held (obj's token) and obj is alive.
+        // SAFETY: attached (obj's token) and obj is alive.
         owned(obj.py(), unsafe { f(obj.as_ptr()) })
     }
 
@@ -130,7 +131,7 @@ impl Api {
     ) -> PyResult<Bound<'py, PyAny>> {
         let f = self.0.from_handle.ok_or_else(|| missing("from_handle"))?;
         let owner = owner.map_or(std::ptr::null_mut(), Bound::as_ptr);
-        // SAFETY: the GIL is held; owner is NULL or alive; the handle is only stored.
+        // SAFETY: attached; owner is NULL or alive; the handle is only stored.
         owned(py, unsafe { f(handle, device, owner) })
     }
 
@@ -139,7 +140,7 @@ impl Api {
     /// on failure it never calls it and `ctx` is still the caller's.
     ///
     /// # Safety
-    /// `deleter` may be called with `ctx` once, with the GIL held, on any thread.
+    /// `deleter` may be called with `ctx` once, attached, on any thread.
     pub(crate) unsafe fn wrap_handle_with_deleter<'py>(
         self,
         py: Python<'py>,
@@ -152,14 +153,14 @@ impl Api {
             .0
             .from_handle_with_deleter
             .ok_or_else(|| missing("from_handle_with_deleter"))?;
-        // SAFETY: the GIL is held; the deleter's contract is the caller's.
+        // SAFETY: attached; the deleter's contract is the caller's.
         owned(py, unsafe { f(handle, device, Some(deleter), ctx) })
     }
 
     /// `Stream.synchronize()`; custream lets the GIL go while it waits.
     pub(crate) fn synchronize(self, stream: &Bound<'_, PyAny>) -> PyResult<()> {
         let f = self.0.synchronize.ok_or_else(|| missing("synchronize"))?;
-        // SAFETY: the GIL is held and stream is alive.
+        // SAFETY: attached and stream is alive.
         let rc = unsafe { f(stream.as_ptr()) };
         if rc < 0 {
             Err(PyErr::fetch(stream.py()))
@@ -173,7 +174,7 @@ impl Api {
     pub(crate) fn handle_checked(self, stream: &Bound<'_, PyAny>) -> PyResult<custream_handle_t> {
         let f = self.0.handle_checked.ok_or_else(|| missing("handle_checked"))?;
         let mut out: custream_handle_t = std::ptr::null_mut();
-        // SAFETY: the GIL is held, stream is alive, out is a place for one handle.
+        // SAFETY: attached, stream is alive, out is a place for one handle.
         let rc = unsafe { f(stream.as_ptr(), &mut out) };
         if rc < 0 {
             Err(PyErr::fetch(stream.py()))
@@ -184,7 +185,7 @@ impl Api {
 
     pub(crate) fn current_stream(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         let f = self.0.current_stream.ok_or_else(|| missing("current_stream"))?;
-        // SAFETY: the GIL is held.
+        // SAFETY: attached.
         owned(py, unsafe { f() })
     }
 }

@@ -17,7 +17,8 @@ use crate::stream_ref::StreamRef;
 
 /// Python takes the stream `handle`: the returned `custream.Stream` owns it, and `release`
 /// runs exactly once, with the handle, when that Stream is closed (`close()`, from Python or
-/// [`Stream::close`]) or deallocated, on the thread that does it, with the GIL held.
+/// [`Stream::close`]) or deallocated, on the thread that does it, attached to the interpreter
+/// (the GIL held, where there is one).
 ///
 /// - `release` never runs during interpreter finalization nor in a child process after
 ///   `fork()`: there the stream is left to the process's exit (custream's deleter rule), and
@@ -49,7 +50,7 @@ where
     let device = device_arg(device)?;
     let ctx = Box::into_raw(Box::new(release)).cast::<c_void>();
     // SAFETY: release_once::<F> takes back the Box<F> that `ctx` is, and custream calls it at
-    // most once, with the GIL held, on any thread: F is Send, and the GIL is what
+    // most once, attached, on any thread: F is Send, and the attachment is what
     // release_once's report of a panic needs.
     let made = unsafe { api.wrap_handle_with_deleter(py, handle.as_handle(), device, release_once::<F>, ctx) };
     match made {
@@ -96,7 +97,7 @@ where
 /// into custream (a panic goes to `sys.unraisablehook`).
 ///
 /// # Safety
-/// `ctx` is the `Box<F>` that `to_python` leaked, given here once, with the GIL held.
+/// `ctx` is the `Box<F>` that `to_python` leaked, given here once, attached.
 unsafe extern "C" fn release_once<F>(ctx: *mut c_void, handle: custream_handle_t)
 where
     F: FnOnce(StreamRef) + Send + 'static,
@@ -108,7 +109,7 @@ where
         // Reporting makes Python calls; a panic in them (none is expected) is dropped rather
         // than let through into C.
         let _ = catch_unwind(AssertUnwindSafe(|| {
-            // SAFETY: custream calls a deleter with the GIL held (custream.h).
+            // SAFETY: custream calls a deleter attached (custream.h).
             let py = unsafe { Python::assume_attached() };
             report_panic(py, payload.as_ref());
         }));
