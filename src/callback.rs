@@ -3,10 +3,10 @@
 //! involved (`cuLaunchHostFunc`, run directly on the driver's thread).
 //!
 //! A Python call never runs on the driver's thread, which must not wait for the GIL
-//! (src/relay.rs says why): custream's thread runs it. On a stream, three memory operations
+//! (src/host_thread.rs says why): custream's thread runs it. On a stream, three memory operations
 //! in one driver call: a write that raises the call's "ready" flag once the work before it is
 //! done (custream's thread watches for it), a wait until the call's "done" flag is raised
-//! (src/flags.rs), and that flag's lowering. In a capture, a host node (a trampoline that
+//! (src/host_semaphores.rs), and that flag's lowering. In a capture, a host node (a trampoline that
 //! posts the call to custream's thread and returns) and the wait and the lowering, as nodes:
 //! a flag a graph raised at each launch could not be watched for without polling for the
 //! graph's whole life. The rules the calls keep:
@@ -31,12 +31,12 @@ use pyo3::types::PyTuple;
 
 use crate::capture;
 use crate::driver::{self, CaptureStatus, StreamHandle};
-use crate::flags::{self, Flag};
 use crate::gil;
+use crate::host_semaphores::{self, Flag};
+use crate::host_thread;
 use crate::lifecycle;
-use crate::object::StreamObject;
 use crate::process::{self, HostFunctionScope};
-use crate::relay;
+use crate::raw_stream::StreamObject;
 
 /// A Python call queued on a stream.
 struct Payload {
@@ -69,7 +69,6 @@ impl Payload {
 /// The object `sys.unraisablehook` gets for an exception raised by a host function: its
 /// repr names the function and the stream; ``function``, ``args`` and ``stream`` (the
 /// handle, an int) are attributes.
-// Its repr is in src/host_function_type.rs.
 #[pyclass(module = "custream", frozen)]
 pub struct HostFunction {
     #[pyo3(get)]
@@ -79,6 +78,23 @@ pub struct HostFunction {
     #[pyo3(get)]
     pub stream: u64,
     pub device: Option<i32>,
+}
+
+#[pymethods]
+impl HostFunction {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let function = self
+            .function
+            .bind(py)
+            .repr()
+            .map(|r| r.to_string())
+            .unwrap_or_else(|_| "<function>".into());
+        let device = self.device.map(|d| format!(" device={d}")).unwrap_or_default();
+        format!(
+            "<custream host function {function} launched on custream.Stream handle={:#x}{device}>",
+            self.stream
+        )
+    }
 }
 
 /// What a queued call owns: the Python call and the flag its stream waits on, counted as a
@@ -92,9 +108,9 @@ struct Call {
 impl Call {
     /// Run the call (or, without Python, skip it and leak its objects); its flag is raised
     /// after. On custream's thread.
-    fn run_once(self, py: Option<Python<'_>>) -> relay::After {
+    fn run_once(self, py: Option<Python<'_>>) -> host_thread::After {
         let Call { payload, flag, .. } = self;
-        let armed = relay::Armed::new(relay::After::Raise(flag));
+        let armed = host_thread::Armed::new(host_thread::After::Raise(flag));
         match py.filter(|_| lifecycle::may_release(payload.generation)) {
             Some(py) => {
                 let _inside = HostFunctionScope::enter();
@@ -118,10 +134,10 @@ unsafe extern "C" fn run_in_graph(user: *mut c_void) {
         call.flag.raise();
         return;
     }
-    relay::post(Box::new(move |py| {
+    host_thread::post(Box::new(move |py| {
         // SAFETY: as above; `node` is the same pointer.
         let call = unsafe { &*node.get().cast::<Call>() };
-        let armed = relay::Armed::new(relay::After::RaiseKept(call.flag.raiser()));
+        let armed = host_thread::Armed::new(host_thread::After::RaiseKept(call.flag.raiser()));
         if let Some(py) = py.filter(|_| lifecycle::may_release(call.payload.generation)) {
             let _inside = HostFunctionScope::enter();
             call.payload.run(py);
@@ -135,14 +151,14 @@ unsafe extern "C" fn run_in_graph(user: *mut c_void) {
 unsafe extern "C" fn release_graph_payload(user: *mut c_void) {
     // SAFETY: the user object owned this box; the driver calls its destructor once.
     let call = unsafe { Box::from_raw(user.cast::<Call>()) };
-    relay::post(Box::new(move |py| {
+    host_thread::post(Box::new(move |py| {
         let Call { payload, flag, .. } = *call;
         match py.filter(|_| lifecycle::may_release(payload.generation)) {
             Some(_) => drop(payload),
             None => std::mem::forget(payload),
         }
-        flags::give_back(flag);
-        relay::After::Nothing
+        host_semaphores::give_back(flag);
+        host_thread::After::Nothing
     }));
 }
 
@@ -201,7 +217,7 @@ pub fn launch(
             let context = driver::stream_context(h)?;
             Ok((capturing, context, driver::context_id(context)?))
         })?;
-        let done = flags::take(py, context, context_id)?;
+        let done = host_semaphores::take(py, context, context_id)?;
         let call = Box::new(Call {
             payload: *payload,
             flag: done,
@@ -212,10 +228,10 @@ pub fn launch(
         if capturing {
             return launch_in_capture(py, h, call);
         }
-        let ready = match flags::take(py, context, context_id) {
+        let ready = match host_semaphores::take(py, context, context_id) {
             Ok(ready) => ready,
             Err(e) => {
-                flags::give_back(call.flag);
+                host_semaphores::give_back(call.flag);
                 return Err(e);
             }
         };
@@ -225,7 +241,7 @@ pub fn launch(
         // never leaves the stream waiting for a call nobody watches.
         let launched = gil::detach(py, move || match driver::stream_hand_off(h, ready_word, done_word) {
             Ok(()) => {
-                relay::post_when_raised(ready, Box::new(move |py| call.run_once(py)));
+                host_thread::post_when_raised(ready, Box::new(move |py| call.run_once(py)));
                 Ok(())
             }
             Err(e) => Err((e, call, ready)),
@@ -233,8 +249,8 @@ pub fn launch(
         launched.map_err(|(e, call, ready)| {
             let Call { payload, flag, .. } = *call;
             drop(payload);
-            flags::give_back(flag);
-            flags::give_back(ready);
+            host_semaphores::give_back(flag);
+            host_semaphores::give_back(ready);
             e
         })
     })
@@ -256,7 +272,7 @@ fn launch_in_capture(py: Python<'_>, h: StreamHandle, call: Box<Call>) -> driver
             // SAFETY: no user object took it; the box is still ours.
             let Call { payload, flag, .. } = *unsafe { Box::from_raw(call.cast::<Call>()) };
             drop(payload);
-            flags::give_back(flag);
+            host_semaphores::give_back(flag);
             return Err(e);
         }
     };

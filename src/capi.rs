@@ -1,7 +1,7 @@
 //! The C-API table exported as the capsule `custream._custream._C_API` (pxd/custream.h
 //! declares it). Every entry runs inside `boundary`, so no panic crosses into C. Each
 //! entry's contract (custream.h) is that of a C API call: the GIL is held and every
-//! `PyObject *` is NULL or alive; src/object.rs turns those pointers into safe views.
+//! `PyObject *` is NULL or alive; src/raw_stream.rs turns those pointers into safe views.
 
 use std::ffi::{c_int, c_uint, c_void, CStr};
 use std::mem::offset_of;
@@ -20,9 +20,9 @@ use crate::layout::{
     custream_deleter_t, custream_green_ctx_t, custream_handle_t, custream_host_fn_t, CustreamCAPI, CustreamStream,
     CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME, GROWTH, STREAM_SIZE,
 };
-use crate::object::{self, StreamObject};
 use crate::pool::StreamPool;
 use crate::protocol;
+use crate::raw_stream::{self, StreamObject};
 use crate::stream::{self, Parts};
 
 /// The table, and what a grown build appends to it (src/layout.rs's GROWTH).
@@ -52,12 +52,12 @@ fn stream_arg<'a>(obj: Option<&'a Bound<'_, PyAny>>, fname: &str) -> PyResult<St
     StreamObject::of(obj, &format!("{fname}()"))
 }
 
-// Every entry below is one call of `object::function_o`, whose contract is the C API's
+// Every entry below is one call of `raw_stream::function_o`, whose contract is the C API's
 // (custream.h): the GIL is held and every `PyObject *` is NULL or alive.
 
 unsafe extern "C" fn as_stream(obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
     // SAFETY: the C API's contract.
-    unsafe { object::function_o(obj, |_, obj| boundary(|_| as_stream_of(obj.as_deref()))) }
+    unsafe { raw_stream::function_o(obj, |_, obj| boundary(|_| as_stream_of(obj.as_deref()))) }
 }
 
 fn as_stream_of(obj: Option<&Bound<'_, PyAny>>) -> PyResult<*mut ffi::PyObject> {
@@ -72,7 +72,7 @@ unsafe extern "C" fn from_handle(
 ) -> *mut ffi::PyObject {
     // SAFETY: the C API's contract.
     unsafe {
-        object::function_o(owner, |py, owner| {
+        raw_stream::function_o(owner, |py, owner| {
             boundary(|_| from_handle_of(py, handle, device, owner.as_deref()))
         })
     }
@@ -105,13 +105,17 @@ unsafe extern "C" fn from_handle_with_deleter(
 
 unsafe extern "C" fn check(obj: *mut ffi::PyObject) -> c_int {
     // SAFETY: the C API's contract.
-    unsafe { object::function_o(obj, |_, obj| c_int::from(obj.is_some_and(|o| object::is_stream(&o)))) }
+    unsafe {
+        raw_stream::function_o(obj, |_, obj| {
+            c_int::from(obj.is_some_and(|o| raw_stream::is_stream(&o)))
+        })
+    }
 }
 
 unsafe extern "C" fn synchronize(obj: *mut ffi::PyObject) -> c_int {
     // SAFETY: the C API's contract.
     unsafe {
-        object::function_o(obj, |py, obj| {
+        raw_stream::function_o(obj, |py, obj| {
             boundary(|_| {
                 stream_arg(obj.as_deref(), "Custream_Synchronize")?.synchronize(py)?;
                 Ok(0)
@@ -122,7 +126,7 @@ unsafe extern "C" fn synchronize(obj: *mut ffi::PyObject) -> c_int {
 
 unsafe extern "C" fn handle_checked(obj: *mut ffi::PyObject, out: *mut custream_handle_t) -> c_int {
     // SAFETY: the C API's contract; `out` is NULL or a place for one handle (custream.h).
-    unsafe { object::function_o(obj, |_, obj| handle_checked_of(obj.as_deref(), out.as_mut())) }
+    unsafe { raw_stream::function_o(obj, |_, obj| handle_checked_of(obj.as_deref(), out.as_mut())) }
 }
 
 fn handle_checked_of(obj: Option<&Bound<'_, PyAny>>, out: Option<&mut custream_handle_t>) -> c_int {
@@ -148,7 +152,7 @@ unsafe extern "C" fn default_stream(token: custream_handle_t) -> *mut ffi::PyObj
 
 unsafe extern "C" fn pool_get(pool: *mut ffi::PyObject) -> *mut ffi::PyObject {
     // SAFETY: the C API's contract.
-    unsafe { object::function_o(pool, |py, pool| boundary(|_| pool_get_of(py, pool.as_deref()))) }
+    unsafe { raw_stream::function_o(pool, |py, pool| boundary(|_| pool_get_of(py, pool.as_deref()))) }
 }
 
 fn pool_get_of(py: Python<'_>, pool: Option<&Bound<'_, PyAny>>) -> PyResult<*mut ffi::PyObject> {
@@ -166,7 +170,7 @@ fn pool_get_of(py: Python<'_>, pool: Option<&Bound<'_, PyAny>>) -> PyResult<*mut
 unsafe extern "C" fn launch_host_func(obj: *mut ffi::PyObject, f: custream_host_fn_t, user: *mut c_void) -> c_int {
     // SAFETY: the C API's contract.
     unsafe {
-        object::function_o(obj, |py, obj| {
+        raw_stream::function_o(obj, |py, obj| {
             boundary(|_| {
                 let s = stream_arg(obj.as_deref(), "Custream_LaunchHostFunc")?;
                 let f = f.ok_or_else(|| PyValueError::new_err("Custream_LaunchHostFunc() fn is NULL"))?;
@@ -180,7 +184,7 @@ unsafe extern "C" fn launch_host_func(obj: *mut ffi::PyObject, f: custream_host_
 unsafe extern "C" fn is_capturing(obj: *mut ffi::PyObject) -> c_int {
     // SAFETY: the C API's contract.
     unsafe {
-        object::function_o(obj, |py, obj| {
+        raw_stream::function_o(obj, |py, obj| {
             boundary(|_| {
                 Ok(c_int::from(
                     stream_arg(obj.as_deref(), "Custream_IsCapturing")?.is_capturing(py)?,
@@ -192,7 +196,7 @@ unsafe extern "C" fn is_capturing(obj: *mut ffi::PyObject) -> c_int {
 
 unsafe extern "C" fn green_context(obj: *mut ffi::PyObject, out: *mut custream_green_ctx_t) -> c_int {
     // SAFETY: the C API's contract; `out` is NULL or a place for one handle (custream.h).
-    unsafe { object::function_o(obj, |py, obj| green_context_of(py, obj.as_deref(), out.as_mut())) }
+    unsafe { raw_stream::function_o(obj, |py, obj| green_context_of(py, obj.as_deref(), out.as_mut())) }
 }
 
 fn green_context_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut custream_green_ctx_t>) -> c_int {
@@ -207,7 +211,7 @@ fn green_context_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<
 
 unsafe extern "C" fn sm_count(obj: *mut ffi::PyObject, out: *mut c_uint) -> c_int {
     // SAFETY: the C API's contract; `out` is NULL or a place for one unsigned int (custream.h).
-    unsafe { object::function_o(obj, |py, obj| sm_count_of(py, obj.as_deref(), out.as_mut())) }
+    unsafe { raw_stream::function_o(obj, |py, obj| sm_count_of(py, obj.as_deref(), out.as_mut())) }
 }
 
 fn sm_count_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut c_uint>) -> c_int {
@@ -230,7 +234,7 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
                 api_size: size_of::<Table>() as u32,
                 stream_size: STREAM_SIZE as u32,
                 reserved: 0,
-                StreamType: object::stream_type_ptr(),
+                StreamType: raw_stream::stream_type_ptr(),
                 as_stream: Some(as_stream),
                 from_handle: Some(from_handle),
                 from_handle_with_deleter: Some(from_handle_with_deleter),

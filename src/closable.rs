@@ -1,66 +1,30 @@
-//! The Python methods every closable custream object shares, written once: `closed`,
-//! `close()` and the refusal to pickle for Event, Graph and StreamPool, and `with` (closing
-//! at the end of the block) for Event and Graph. What closing means is each type's
-//! `lifecycle::Closable`.
+//! `Closable`: a Python object that `close()` releases (Event, Graph, StreamPool,
+//! GreenContext), and what its Python methods share: `closed` and `close()` are the trait's,
+//! `with` closes at the end of the block (`exit`), and pickling is refused, naming the type
+//! and why (`reduce`). Each class's one `#[pymethods]` block has these methods, one line each.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyTuple, PyType};
+use pyo3::types::PyType;
+use pyo3::PyClass;
 
 use crate::errors::refuse_pickle;
-use crate::lifecycle::Closable;
+
+/// A Python object that `close()` releases.
+pub trait Closable {
+    /// Why it cannot be pickled, after "cannot pickle <type>: ".
+    const PICKLE: &'static str;
+    fn is_closed(&self) -> bool;
+    /// Release what it holds; idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()>;
+}
 
 /// `__reduce__`: refused, naming the type and why.
-pub fn reduce<T: Closable>(obj: &Bound<'_, PyAny>) -> PyResult<Py<PyType>> {
-    Err(refuse_pickle(obj, T::PICKLE))
+pub fn reduce<T: Closable + PyClass>(obj: &Bound<'_, T>) -> PyResult<Py<PyType>> {
+    Err(refuse_pickle(obj.as_any(), T::PICKLE))
 }
 
 /// `__exit__`: close, and let the exception (if any) propagate.
-pub fn exit<T: Closable>(obj: &T, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+pub fn exit<T: Closable>(obj: &T, py: Python<'_>) -> PyResult<bool> {
     obj.close(py)?;
     Ok(false)
 }
-
-/// The shared methods of `$t`, in a `#[pymethods]` block of their own; `with` adds
-/// `__enter__` and `__exit__`.
-macro_rules! closable_methods {
-    ($t:ty, $close_doc:literal) => {
-        #[pyo3::pymethods]
-        impl $t {
-            /// True once close() has been called.
-            #[getter(closed)]
-            fn closable_closed(&self) -> bool {
-                $crate::lifecycle::Closable::is_closed(self)
-            }
-
-            #[doc = $close_doc]
-            #[pyo3(name = "close")]
-            fn closable_close(&self, py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
-                $crate::lifecycle::Closable::close(self, py)
-            }
-
-            fn __reduce__(slf: &pyo3::Bound<'_, Self>) -> pyo3::PyResult<pyo3::Py<pyo3::types::PyType>> {
-                $crate::closable::reduce::<Self>(slf.as_any())
-            }
-        }
-    };
-    ($t:ty, $close_doc:literal, with) => {
-        $crate::closable::closable_methods!($t, $close_doc);
-
-        #[pyo3::pymethods]
-        impl $t {
-            fn __enter__(slf: pyo3::Py<Self>) -> pyo3::Py<Self> {
-                slf
-            }
-
-            #[pyo3(signature = (*_exc))]
-            fn __exit__(
-                &self,
-                py: pyo3::Python<'_>,
-                _exc: &pyo3::Bound<'_, pyo3::types::PyTuple>,
-            ) -> pyo3::PyResult<bool> {
-                $crate::closable::exit(self, py, _exc)
-            }
-        }
-    };
-}
-pub(crate) use closable_methods;

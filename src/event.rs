@@ -1,6 +1,6 @@
-//! What a custream.Event is: a CUDA event for ordering work across streams and for timing,
-//! living under the same lifecycle as a Stream (src/lifecycle.rs). An ordinary pyclass:
-//! nothing outside Python needs its layout. Its Python methods are in src/event_type.rs.
+//! custream.Event: a CUDA event for ordering work across streams and for timing, living
+//! under the same lifecycle as a Stream (src/lifecycle.rs). An ordinary pyclass: nothing
+//! outside Python needs its layout. Its Python methods are the one `#[pymethods]` block here.
 //! A Stream's `record()` and `wait()` are here too: they are what events are for.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,12 +8,17 @@ use std::sync::{Mutex, PoisonError};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::{PyTuple, PyType};
 
+use crate::args::{bool_arg, device_arg};
 use crate::capture;
+use crate::closable::{self, Closable};
 use crate::driver::{self, capture_code, Context, EventHandle, OwnedEvent};
 use crate::gil;
-use crate::lifecycle::{self, Closable, DriverObject, Home, Made};
-use crate::object::StreamObject;
+use crate::home::Home;
+use crate::lifecycle::{self, DriverObject, Made};
+use crate::protocol;
+use crate::raw_stream::StreamObject;
 
 /// A CUDA event, created in a device's primary context.
 ///
@@ -118,9 +123,29 @@ impl Event {
     }
 }
 
-/// The methods Python calls as they are: nothing to parse (src/event_type.rs has the rest).
 #[pymethods]
 impl Event {
+    #[new]
+    #[pyo3(signature = (*, device = None, timing = None), text_signature = "(*, device=None, timing=False)")]
+    fn py_new(py: Python<'_>, device: Option<Bound<'_, PyAny>>, timing: Option<Bound<'_, PyAny>>) -> PyResult<Event> {
+        let timing = bool_arg(timing.as_ref(), "Event", "timing", false)?;
+        let device = device_arg(device.as_ref(), "Event")?;
+        Event::new(py, device, timing)
+    }
+
+    /// Record the event on ``stream`` (a custream.Stream or any ``__cuda_stream__`` object).
+    fn record(&self, py: Python<'_>, stream: &Bound<'_, PyAny>) -> PyResult<()> {
+        let stream = protocol::as_stream(stream)?;
+        self.record_on(py, StreamObject::of(&stream, "record()")?, "record()")
+    }
+
+    /// Milliseconds from this event to ``end``; both need ``timing=True`` and must have
+    /// completed.
+    #[pyo3(name = "elapsed_time")]
+    fn py_elapsed_time(&self, py: Python<'_>, end: &Bound<'_, Event>) -> PyResult<f32> {
+        self.elapsed_time(py, end.get())
+    }
+
     /// Wait until the work recorded before the event is done (the GIL is released).
     pub fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         self.refuse_if_captured(py, "synchronize()")?;
@@ -149,6 +174,41 @@ impl Event {
     #[getter]
     pub fn timing(&self) -> bool {
         self.timing
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.is_closed() { " closed" } else { "" };
+        let timing = if self.timing() { " timing" } else { "" };
+        format!(
+            "<custream.Event handle={:#x} device={}{timing}{state}>",
+            self.handle_value(),
+            self.device()
+        )
+    }
+
+    /// True once close() has been called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.is_closed()
+    }
+
+    /// Destroy the event; idempotent.
+    #[pyo3(name = "close")]
+    fn py_close(&self, py: Python<'_>) -> PyResult<()> {
+        Closable::close(self, py)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        closable::exit(self, py)
+    }
+
+    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<Py<PyType>> {
+        closable::reduce(slf)
     }
 }
 

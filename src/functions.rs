@@ -1,26 +1,28 @@
-//! The module's functions: `as_stream`, and what the driver and the process report.
+//! The module's functions: `as_stream`, `check_foreign_captures`, and what the driver and
+//! the process report.
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use crate::args::device_arg;
+use crate::args::{bool_arg, device_arg};
 use crate::boundary::boundary;
+use crate::capture;
+use crate::deferred_release;
 use crate::driver::{self, DriverError};
 use crate::gil;
+use crate::host_thread;
 use crate::libcuda::LoadError;
-use crate::lifecycle;
-use crate::object::{self, entry, StreamObject};
 use crate::process;
 use crate::protocol;
-use crate::relay;
+use crate::raw_stream::{self, entry, StreamObject};
 use crate::stream;
 
 /// `as_stream` as a METH_O builtin: a Stream argument is returned before any argument
 /// parsing or pyo3 trampoline, the common case for a library that accepts any stream.
 fn as_stream_o(_: Python<'_>, obj: Option<Borrowed<'_, '_, PyAny>>) -> *mut ffi::PyObject {
     match obj {
-        Some(obj) if object::is_stream(&obj) => obj.to_owned().into_ptr(),
+        Some(obj) if raw_stream::is_stream(&obj) => obj.to_owned().into_ptr(),
         Some(obj) => boundary(|_| Ok(protocol::as_stream(&obj)?.into_ptr())),
         None => boundary(|_| Err(PyTypeError::new_err("as_stream() missing required argument 'obj'"))),
     }
@@ -28,7 +30,7 @@ fn as_stream_o(_: Python<'_>, obj: Option<Borrowed<'_, '_, PyAny>>) -> *mut ffi:
 
 /// The `as_stream` builtin, bound to module `m`.
 pub fn as_stream<'py>(m: &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
-    object::builtin(
+    raw_stream::builtin(
         m,
         ffi::PyMethodDef {
             ml_name: c"as_stream".as_ptr(),
@@ -39,6 +41,27 @@ pub fn as_stream<'py>(m: &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
             ml_doc: c"as_stream(obj, /)\n--\n\nReturn ``obj`` as a custream.Stream: a Stream as is, otherwise a borrowed Stream over\nthe handle ``obj.__cuda_stream__()`` returns, keeping ``obj`` alive as its owner.".as_ptr(),
         },
     )
+}
+
+/// Whether custream asks the driver, before each ``query()`` and ``synchronize()``, if the
+/// stream is capturing a CUDA graph that another library began on the same handle, and then
+/// refuses instead of letting the driver invalidate that capture. Off by default: it costs
+/// one driver call on those fast paths. Captures begun through custream are always guarded.
+///
+/// ``check_foreign_captures()`` returns the setting; ``check_foreign_captures(True)`` (or
+/// False) sets it and returns the previous one.
+#[pyfunction]
+#[pyo3(signature = (enabled = None))]
+pub fn check_foreign_captures(enabled: Option<Bound<'_, PyAny>>) -> PyResult<bool> {
+    match enabled {
+        None => Ok(capture::foreign_checks()),
+        Some(v) => Ok(capture::set_foreign_checks(bool_arg(
+            Some(&v),
+            "check_foreign_captures",
+            "enabled",
+            false,
+        )?)),
+    }
 }
 
 /// ``(least, greatest)`` stream priorities of a device (default: the current context's,
@@ -110,9 +133,9 @@ pub fn live_stream_count(py: Python<'_>) -> PyResult<usize> {
 /// and no host function enters Python; those already inside it are waited for.
 #[pyfunction]
 pub fn _finalize(py: Python<'_>) {
-    gil::detach(py, lifecycle::run_deferred);
+    gil::detach(py, deferred_release::run_deferred);
     driver::release_kept_primary_contexts();
     process::set_finalizing();
-    relay::wait_for_running(py);
+    host_thread::wait_for_running(py);
     gil::drain(py);
 }

@@ -45,7 +45,7 @@ pub fn detach<T: Send, F: Send + FnOnce() -> T>(py: Python<'_>, f: F) -> T {
         // sees the flag and parks, or `drain` sees it counted and lets it attach first.
         REATTACHING.fetch_add(1, Ordering::SeqCst);
         // custream's own thread is waited for by `_finalize` while it is inside Python
-        // (src/relay.rs), with the GIL released: it re-attaches before finalization, and
+        // (src/host_thread.rs), with the GIL released: it re-attaches before finalization, and
         // parking it would hang the exit.
         if process::is_finalizing() && !RESIDENT.with(Cell::get) {
             REATTACHING.fetch_sub(1, Ordering::SeqCst);
@@ -140,14 +140,14 @@ fn park_forever() -> ! {
     }
 }
 
-/// The Python thread state of a thread of custream's own (src/relay.rs), made on its first
+/// The Python thread state of a thread of custream's own (src/host_thread.rs), made on its first
 /// entry into Python and kept for the thread's life: entering again is a GIL take, not a
 /// thread state made and destroyed as `Python::attach` does on a thread Python does not know.
 pub struct Resident {
     tstate: Option<std::ptr::NonNull<pyo3::ffi::PyThreadState>>,
 }
 
-// SAFETY: only ever used by the one thread that made it (relay's worker owns it).
+// SAFETY: only ever used by the one thread that made it (src/host_thread.rs's worker owns it).
 unsafe impl Send for Resident {}
 
 impl Resident {
@@ -156,7 +156,7 @@ impl Resident {
     }
 
     /// Run `f` attached to the interpreter. The caller must have made sure that finalization
-    /// cannot begin before this returns (relay's count of threads entering Python, which
+    /// cannot begin before this returns (host_thread's count of threads entering Python, which
     /// `_finalize` waits on): a thread that takes the GIL then is ended by CPython.
     ///
     /// A panic in `f` is caught and returned after the GIL is let go again.

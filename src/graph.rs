@@ -1,14 +1,18 @@
 //! `custream.Graph`: the executable graph a capture ends in (what a capture is to custream
-//! is src/capture.rs's), launched or uploaded on any stream. Its Python methods are in
-//! src/graph_type.rs.
+//! is src/capture.rs's), launched or uploaded on any stream. Its Python methods are the one
+//! `#[pymethods]` block here. (A Stream's capture methods are in src/stream_type.rs.)
 
 use pyo3::prelude::*;
+use pyo3::types::{PyTuple, PyType};
 
 use crate::capture;
+use crate::closable::{self, Closable};
 use crate::driver::{self, CaptureStatus, Context, GraphExecHandle, OwnedGraphExec, StreamHandle};
 use crate::gil;
-use crate::lifecycle::{Closable, DriverObject, Home, Made};
-use crate::object::StreamObject;
+use crate::home::Home;
+use crate::lifecycle::{DriverObject, Made};
+use crate::protocol;
+use crate::raw_stream::StreamObject;
 
 /// An executable CUDA graph: what ``Stream.end_capture()`` returns.
 ///
@@ -83,9 +87,23 @@ impl Graph {
     }
 }
 
-/// The methods Python calls as they are (src/graph_type.rs has the rest).
 #[pymethods]
 impl Graph {
+    /// Launch the graph on ``stream`` (a custream.Stream or any ``__cuda_stream__`` object):
+    /// it runs after the work queued there before, and later work waits for it.
+    #[pyo3(name = "launch")]
+    fn py_launch(&self, py: Python<'_>, stream: &Bound<'_, PyAny>) -> PyResult<()> {
+        let stream = protocol::as_stream(stream)?;
+        self.launch(py, StreamObject::of(&stream, "launch()")?)
+    }
+
+    /// Upload the graph's work to the device on ``stream`` ahead of its first launch.
+    #[pyo3(name = "upload")]
+    fn py_upload(&self, py: Python<'_>, stream: &Bound<'_, PyAny>) -> PyResult<()> {
+        let stream = protocol::as_stream(stream)?;
+        self.upload(py, StreamObject::of(&stream, "upload()")?)
+    }
+
     /// The CUgraphExec handle as an int.
     #[getter]
     pub fn handle(&self) -> PyResult<u64> {
@@ -102,6 +120,41 @@ impl Graph {
     #[getter]
     pub fn node_count(&self) -> usize {
         self.nodes
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.is_closed() { " closed" } else { "" };
+        format!(
+            "<custream.Graph handle={:#x} device={} nodes={}{state}>",
+            self.handle_value(),
+            self.device(),
+            self.node_count()
+        )
+    }
+
+    /// True once close() has been called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.is_closed()
+    }
+
+    /// Destroy the executable graph (launches in flight finish first); idempotent.
+    #[pyo3(name = "close")]
+    fn py_close(&self, py: Python<'_>) -> PyResult<()> {
+        Closable::close(self, py)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        closable::exit(self, py)
+    }
+
+    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<Py<PyType>> {
+        closable::reduce(slf)
     }
 }
 

@@ -2,8 +2,10 @@
 //! 12.4 and newer) that streams are made in, so the work of those streams runs on those SMs
 //! only. Made by custream (the driver's SM split, then cuGreenCtxCreate) or adopted from
 //! another library with an owner kept alive, under the lifecycle of the other objects
-//! (src/lifecycle.rs). Its Python methods are in src/green_type.rs; the streams made in one
-//! are src/stream.rs's.
+//! (src/lifecycle.rs). Its Python methods are the one `#[pymethods]` block of src/green_type.rs
+//! (not here: they make streams, and src/stream.rs, which makes them, uses this module); the
+//! streams made in one are src/stream.rs's. The `green_context=` argument of Stream() and
+//! StreamPool() is here.
 //!
 //! A stream made in a green context holds it open for the stream's life (a use kept open,
 //! `InUse::keep`), and holds the Python object as the stream's owner. So `close()` with such
@@ -16,15 +18,17 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::PyWeakrefReference;
 use pyo3::PyTraverseError;
 
+use crate::closable::Closable;
 use crate::driver::{self, Context, GreenCtxHandle, GreenMade, OwnedGreenCtx, OwnedStream};
 use crate::gil;
-use crate::lifecycle::{self, Closable, Home, InUse, Managed};
+use crate::home::Home;
+use crate::lifecycle::{self, InUse, Managed};
 use crate::process;
 
 /// A slice of a device's SMs (a CUDA green context, driver 12.4 and newer) to make streams
@@ -251,29 +255,19 @@ impl GreenContext {
     }
 }
 
-/// The methods Python calls as they are (src/green_type.rs has the rest).
-#[pymethods]
+/// What the Python methods read (src/green_type.rs), and the cycle collector's two.
 impl GreenContext {
     /// The device the green context's SMs belong to.
-    #[getter]
     pub fn device(&self) -> i32 {
         self.device
     }
 
     /// The SMs the driver granted: at least the count asked for, rounded up as it requires.
-    #[getter]
     pub fn sm_count(&self) -> u32 {
         self.sm_count
     }
 
-    /// True if custream made the green context and destroys it.
-    #[getter]
-    pub fn owned(&self) -> bool {
-        self.is_owned()
-    }
-
     /// The object kept alive for an adopted green context, or None.
-    #[getter]
     pub fn owner(&self, py: Python<'_>) -> Option<Py<PyAny>> {
         self.owner
             .lock()
@@ -282,8 +276,9 @@ impl GreenContext {
             .map(|o| o.clone_ref(py))
     }
 
-    /// The owner is a reference a cycle can go through (an owner that holds its green context).
-    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+    /// `__traverse__`: the owner is a reference a cycle can go through (an owner that holds
+    /// its green context).
+    pub fn traverse(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         // Nobody holds the lock across a call that could wait: a traverse never waits on it.
         if let Ok(owner) = self.owner.try_lock() {
             if let Some(owner) = owner.as_ref() {
@@ -293,9 +288,9 @@ impl GreenContext {
         Ok(())
     }
 
-    /// Only cyclic garbage is cleared: closed, as deallocation would; the owner goes with the
-    /// release, once the streams made in it (garbage too) are released.
-    fn __clear__(&self) {
+    /// `__clear__`: only cyclic garbage is cleared: closed, as deallocation would; the owner
+    /// goes with the release, once the streams made in it (garbage too) are released.
+    pub fn clear(&self) {
         Python::attach(|py| lifecycle::close_quietly(self, py));
     }
 }
@@ -352,6 +347,44 @@ impl Drop for GreenContext {
         // be released then anyway.
         let _ = Python::try_attach(|py| lifecycle::release_at_dealloc(&*self, py));
     }
+}
+
+/// The `green_context=` argument of Stream() and StreamPool(): None, or a GreenContext whose
+/// device and CUDA's rule for its streams (non-blocking) agree with the other arguments.
+/// Checked before any driver call.
+pub fn green_context_arg<'py>(
+    value: Option<&Bound<'py, PyAny>>,
+    fname: &str,
+    device: Option<i32>,
+    non_blocking: bool,
+) -> PyResult<Option<Bound<'py, GreenContext>>> {
+    let Some(value) = value.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    let gc = value.cast::<GreenContext>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{fname}() green_context must be a custream.GreenContext or None, got {}",
+            type_name(value)
+        ))
+    })?;
+    let at = gc.get().device();
+    if let Some(d) = device.filter(|&d| d != at) {
+        return Err(PyValueError::new_err(format!(
+            "{fname}() device {d} is not the green context's: its SMs are device {at}'s \
+             (leave device out, or make the green context on device {d})"
+        )));
+    }
+    if !non_blocking {
+        return Err(PyValueError::new_err(format!(
+            "{fname}() non_blocking=False cannot be had in a green context: CUDA makes every \
+             stream of a green context non-blocking"
+        )));
+    }
+    Ok(Some(gc.clone()))
+}
+
+pub fn type_name(v: &Bound<'_, PyAny>) -> String {
+    v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
 }
 
 /// The GreenContext objects alive, by handle, so that a stream in one (anybody's wrap of it)

@@ -1,19 +1,18 @@
-//! The Python face of custream.GreenContext: arguments parsed, work delegated to src/green.rs
-//! (the green context) and src/stream.rs (the streams made in it). Also the `green_context=`
-//! argument that Stream() and StreamPool() take.
+//! The Python face of custream.GreenContext, its one `#[pymethods]` block: arguments parsed,
+//! work delegated to src/green.rs (the green context) and src/stream.rs (the streams made in
+//! it).
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
+use pyo3::types::{PyTuple, PyType};
+use pyo3::PyTraverseError;
 
 use crate::args::{device_arg, i32_arg, int_repr, is_int_not_bool};
-use crate::closable::closable_methods;
+use crate::closable::{self, Closable};
 use crate::driver;
-use crate::green::{self, closed_error, GreenContext};
+use crate::green::{self, closed_error, type_name, GreenContext};
 use crate::stream;
-
-fn type_name(v: &Bound<'_, PyAny>) -> String {
-    v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-}
 
 /// An SM count: an int (not a bool) of at least 1.
 fn sm_count_arg(value: &Bound<'_, PyAny>, fname: &str) -> PyResult<u32> {
@@ -37,40 +36,6 @@ fn sm_count_arg(value: &Bound<'_, PyAny>, fname: &str) -> PyResult<u32> {
 fn device_of(device: Option<Bound<'_, PyAny>>, fname: &str) -> PyResult<i32> {
     let device = device_arg(device.as_ref(), fname)?;
     stream::existing_device(device, driver::current_context()?)
-}
-
-/// The `green_context=` argument of Stream() and StreamPool(): None, or a GreenContext whose
-/// device and CUDA's rule for its streams (non-blocking) agree with the other arguments.
-/// Checked before any driver call.
-pub fn green_context_arg<'py>(
-    value: Option<&Bound<'py, PyAny>>,
-    fname: &str,
-    device: Option<i32>,
-    non_blocking: bool,
-) -> PyResult<Option<Bound<'py, GreenContext>>> {
-    let Some(value) = value.filter(|v| !v.is_none()) else {
-        return Ok(None);
-    };
-    let gc = value.cast::<GreenContext>().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "{fname}() green_context must be a custream.GreenContext or None, got {}",
-            type_name(value)
-        ))
-    })?;
-    let at = gc.get().device();
-    if let Some(d) = device.filter(|&d| d != at) {
-        return Err(PyValueError::new_err(format!(
-            "{fname}() device {d} is not the green context's: its SMs are device {at}'s \
-             (leave device out, or make the green context on device {d})"
-        )));
-    }
-    if !non_blocking {
-        return Err(PyValueError::new_err(format!(
-            "{fname}() non_blocking=False cannot be had in a green context: CUDA makes every \
-             stream of a green context non-blocking"
-        )));
-    }
-    Ok(Some(gc.clone()))
 }
 
 /// A driver handle given as an int: its address, in [0, 2**64).
@@ -181,6 +146,30 @@ impl GreenContext {
         stream::create_green(slf.py(), slf, priority, false, "create_stream()")
     }
 
+    /// The device the green context's SMs belong to.
+    #[getter(device)]
+    fn py_device(&self) -> i32 {
+        self.device()
+    }
+
+    /// The SMs the driver granted: at least the count asked for, rounded up as it requires.
+    #[getter(sm_count)]
+    fn py_sm_count(&self) -> u32 {
+        self.sm_count()
+    }
+
+    /// True if custream made the green context and destroys it.
+    #[getter]
+    fn owned(&self) -> bool {
+        self.is_owned()
+    }
+
+    /// The object kept alive for an adopted green context, or None.
+    #[getter(owner)]
+    fn py_owner(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.owner(py)
+    }
+
     fn __repr__(&self) -> String {
         let how = if self.is_closed() {
             " closed"
@@ -196,11 +185,40 @@ impl GreenContext {
             self.sm_count()
         )
     }
-}
 
-closable_methods!(
-    GreenContext,
-    "Refuse new streams from now on and destroy the green context once its last stream is\n\
-     closed (now, if it has none); idempotent.",
-    with
-);
+    /// True once close() has been called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.is_closed()
+    }
+
+    /// Refuse new streams from now on and destroy the green context once its last stream is
+    /// closed (now, if it has none); idempotent.
+    #[pyo3(name = "close")]
+    fn py_close(&self, py: Python<'_>) -> PyResult<()> {
+        Closable::close(self, py)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        closable::exit(self, py)
+    }
+
+    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<Py<PyType>> {
+        closable::reduce(slf)
+    }
+
+    /// The owner is a reference a cycle can go through (an owner that holds its green context).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        self.traverse(visit)
+    }
+
+    /// Only cyclic garbage is cleared: closed, as deallocation would.
+    fn __clear__(&self) {
+        self.clear();
+    }
+}

@@ -1,13 +1,16 @@
 //! custream: one CUDA stream object for Python, Cython and C.
 //!
 //! The modules, from the Python face down to the driver (docs/design.md, "Code layout"):
-//! - face: `stream_type` (the Stream type's slots), `event_type`, `pool_type`, `graph_type`,
-//!   `green_type`, `host_function_type`, `closable` (the methods they share), `functions`, `capi`
+//! - face: `stream_type` (the Stream type's slots), `green_type` (GreenContext's methods),
+//!   `functions` (the module's functions), `capi` (the C API's table)
 //! - core: `stream`, `event`, `pool`, `graph`, `green`, `current`, `callback`, `protocol`,
-//!   `relay`, `flags`, `owner`
+//!   `host_thread` (where Python host functions run), `host_semaphores` (the mapped words a
+//!   host function's stream waits on), `owner_release` (giving back a borrowed stream's owner)
 //! - capture: `capture` (what a capture is to custream, by handle)
-//! - base: `object` (the one module that touches Python objects raw), `lifecycle`, `state_word`, `errors`,
-//!   `args`, `boundary`, `gil`
+//! - base: `raw_stream` (the one module that touches Python objects raw), `lifecycle`,
+//!   `state_word`, `home` (where a driver object lives; the primary-context policy),
+//!   `deferred_release` (releases a host function asked for), `closable` (what closable
+//!   classes share), `errors`, `args`, `boundary`, `gil`
 //! - ground: `driver` (owning handles, their views, every driver call), `process` (fork, exit,
 //!   host-function state), `libcuda` (the library), `layout`
 //!
@@ -27,28 +30,26 @@ mod capi;
 mod capture;
 mod closable;
 mod current;
+mod deferred_release;
 mod driver;
 mod errors;
 mod event;
-mod event_type;
-mod flags;
 mod functions;
 mod gil;
 mod graph;
-mod graph_type;
 mod green;
 mod green_type;
-mod host_function_type;
+mod home;
+mod host_semaphores;
+mod host_thread;
 mod layout;
 mod libcuda;
 mod lifecycle;
-mod object;
-mod owner;
+mod owner_release;
 mod pool;
-mod pool_type;
 mod process;
 mod protocol;
-mod relay;
+mod raw_stream;
 mod state_word;
 mod stream;
 mod stream_type;
@@ -63,7 +64,7 @@ pub mod handles {
 }
 
 // Safe without the GIL (a free-threaded interpreter keeps it off on import): nothing here uses
-// the GIL as a lock (src/object.rs's rules; the state word, model-checked in
+// the GIL as a lock (src/raw_stream.rs's rules; the state word, model-checked in
 // src/state_word.rs), and the suite runs on a free-threaded 3.13 with PYTHON_GIL=0
 // (docs/building.md).
 #[pymodule(gil_used = false)]
@@ -95,7 +96,7 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(functions::live_stream_count, m)?)?;
     m.add_class::<graph::Graph>()?;
     m.add_class::<callback::HostFunction>()?;
-    m.add_function(wrap_pyfunction!(graph_type::check_foreign_captures, m)?)?;
+    m.add_function(wrap_pyfunction!(functions::check_foreign_captures, m)?)?;
     let finalize = wrap_pyfunction!(functions::_finalize, m)?;
     py.import("atexit")?.call_method1("register", (&finalize,))?;
     m.add_function(finalize)?;

@@ -1,18 +1,19 @@
-//! The one lifecycle of every custream object that holds a driver object (Stream, Event):
-//! where it lives and how it is made (`Home`), how a use holds it open (`InUse`), and how it
-//! is closed and released exactly once (`close`, `close_quietly`, `release_at_dealloc`).
+//! The one lifecycle of every custream object that holds a driver object (Stream, Event,
+//! Graph, GreenContext): how a use holds it open (`InUse`), and how it is closed and released
+//! exactly once (`close`, `close_quietly`, `release_at_dealloc`); `Made`, a driver object
+//! made in a `Home` (src/home.rs) under it.
 //!
 //! The state word (src/state_word.rs) decides who releases: exactly once, never while a use
 //! is in flight. Nothing outside these two files writes it.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Mutex, PoisonError};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::driver::{self, Context, DriverError};
-use crate::gil;
+use crate::home::Home;
 use crate::process;
 use crate::state_word::{Release, Word};
 
@@ -25,16 +26,6 @@ pub trait Managed {
     fn fork_generation(&self) -> u32;
     /// Give back what the object holds. Runs once, with the GIL held.
     fn release(&self, py: Python<'_>) -> driver::Result<()>;
-}
-
-/// A Python object that `close()` releases: Event, Graph and StreamPool share their
-/// `closed`, `close()`, `with` and pickling methods through it (src/closable.rs).
-pub trait Closable {
-    /// Why it cannot be pickled, after "cannot pickle <type>: ".
-    const PICKLE: &'static str;
-    fn is_closed(&self) -> bool;
-    /// Release what it holds; idempotent.
-    fn close(&self, py: Python<'_>) -> PyResult<()>;
 }
 
 /// Whether this process may call the driver (or a C deleter) for an object made in
@@ -85,7 +76,7 @@ pub fn enter<'a, T: Managed>(obj: &'a T, py: Python<'a>, what: &str) -> PyResult
 
 // SAFETY: an InUse is made only by a successful `Word::enter` and ends the use when dropped;
 // the release waits for every use to end (src/state_word.rs).
-unsafe impl<T: Managed> crate::object::KeepsOpen for InUse<'_, T> {}
+unsafe impl<T: Managed> crate::raw_stream::KeepsOpen for InUse<'_, T> {}
 
 /// Hold `obj` open without a driver call (to read what its release drops): also in a forked
 /// child, where no driver call may follow. None once closed.
@@ -238,123 +229,5 @@ impl<H: DriverObject> Drop for Made<H> {
         // A pyclass is dropped by its tp_dealloc, with the GIL held; while the interpreter
         // finalizes pyo3 will not attach, and nothing may be released then anyway.
         let _ = Python::try_attach(|py| release_at_dealloc(&*self, py));
-    }
-}
-
-/// Where a driver object lives: its context, that context's id when the object was made,
-/// its device, and whether we hold a retain on the device's primary context for it.
-#[derive(Clone, Copy, Debug)]
-pub struct Home {
-    pub context: Context,
-    pub context_id: u64,
-    pub device: i32,
-    pub retains_primary: bool,
-}
-
-impl Home {
-    /// Make a driver object with `make`, in `device`'s primary context (retained for the
-    /// object's life), or in `context` when that is given and is another one (no retain:
-    /// its owner keeps it). On failure nothing is kept. Without the GIL: a first retain
-    /// creates the context (~100 ms), and a driver call that waits on a driver lock must not
-    /// hold the GIL, which that lock's holder may need (a host callback, another library's
-    /// nogil call): under compute-sanitizer that wait hung a threaded workload.
-    pub fn make<H: Send>(
-        py: Python<'_>,
-        device: i32,
-        context: Option<Context>,
-        make: impl FnOnce(Context) -> driver::Result<H> + Send,
-    ) -> PyResult<(Home, H)> {
-        let made = gil::detach(py, move || {
-            run_deferred();
-            let primary = driver::retain_primary_context(device)?;
-            // A device custream has used keeps its primary context until exit, so closing
-            // the last stream does not make the next `Stream()` build it again.
-            if let Err(e) = driver::keep_primary_context(device) {
-                let _ = driver::release_primary_context(device);
-                return Err(e);
-            }
-            let (context, retains_primary) = match context {
-                Some(c) if c != primary => {
-                    let _ = driver::release_primary_context(device);
-                    (c, false)
-                }
-                _ => (primary, true),
-            };
-            let made = driver::context_id(context).and_then(|id| Ok((id, make(context)?)));
-            if made.is_err() && retains_primary {
-                let _ = driver::release_primary_context(device);
-            }
-            let (context_id, object) = made?;
-            Ok::<_, DriverError>((
-                Home {
-                    context,
-                    context_id,
-                    device,
-                    retains_primary,
-                },
-                object,
-            ))
-        });
-        Ok(made?)
-    }
-
-    /// Destroy the object with `destroy` and give back the retain, without the GIL (see
-    /// `make`). After a reset the object is gone with its context, and so is the retain:
-    /// nothing is left to release, and destroying or releasing would hit the new context.
-    pub fn release(
-        self,
-        py: Python<'_>,
-        destroy: impl FnOnce(Context) -> driver::Result<()> + Send + 'static,
-    ) -> driver::Result<()> {
-        if process::in_host_function() {
-            // A host function dropped the last reference (it held the object in its
-            // arguments): no CUDA call may be made on this thread, so a later call makes it.
-            defer(Box::new(move || {
-                let _ = self.release_now(destroy);
-            }));
-            return Ok(());
-        }
-        gil::detach(py, move || {
-            run_deferred();
-            self.release_now(destroy)
-        })
-    }
-
-    /// After a reset the object is gone with its context, and so is the retain: nothing is
-    /// left to release, and destroying or releasing would hit the new context.
-    fn release_now(self, destroy: impl FnOnce(Context) -> driver::Result<()>) -> driver::Result<()> {
-        if driver::ensure_same_context(self.context, self.context_id).is_err() {
-            return Ok(());
-        }
-        let destroyed = destroy(self.context);
-        if self.retains_primary {
-            destroyed.and(driver::release_primary_context(self.device))
-        } else {
-            destroyed
-        }
-    }
-}
-
-/// Releases a host function asked for, made by the next release or `run_deferred` outside one.
-static DEFERRED: Mutex<Vec<Box<dyn FnOnce() + Send>>> = Mutex::new(Vec::new());
-static ANY_DEFERRED: AtomicBool = AtomicBool::new(false);
-
-fn defer(release: Box<dyn FnOnce() + Send>) {
-    DEFERRED.lock().unwrap_or_else(PoisonError::into_inner).push(release);
-    ANY_DEFERRED.store(true, Ordering::Release);
-}
-
-/// Make the releases deferred from host functions; nothing inside one (a load when none is
-/// waiting). Needs no GIL: call it detached, since it calls the driver.
-pub fn run_deferred() {
-    if !ANY_DEFERRED.load(Ordering::Acquire)
-        || process::in_host_function()
-        || !ANY_DEFERRED.swap(false, Ordering::AcqRel)
-    {
-        return;
-    }
-    let waiting = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(PoisonError::into_inner));
-    for release in waiting {
-        release();
     }
 }

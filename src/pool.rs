@@ -1,17 +1,23 @@
 //! What a custream.StreamPool is: a fixed set of owned streams made up front and handed out
 //! round-robin, for code that wants a fresh-looking stream per task without paying a
 //! create each time (rmm's `cuda_stream_pool`, PyTorch's internal pool). Its Python methods
-//! are in src/pool_type.rs.
+//! are the one `#[pymethods]` block here.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use pyo3::exceptions::{PyIndexError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyType;
 
-use crate::green::GreenContext;
-use crate::lifecycle::Closable;
-use crate::object::StreamObject;
+use crate::args::{bool_arg, device_arg, i32_arg, is_int_not_bool};
+use crate::closable::{self, Closable};
+use crate::green::{green_context_arg, GreenContext};
+use crate::raw_stream::StreamObject;
 use crate::stream;
+
+/// The most streams one pool makes: far above any use (rmm's default is 16), low enough
+/// that a typo does not try to make millions.
+const MAX_SIZE: usize = 1 << 16;
 
 /// A fixed set of owned streams, handed out round-robin.
 ///
@@ -75,9 +81,42 @@ impl StreamPool {
     }
 }
 
-/// The methods Python calls as they are (src/pool_type.rs has the rest).
 #[pymethods]
 impl StreamPool {
+    #[new]
+    #[pyo3(signature = (size, *, device = None, non_blocking = None, priority = None, green_context = None),
+           text_signature = "(size, *, device=None, non_blocking=True, priority=0, green_context=None)")]
+    fn py_new(
+        py: Python<'_>,
+        size: &Bound<'_, PyAny>,
+        device: Option<Bound<'_, PyAny>>,
+        non_blocking: Option<Bound<'_, PyAny>>,
+        priority: Option<Bound<'_, PyAny>>,
+        green_context: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<StreamPool> {
+        if !is_int_not_bool(size) {
+            return Err(PyTypeError::new_err(format!(
+                "StreamPool() size must be an int, got {}",
+                size.get_type().name()?
+            )));
+        }
+        let size = size
+            .extract::<i64>()
+            .ok()
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|n| (1..=MAX_SIZE).contains(n))
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "StreamPool() size must be between 1 and {MAX_SIZE}, got {size}"
+                ))
+            })?;
+        let device = device_arg(device.as_ref(), "StreamPool")?;
+        let non_blocking = bool_arg(non_blocking.as_ref(), "StreamPool", "non_blocking", true)?;
+        let priority = i32_arg(priority.as_ref(), "StreamPool", "priority", 0)?;
+        let green = green_context_arg(green_context.as_ref(), "StreamPool", device, non_blocking)?;
+        StreamPool::new(py, size, device, non_blocking, priority, green.as_ref())
+    }
+
     /// The next stream, round-robin (thread-safe, no lock): one atomic add.
     pub fn get<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.ensure_open("get()")?;
@@ -110,6 +149,31 @@ impl StreamPool {
     #[getter]
     pub fn device(&self) -> i32 {
         self.device
+    }
+
+    fn __repr__(&self) -> String {
+        let closed = if self.is_closed() { " closed" } else { "" };
+        format!(
+            "<custream.StreamPool size={} device={}{closed}>",
+            self.__len__(),
+            self.device()
+        )
+    }
+
+    /// True once close() has been called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.is_closed()
+    }
+
+    /// Close every stream of the pool; idempotent.
+    #[pyo3(name = "close")]
+    fn py_close(&self, py: Python<'_>) -> PyResult<()> {
+        Closable::close(self, py)
+    }
+
+    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<Py<PyType>> {
+        closable::reduce(slf)
     }
 }
 

@@ -8,7 +8,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PyString, PyTuple};
 
 use crate::args::{int_repr, is_int_not_bool, short_repr};
-use crate::object;
+use crate::raw_stream;
 use crate::stream::{self, Parts};
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
@@ -157,7 +157,7 @@ pub fn init(py: Python<'_>, stream_type: &Bound<'_, pyo3::types::PyType>) -> PyR
 /// `custream.as_stream(obj)`: a Stream as is, else a borrowed Stream over the handle that
 /// `obj.__cuda_stream__()` gives, keeping `obj` alive as its owner.
 pub fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    if object::is_stream(obj) {
+    if raw_stream::is_stream(obj) {
         return Ok(obj.clone());
     }
     let py = obj.py();

@@ -1,7 +1,7 @@
 //! What a Stream is and does: made (owned, borrowed, the default streams), used (every
 //! driver call on its handle holds it open and checks its context), closed and released
 //! once. Its memory is `CustreamStream` from pxd/custream.h, reached only through
-//! src/object.rs's `StreamObject`; src/stream_type.rs gives it its Python face.
+//! src/raw_stream.rs's `StreamObject`; src/stream_type.rs gives it its Python face.
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -18,21 +18,22 @@ use crate::capture;
 use crate::driver::{self, CaptureMode, CaptureStatus, Context, OwnedStream, StreamHandle};
 use crate::gil;
 use crate::green::{self, GreenContext};
+use crate::home::Home;
 use crate::layout::{
     custream_deleter_t, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_GREEN,
     CUSTREAM_FLAG_NON_BLOCKING, CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED, CUSTREAM_FLAG_SHARED,
 };
-use crate::lifecycle::{self, Home, Managed};
-use crate::object::{self, Fields, StreamObject};
-use crate::owner;
+use crate::lifecycle::{self, Managed};
+use crate::owner_release;
 use crate::process;
+use crate::raw_stream::{self, Fields, StreamObject};
 
 /// The proof `StreamObject::owner` takes from `Managed::release`: the one release, with no
 /// use left in flight, may read what it is about to drop.
 struct Released;
 
 // SAFETY: made only inside `Managed::release` below, the one release of the object.
-unsafe impl crate::object::KeepsOpen for Released {}
+unsafe impl crate::raw_stream::KeepsOpen for Released {}
 
 /// The owned streams alive in this process: handle -> (context, context id). A borrowed
 /// stream over one of them learns its context here, without asking the driver about a
@@ -103,7 +104,7 @@ pub fn make<'py>(py: Python<'py>, parts: Parts<'py>) -> PyResult<Bound<'py, PyAn
     };
     let (context, context_id) = parts.home.map_or((None, 0), |(c, id)| (Some(c), id));
     let flags = parts.flags;
-    let obj = object::alloc(
+    let obj = raw_stream::alloc(
         py,
         Fields {
             handle: parts.handle,
@@ -411,7 +412,7 @@ impl StreamObject<'_> {
     /// Learn a borrowed stream's context on first use (the stream is alive then: its owner
     /// is), and on every use make sure the context was not reset since: a driver call on a
     /// stream of a reset context can crash the process instead of failing. Threads learning
-    /// it at once store the same answer (src/object.rs, `known_context`).
+    /// it at once store the same answer (src/raw_stream.rs, `known_context`).
     fn check_context(self, h: StreamHandle) -> driver::Result<()> {
         let (known, id) = self.known_context();
         if let Some(ctx) = known {
@@ -620,8 +621,8 @@ impl Managed for StreamObject<'_> {
                     retains_primary: !s.is_green(),
                 };
                 // SAFETY: an owned stream's handle came from `OwnedStream::into_raw` in
-                // `create`, and this is the one release of the object (lifecycle.rs's state
-                // word), so the handle is taken back exactly once.
+                // `create`, and this is the one release of the object (the state word's,
+                // src/state_word.rs), so the handle is taken back exactly once.
                 let owned = unsafe { OwnedStream::from_raw(s.handle_value()) };
                 result = home.release(py, move |_| {
                     capture::stream_destroyed(owned.handle());
@@ -636,7 +637,7 @@ impl Managed for StreamObject<'_> {
             deleter.call(py);
         }
         if let Some(owner) = owner {
-            owner::release(py, owner);
+            owner_release::release(py, owner);
         }
         result
     }
@@ -657,7 +658,7 @@ fn wait_on(py: Python<'_>, h: StreamHandle) -> driver::Result<()> {
     gil::detach(py, move || driver::stream_synchronize(h))
 }
 
-/// tp_dealloc's work before the object is freed (src/object.rs frees it).
+/// tp_dealloc's work before the object is freed (src/raw_stream.rs frees it).
 pub fn release_at_dealloc(s: StreamObject<'_>, py: Python<'_>) {
     lifecycle::release_at_dealloc(&s, py);
 }

@@ -2,7 +2,7 @@
 //! `tp_basicsize` is `sizeof(CustreamStream)`, so Cython's size check and the C API see
 //! exactly the layout pxd/custream.h declares. pyo3's #[pyclass] layout is not a C ABI,
 //! which is why this type is assembled from slots by hand. Every slot and method here is a
-//! safe function: `entry!` (src/object.rs) makes the `extern "C"` shim CPython calls.
+//! safe function: `entry!` (src/raw_stream.rs) makes the `extern "C"` shim CPython calls.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::mem::offset_of;
@@ -21,10 +21,10 @@ use crate::current;
 use crate::driver::CaptureMode;
 use crate::event::{self, Event};
 use crate::graph::Graph;
-use crate::green_type::green_context_arg;
+use crate::green::green_context_arg;
 use crate::layout::{CustreamStream, STREAM_SIZE};
-use crate::object::{self, entry, Fastcall, StreamObject, TupleDict};
 use crate::protocol::{self, handle_from_int};
+use crate::raw_stream::{self, entry, Fastcall, StreamObject, TupleDict};
 use crate::stream::{self, closed_error, Parts};
 
 const DOC: &CStr = c"Stream(*, device=None, non_blocking=True, priority=0, green_context=None)
@@ -180,7 +180,7 @@ fn from_handle(py: Python<'_>, args: Fastcall<'_, '_>) -> *mut ffi::PyObject {
         let [handle_obj, owner, device] = FROM_HANDLE_SIG.parse_fastcall::<3>(&args)?;
         let handle_obj =
             handle_obj.ok_or_else(|| PyTypeError::new_err("from_handle() missing required argument 'handle'"))?;
-        if object::is_stream(&handle_obj) {
+        if raw_stream::is_stream(&handle_obj) {
             return Err(PyTypeError::new_err(
                 "from_handle() handle must be an int, got custream.Stream: a Stream needs no \
                  wrapping, use it as it is (custream.as_stream(obj) returns a Stream unchanged)",
@@ -429,7 +429,7 @@ fn leak<T>(v: Vec<T>) -> *mut T {
 
 /// Build the Stream type (once per process) and remember it.
 pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
-    if let Some(existing) = object::stream_type(py) {
+    if let Some(existing) = raw_stream::stream_type(py) {
         return Ok(existing);
     }
     use ffi::PyMethodDefPointer as M;
@@ -565,8 +565,8 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
         flags: (ffi::Py_TPFLAGS_DEFAULT | ffi::Py_TPFLAGS_HAVE_GC | ffi::Py_TPFLAGS_IMMUTABLETYPE) as _,
         slots,
     }));
-    let tp = object::type_from_spec(py, spec)?;
+    let tp = raw_stream::type_from_spec(py, spec)?;
     // The type lives for the process: this reference is never given back.
-    object::set_stream_type(tp.clone());
+    raw_stream::set_stream_type(tp.clone());
     Ok(tp)
 }

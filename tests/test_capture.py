@@ -334,7 +334,7 @@ def test_exit_with_callbacks_queued_behind_work(fake, kernel_ms, tmp_path):
 
 def test_exit_waits_for_a_callback_inside_python(fake, tmp_path):
     # The main thread exits once the host function is inside Python (an event, not a sleep:
-    # the relay thread may be slow to start); exit must wait for it to finish.
+    # custream's host-function thread may be slow to start); exit must wait for it to finish.
     mark = tmp_path / "done"
     out = run(fake, f"""
         s = Stream()

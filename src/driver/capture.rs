@@ -253,7 +253,7 @@ pub fn stream_wait_value32(h: StreamHandle, word: u64, value: u32) -> Result<()>
     let api = init()?;
     let eq = cu::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as c_uint;
     // SAFETY: `h` is live (the handle rule); the GPU reads `word` when the wait runs, and
-    // the caller keeps it mapped (src/flags.rs never unmaps a page).
+    // the caller keeps it mapped (src/host_semaphores.rs never unmaps a page).
     check(unsafe { (api.cuStreamWaitValue32_v2)(h.0, word, value, eq) })
 }
 
@@ -269,7 +269,7 @@ pub fn stream_write_value32(h: StreamHandle, word: u64, value: u32) -> Result<()
 /// Queue on `h`, in one call: a write of 1 to the 32-bit word at `ready` once the work before
 /// it is done (the GPU's writes before it visible first), a wait until the word at `done`
 /// reads 1, and a write of 0 to it. custream's thread watches `ready`, runs the host function
-/// and raises `done` (src/relay.rs): no host function of the driver's is involved, whose
+/// and raises `done` (src/host_thread.rs): no host function of the driver's is involved, whose
 /// thread would hold back what follows it on the stream.
 pub fn stream_hand_off(h: StreamHandle, ready: u64, done: u64) -> Result<()> {
     let api = init()?;
@@ -279,7 +279,7 @@ pub fn stream_hand_off(h: StreamHandle, ready: u64, done: u64) -> Result<()> {
         write_value_op(done, 0),
     ];
     // SAFETY: three initialized operations that outlive the call (the driver copies them);
-    // the GPU touches both words later, and the caller keeps them mapped (src/flags.rs never
+    // the GPU touches both words later, and the caller keeps them mapped (src/host_semaphores.rs never
     // unmaps a page). A stale `h` is the caller's to rule out, as for every call on a stream.
     check(unsafe { (api.cuStreamBatchMemOp_v2)(h.0, ops.len() as c_uint, ops.as_mut_ptr(), 0) })
 }

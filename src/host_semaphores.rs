@@ -1,4 +1,6 @@
-//! The flags that hold a stream while custream's own thread runs a Python host function.
+//! Host semaphores: the words of mapped host memory ("flags" below; nothing to do with a
+//! Stream's `CUSTREAM_FLAG_*` bits) that hold a stream while custream's own thread runs a
+//! Python host function.
 //!
 //! `launch_host_func(f)` queues, in one driver call, a write that raises a "ready" flag once
 //! the work before it is done, a wait until a "done" flag reads 1, and a write of 0 to it.

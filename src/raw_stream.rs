@@ -265,7 +265,7 @@ impl<'a> StreamObject<'a> {
 pub unsafe trait KeepsOpen {}
 
 /// A strong reference taken out of a Stream object (its owner), to give back in
-/// src/owner.rs's bounded way.
+/// src/owner_release.rs's bounded way.
 pub struct Owned(NonNull<ffi::PyObject>);
 
 impl Owned {
@@ -576,14 +576,14 @@ macro_rules! entry {
             arg: *mut pyo3::ffi::PyObject,
         ) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls a Stream method attached and live arguments.
-            unsafe { $crate::object::method(obj, arg, $f) }
+            unsafe { $crate::raw_stream::method(obj, arg, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject, *mut pyo3::ffi::PyObject) -> *mut pyo3::ffi::PyObject
     }};
     (getter, $f:expr) => {{
         unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject, _: *mut std::ffi::c_void) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls a Stream getter attached and a live Stream.
-            unsafe { $crate::object::slot(obj, $f) }
+            unsafe { $crate::raw_stream::slot(obj, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject, *mut std::ffi::c_void) -> *mut pyo3::ffi::PyObject
     }};
@@ -595,7 +595,7 @@ macro_rules! entry {
             kwnames: *mut pyo3::ffi::PyObject,
         ) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls a METH_FASTCALL Stream method attached and these.
-            unsafe { $crate::object::method_fastcall(obj, args, nargs, kwnames, $f) }
+            unsafe { $crate::raw_stream::method_fastcall(obj, args, nargs, kwnames, $f) }
         }
         shim as pyo3::ffi::PyCFunctionFastWithKeywords
     }};
@@ -607,7 +607,7 @@ macro_rules! entry {
             kwnames: *mut pyo3::ffi::PyObject,
         ) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls a static METH_FASTCALL method attached and these.
-            unsafe { $crate::object::function_fastcall(args, nargs, kwnames, $f) }
+            unsafe { $crate::raw_stream::function_fastcall(args, nargs, kwnames, $f) }
         }
         shim as pyo3::ffi::PyCFunctionFastWithKeywords
     }};
@@ -618,28 +618,28 @@ macro_rules! entry {
             nargs: pyo3::ffi::Py_ssize_t,
         ) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls a METH_FASTCALL Stream method attached and these.
-            unsafe { $crate::object::method_fastcall(obj, args, nargs, std::ptr::null_mut(), $f) }
+            unsafe { $crate::raw_stream::method_fastcall(obj, args, nargs, std::ptr::null_mut(), $f) }
         }
         shim as pyo3::ffi::PyCFunctionFast
     }};
     (unary, $f:expr) => {{
         unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls a Stream slot attached and a live Stream.
-            unsafe { $crate::object::slot(obj, $f) }
+            unsafe { $crate::raw_stream::slot(obj, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject) -> *mut pyo3::ffi::PyObject
     }};
     (hash, $f:expr) => {{
         unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject) -> pyo3::ffi::Py_hash_t {
             // SAFETY: CPython calls tp_hash attached and a live Stream.
-            unsafe { $crate::object::slot(obj, $f) }
+            unsafe { $crate::raw_stream::slot(obj, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject) -> pyo3::ffi::Py_hash_t
     }};
     (clear, $f:expr) => {{
         unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject) -> std::ffi::c_int {
             // SAFETY: CPython's GC calls tp_clear attached and a live Stream.
-            unsafe { $crate::object::slot(obj, $f) }
+            unsafe { $crate::raw_stream::slot(obj, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject) -> std::ffi::c_int
     }};
@@ -651,7 +651,7 @@ macro_rules! entry {
         ) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls tp_richcompare attached, `a` a live Stream and
             // `b` a live object.
-            unsafe { $crate::object::method(a, b, |a, py, b| ($f)(a, py, b, op)) }
+            unsafe { $crate::raw_stream::method(a, b, |a, py, b| ($f)(a, py, b, op)) }
         }
         shim as unsafe extern "C" fn(
             *mut pyo3::ffi::PyObject,
@@ -666,7 +666,7 @@ macro_rules! entry {
             kwargs: *mut pyo3::ffi::PyObject,
         ) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls tp_new attached and these.
-            unsafe { $crate::object::new(args, kwargs, $f) }
+            unsafe { $crate::raw_stream::new(args, kwargs, $f) }
         }
         shim as unsafe extern "C" fn(
             *mut pyo3::ffi::PyTypeObject,
@@ -677,7 +677,7 @@ macro_rules! entry {
     (dealloc, $f:expr) => {{
         unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject) {
             // SAFETY: CPython deallocates a Stream whose last reference is gone, attached.
-            unsafe { $crate::object::dealloc(obj, $f) }
+            unsafe { $crate::raw_stream::dealloc(obj, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject)
     }};
@@ -688,7 +688,7 @@ macro_rules! entry {
             arg: *mut std::ffi::c_void,
         ) -> std::ffi::c_int {
             // SAFETY: CPython's GC traverses a live Stream.
-            unsafe { $crate::object::traverse(obj, visit, arg) }
+            unsafe { $crate::raw_stream::traverse(obj, visit, arg) }
         }
         shim as unsafe extern "C" fn(
             *mut pyo3::ffi::PyObject,
@@ -702,7 +702,7 @@ macro_rules! entry {
             arg: *mut pyo3::ffi::PyObject,
         ) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls a METH_O function attached and a live argument.
-            unsafe { $crate::object::function_o(arg, $f) }
+            unsafe { $crate::raw_stream::function_o(arg, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject, *mut pyo3::ffi::PyObject) -> *mut pyo3::ffi::PyObject
     }};
