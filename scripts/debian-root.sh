@@ -27,14 +27,15 @@ root=$(cd "$1" && pwd)
 shift
 
 # What the root holds; a change here remakes it. amd64: both CPythons with headers and venv,
-# the C/C++ compilers the Cython and C consumers build with, Rust, readelf. arm64: Rust's
+# the C/C++ compilers the Cython and C consumers build with, Rust, readelf, and CMake and
+# ninja for the emulated suite's downstream builds (PyPI's are aarch64 programs there). arm64: Rust's
 # standard library to cross-compile against; the cross compilers for the stand-in driver and
 # the consumers; the stdlib and headers of Debian's python3.14, whose interpreter
 # (python3.14-minimal:arm64, not co-installable with the amd64 one) is unpacked beside, to
 # /opt/aarch64; qemu-user to run it (its binfmt package is only recommended, and stays out).
 PACKAGES=(
     python3.14 python3.14-venv python3.14-dev python3.15 python3.15-venv python3.15-dev
-    gcc g++ binutils ca-certificates rustc cargo
+    gcc g++ binutils ca-certificates rustc cargo rustfmt cmake ninja-build
     libstd-rust-dev:arm64 gcc-aarch64-linux-gnu g++-aarch64-linux-gnu binutils-aarch64-linux-gnu
     libpython3.14-stdlib:arm64 libpython3.14-dev:arm64 libexpat1:arm64 zlib1g:arm64 qemu-user
 )
