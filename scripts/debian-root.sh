@@ -95,9 +95,9 @@ if [ "${CUSTREAM_IN_NAMESPACE:-}" = 1 ]; then
 fi
 
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    [ "$(id -u)" = 0 ] || { echo "$me: making a Debian root needs root (debootstrap, chroot)" >&2; exit 1; }
     need debootstrap debootstrap
     need unshare util-linux
+    [ "$(id -u)" = 0 ] || { echo "$me: making a Debian root needs root (debootstrap, chroot)" >&2; exit 1; }
     t0=$(date +%s)
     rm -f "$stamp"
     if [ ! -x "$root/usr/bin/apt-get" ]; then
