@@ -51,6 +51,8 @@ need() {  # need COMMAND PACKAGE
 # process CMD left behind may still hold one).
 if [ "${CUSTREAM_IN_NAMESPACE:-}" = 1 ]; then
     unset CUSTREAM_IN_NAMESPACE
+    apt_step=${CUSTREAM_ROOT_APT:-}
+    unset CUSTREAM_ROOT_APT
     mounted=()
     cleanup() {
         local i
@@ -66,8 +68,11 @@ if [ "${CUSTREAM_IN_NAMESPACE:-}" = 1 ]; then
     mnt "$root/proc" -t proc proc
     mnt "$root/dev" --rbind /dev
     # The host's CA bundle: pip and cargo in the root reach the registries through the same
-    # TLS interception as the host does.
-    if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+    # TLS interception as the host does. Not while apt works on the root (its http needs
+    # none, and ca-certificates writes that file).
+    if [ -f /etc/ssl/certs/ca-certificates.crt ] && [ "$apt_step" != 1 ]; then
+        mkdir -p "$root/etc/ssl/certs"
+        [ -e "$root/etc/ssl/certs/ca-certificates.crt" ] || touch "$root/etc/ssl/certs/ca-certificates.crt"
         mnt "$root/etc/ssl/certs/ca-certificates.crt" --bind /etc/ssl/certs/ca-certificates.crt -o ro
     fi
     cp -L /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
@@ -107,7 +112,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
         rm -f "$root.debootstrap.log"
     fi
     # sid's Release file on the archive this machine reaches is past its Valid-Until date.
-    CUSTREAM_IN_NAMESPACE=1 unshare --mount "$0" "$root" --env DEBIAN_FRONTEND=noninteractive -- /bin/sh -euc '
+    CUSTREAM_IN_NAMESPACE=1 CUSTREAM_ROOT_APT=1 unshare --mount "$0" "$root" --env DEBIAN_FRONTEND=noninteractive -- /bin/sh -euc '
         dpkg --add-architecture arm64
         apt-get -q -o Acquire::Check-Valid-Until=false update >/dev/null
         apt-get install -y -q --no-install-recommends "$@" >/var/log/custream-apt.log 2>&1 \
