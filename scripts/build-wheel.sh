@@ -8,7 +8,8 @@
 # --arch aarch64 cross-builds the Linux aarch64 wheel (Grace, Graviton) on an x86_64 machine,
 # from the same sdist: rustup cannot bring the aarch64 standard library here, so the build
 # runs in the Debian sid root of scripts/debian-root.sh (made if need be: root and Debian's
-# debootstrap), with Debian's rustc and libstd-rust-dev:arm64, and zig from PyPI again.
+# debootstrap), with Debian's rustc and libstd-rust-dev:arm64, and zig from PyPI again
+# (scripts/maturin-aarch64.sh).
 #   CUSTREAM_DEBIAN_ROOT  the root (default .roots/sid in the source tree)
 #
 # Usage: scripts/build-wheel.sh OUTDIR [--arch x86_64|aarch64]
@@ -44,26 +45,7 @@ src=$(ls -d "$work"/custream-*/)
 if [ "$arch" = x86_64 ]; then
     (cd "$src" && maturin build --release --zig --compatibility "$tag" --out "$out")
 else
-    # The sources at a fixed path (/build), writable (cargo drops the sdist's lock entry for
-    # tests/rust_ext, a workspace member the sdist leaves out, as on x86_64), so that cargo's build folder (target/sid-aarch64,
-    # kept) stays fresh from one build to the next. The libgcc_s link of zig-env.sh, for
-    # aarch64: the cross gcc's. maturin and zig in a venv of the root's (python3.14), kept.
-    mkdir -p "$CARGO_TARGET_DIR"
-    "$root/scripts/debian-root.sh" "$sid" --bind "$src:/build" --bind "$out:/out" \
-        --bind "$CARGO_TARGET_DIR:/target" --cwd /build \
-        --env CARGO_TARGET_DIR=/target/sid-aarch64 --env PIP_DISABLE_PIP_VERSION_CHECK=1 \
-        --env CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-auto}" -- bash -euo pipefail -c '
-            if [ ! -x /venv/build/bin/maturin ]; then
-                rm -rf /venv/build
-                python3.14 -m venv /venv/build
-                /venv/build/bin/python -m pip install -q "maturin[zig]>=1.9,<2"
-            fi
-            export PATH=/venv/build/bin:$PATH
-            libgcc_s=$(aarch64-linux-gnu-gcc -print-file-name=libgcc_s.so.1)
-            [ -f "$libgcc_s" ] || { echo "build-wheel.sh: no aarch64 libgcc_s.so.1 in the root" >&2; exit 1; }
-            export RUSTFLAGS="-C link-arg=$libgcc_s"
-            maturin build --release --zig --target aarch64-unknown-linux-gnu --compatibility "$1" --out /out
-        ' sh "$tag"
+    "$root/scripts/maturin-aarch64.sh" "$sid" "$src" . "$out" "$tag"
 fi
 wheel=$(ls "$out"/custream-*_"$arch".whl)
 case "$wheel" in

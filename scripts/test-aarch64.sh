@@ -8,6 +8,8 @@
 #   scripts/test-aarch64.sh WHEEL -- CMD ...          CMD in the current directory instead, with
 #                                                     the wheel installed and no driver
 #                                                     (CUSTREAM_LIBCUDA unset)
+#   Wheels (*.whl files) right after WHEEL are installed beside it: CI's aarch64 build of the
+#   Rust test extension (scripts/build-rust-ext.sh OUTDIR --arch aarch64).
 #   CUSTREAM_DEBIAN_ROOT  the root (default .roots/sid in the source tree)
 #
 # The emulator is run explicitly, never registered with the kernel (binfmt_misc is shared
@@ -30,6 +32,13 @@ case "$wheel" in
     *_aarch64.whl) ;;
     *) echo "$me: $(basename "$wheel") is not an aarch64 wheel" >&2; exit 2 ;;
 esac
+extra=()
+while [ $# -gt 0 ] && [ "${1%.whl}" != "$1" ] && [ -f "$1" ]; do
+    case "$1" in
+        *_aarch64.whl) extra+=("$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"); shift ;;
+        *) echo "$me: $(basename "$1") is not an aarch64 wheel" >&2; exit 2 ;;
+    esac
+done
 mode=suite
 if [ "${1:-}" = -- ]; then
     shift
@@ -48,6 +57,11 @@ fi
 # The clone and the cwd at the same paths inside as outside, so that paths in CMD, in the
 # tests and in their output mean the same thing.
 binds=(--bind "$repo:$repo" --ro-bind "$wheel:/dist/$(basename "$wheel")")
+extra_names=""
+for w in "${extra[@]}"; do
+    binds+=(--ro-bind "$w:/dist/$(basename "$w")")
+    extra_names+=" /dist/$(basename "$w")"
+done
 cwd=$repo
 if [ "$mode" = cmd ]; then
     case "$PWD/" in "$repo"/*) ;; *) binds+=(--bind "$PWD:$PWD") ;; esac
@@ -63,7 +77,7 @@ t0=$(date +%s)
     --env PIP_DISABLE_PIP_VERSION_CHECK=1 --env PIP_NO_INPUT=1 \
     --env CC=aarch64-linux-gnu-gcc --env CXX=aarch64-linux-gnu-g++ \
     -- bash -euo pipefail -c '
-    mode=$1 wheel=/dist/$2; shift 2
+    mode=$1 wheel=/dist/$2 extra=$3; shift 3
     venv=/venv/aarch64
     rm -rf "$venv"
     # --without-pip: venv would run ensurepip with the new python, an arm64 binary the
@@ -77,11 +91,11 @@ t0=$(date +%s)
     export PATH=$venv/bin:$PATH VIRTUAL_ENV=$venv
     python -m ensurepip >/dev/null
     if [ "$mode" = suite ]; then
-        python -m pip install -q "$wheel" "pytest>=8" "hypothesis>=6" "cython>=3.0" "setuptools>=68" \
+        python -m pip install -q "$wheel" $extra "pytest>=8" "hypothesis>=6" "cython>=3.0" "setuptools>=68" \
             "mypy>=1.10" "nanobind>=2.0" "pybind11>=2.12" "nvidia-cuda-cccl>=13.3" \
             "nvidia-cuda-runtime>=13.0" "nvidia-cuda-crt>=13.0"
     else
-        python -m pip install -q "$wheel"
+        python -m pip install -q "$wheel" $extra
     fi
     python -c "import custream, platform, sys
 assert platform.machine() == \"aarch64\", platform.machine()
@@ -91,5 +105,5 @@ print(f\"custream {custream.__version__} on Python {sys.version.split()[0]} ({pl
     fi
     unset CUSTREAM_LIBCUDA
     exec "$@"
-' sh "$mode" "$(basename "$wheel")" "$@"
+' sh "$mode" "$(basename "$wheel")" "$extra_names" "$@"
 echo "$me: done in $(( $(date +%s) - t0 )) s" >&2

@@ -22,10 +22,11 @@ def run(*argv, env=None):
     return subprocess.run([BASH, *map(str, argv)], capture_output=True, text=True, env=env, timeout=60)
 
 
+@pytest.mark.parametrize("script", ["build-wheel.sh", "build-rust-ext.sh"])
 @pytest.mark.parametrize("arch", ["riscv64", "arm64", "x86-64", ""])
-def test_build_wheel_refuses_an_unknown_arch_in_one_line(arch, tmp_path):
+def test_the_builds_refuse_an_unknown_arch_in_one_line(script, arch, tmp_path):
     out = tmp_path / "out"
-    proc = run(SCRIPTS / "build-wheel.sh", out, "--arch", arch)
+    proc = run(SCRIPTS / script, out, "--arch", arch)
     assert proc.returncode == 2, proc
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
