@@ -4,16 +4,41 @@
 # with zig against glibc 2.28 (tagged manylinux_2_28, as scripts/build-wheel.sh tags custream),
 # so that the GPU machine, which has no Rust toolchain, can install it. CI builds it once and
 # installs it beside custream's wheel; scripts/gpu-check.sh installs a dist/*rust*ext*.whl.
+# --arch aarch64 cross-builds it as scripts/build-wheel.sh does custream (the sid root), for
+# the emulated aarch64 suite (scripts/test-aarch64.sh).
 #
-# Usage: scripts/build-rust-ext.sh OUTDIR   (variables: scripts/zig-env.sh)
+# Usage: scripts/build-rust-ext.sh OUTDIR [--arch x86_64|aarch64]   (variables: scripts/zig-env.sh)
 set -euo pipefail
-. "$(dirname "$0")/zig-env.sh" "$@"
+arch=x86_64
+args=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --arch) [ $# -ge 2 ] || { echo "build-rust-ext.sh: --arch needs x86_64 or aarch64" >&2; exit 2; }
+                arch=$2; shift 2 ;;
+        --arch=*) arch=${1#--arch=}; shift ;;
+        *) args+=("$1"); shift ;;
+    esac
+done
+case "$arch" in
+    x86_64 | aarch64) ;;
+    *) echo "build-rust-ext.sh: --arch $arch: the wheel is built for x86_64 or aarch64 only" >&2; exit 2 ;;
+esac
+if [ "$arch" = aarch64 ]; then
+    sid=${CUSTREAM_DEBIAN_ROOT:-$(cd "$(dirname "$0")/.." && pwd)/.roots/sid}
+    "$(dirname "$0")/debian-root.sh" "$sid"
+fi
+. "$(dirname "$0")/zig-env.sh" "${args[@]}"
 
-rm -f "$out"/custream_rust_ext-*.whl
-(cd "$root/tests/rust_ext" && maturin build --release --zig --compatibility "$tag" --out "$out")
-wheel=$(ls "$out"/custream_rust_ext-*.whl)
+rm -f "$out"/custream_rust_ext-*_"$arch".whl
+if [ "$arch" = x86_64 ]; then
+    (cd "$root/tests/rust_ext" && maturin build --release --zig --compatibility "$tag" --out "$out")
+else
+    # The whole workspace: the extension builds pyo3-custream from ../../pyo3-custream.
+    "$root/scripts/maturin-aarch64.sh" "$sid" "$root" tests/rust_ext "$out" "$tag"
+fi
+wheel=$(ls "$out"/custream_rust_ext-*_"$arch".whl)
 case "$wheel" in
-    *-cp310-abi3-"$tag"_*.whl) ;;
-    *) echo "build-rust-ext.sh: $wheel is not a cp310-abi3 $tag wheel" >&2; exit 1 ;;
+    *-cp310-abi3-"$tag"_"$arch".whl) ;;
+    *) echo "build-rust-ext.sh: $wheel is not a cp310-abi3 ${tag}_$arch wheel" >&2; exit 1 ;;
 esac
 echo "wheel: $wheel"

@@ -65,7 +65,7 @@ else
     fi
     custream_wheel=${release[0]}
 fi
-wheels=("$custream_wheel" dist/*rust*ext*.whl .whl/*.whl)
+wheels=("$custream_wheel" dist/*rust*ext*x86_64.whl .whl/*.whl)
 shopt -u nullglob
 case "$custream_wheel" in
     *"$release_tag".whl) echo "custream: the release wheel, $(basename "$custream_wheel")" ;;
