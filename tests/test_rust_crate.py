@@ -574,14 +574,14 @@ def test_the_rust_guides_recipe_builds_and_runs(tmp_path):
     extension goes into a folder of the test's own rather than this environment."""
     if shutil.which("cargo") is None:
         missing_tool("cargo is not on PATH")
-    try:
-        import maturin  # noqa: F401
-    except ImportError:
-        missing_tool(f"maturin is not installed in {sys.executable}")
     host = re.search(r"^host: (\S+)", subprocess.run(["rustc", "-vV"], capture_output=True, text=True).stdout, re.M)
     if host and not host.group(1).startswith(platform.machine()):
         # An emulated run (scripts/test-aarch64.sh): the native cargo builds for its own host.
         pytest.skip(f"cargo builds for {host.group(1)}, not for this {platform.machine()} interpreter")
+    try:
+        import maturin  # noqa: F401
+    except ImportError:
+        missing_tool(f"maturin is not installed in {sys.executable}")
     blocks = FENCE.findall(GUIDE.read_text())
     tomls = [code for info, code in blocks if info == "toml"]
     (cargo,) = [t for t in tomls if "[lib]" in t]
