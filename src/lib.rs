@@ -10,7 +10,8 @@
 //! - base: `raw_stream` (the one module that touches Python objects raw), `lifecycle`,
 //!   `state_word`, `home` (where a driver object lives; the primary-context policy),
 //!   `deferred_release` (releases a host function asked for), `closable` (what closable
-//!   classes share), `errors`, `args`, `boundary`, `gil`
+//!   classes share), `errors`, `args`, `deadline` (timeouts, and waits that
+//!   signals end), `boundary`, `gil`
 //! - ground: `driver` (owning handles, their views, every driver call), `process` (fork, exit,
 //!   host-function state), `libcuda` (the library), `layout`
 //!
@@ -30,6 +31,7 @@ mod capi;
 mod capture;
 mod closable;
 mod current;
+mod deadline;
 mod deferred_release;
 mod driver;
 mod errors;

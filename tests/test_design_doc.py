@@ -40,6 +40,7 @@ FLOORS = {
             "closable",
             "errors",
             "args",
+            "deadline",
             "boundary",
             "gil",
         ],
