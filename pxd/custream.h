@@ -166,6 +166,9 @@ typedef struct CustreamCAPI {
     uint32_t device_offset;   /* int32_t; atomic */
     uint32_t priority_offset; /* int32_t */
     uint32_t reserved2;
+    /* Waits that end (appended). 0, or -1 with an exception set: TimeoutError when the work
+       is not done within `timeout` seconds (INFINITY: no limit). */
+    int (*synchronize_timeout)(PyObject *stream, double timeout);
 } CustreamCAPI;
 
 /* Acquire loads and release stores: the table pointer below is published by whichever
@@ -361,6 +364,18 @@ static inline int Custream_GreenContext(PyObject *stream, custream_green_ctx_t *
 static inline int Custream_SmCount(PyObject *stream, unsigned int *out) {
     CUSTREAM_API_OR(-1);
     return api_->sm_count(stream, out);
+}
+
+/* Waits that end. */
+/* Wait for the work queued on the stream so far, for at most `timeout` seconds (INFINITY: no
+ * limit), with the GIL released; the stream and its work are untouched when it gives up.
+ * 0 when the work is done; -1 with an exception set: TimeoutError once `timeout` passed, the
+ * exception of a signal's Python handler (Ctrl-C's KeyboardInterrupt: on the main thread the
+ * wait comes back to Python every 50 ms to run them), ValueError for a negative or NaN
+ * `timeout`, the driver's error. */
+static inline int Custream_SynchronizeTimeout(PyObject *stream, double timeout) {
+    CUSTREAM_API_OR(-1);
+    return api_->synchronize_timeout(stream, timeout);
 }
 
 #undef CUSTREAM_API_OR

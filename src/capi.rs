@@ -11,11 +11,12 @@ use std::sync::OnceLock;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyCapsule;
+use pyo3::types::{PyCapsule, PyFloat};
 
 use crate::boundary::boundary;
 use crate::callback;
 use crate::current;
+use crate::deadline::{timeout_arg, Deadline};
 use crate::layout::{
     custream_deleter_t, custream_green_ctx_t, custream_handle_t, custream_host_fn_t, CustreamCAPI, CustreamStream,
     CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME, GROWTH, STREAM_SIZE,
@@ -117,11 +118,25 @@ unsafe extern "C" fn synchronize(obj: *mut ffi::PyObject) -> c_int {
     unsafe {
         raw_stream::function_o(obj, |py, obj| {
             boundary(|_| {
-                stream_arg(obj.as_deref(), "Custream_Synchronize")?.synchronize(py)?;
+                stream_arg(obj.as_deref(), "Custream_Synchronize")?.synchronize_until(py, Deadline::NEVER)?;
                 Ok(0)
             })
         })
     }
+}
+
+unsafe extern "C" fn synchronize_timeout(obj: *mut ffi::PyObject, timeout: f64) -> c_int {
+    // SAFETY: the C API's contract.
+    unsafe { raw_stream::function_o(obj, |py, obj| synchronize_timeout_of(py, obj.as_deref(), timeout)) }
+}
+
+fn synchronize_timeout_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, timeout: f64) -> c_int {
+    boundary(|_| {
+        let s = stream_arg(obj, "Custream_SynchronizeTimeout")?;
+        let deadline = timeout_arg(Some(&PyFloat::new(py, timeout).into_any()), "Custream_SynchronizeTimeout")?;
+        s.synchronize_until(py, deadline)?;
+        Ok(0)
+    })
 }
 
 unsafe extern "C" fn handle_checked(obj: *mut ffi::PyObject, out: *mut custream_handle_t) -> c_int {
@@ -254,6 +269,7 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
                 device_offset: offset(offset_of!(CustreamStream, device)),
                 priority_offset: offset(offset_of!(CustreamStream, priority)),
                 reserved2: 0,
+                synchronize_timeout: Some(synchronize_timeout),
             },
             [0; GROWTH],
         )

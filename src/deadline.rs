@@ -9,6 +9,7 @@
 //! Ctrl-C ends a wait within a slice of the signal, with the handler's exception. What the
 //! wait was for is left as it was (the stream and its work untouched).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyTimeoutError, PyTypeError, PyValueError};
@@ -17,6 +18,28 @@ use pyo3::types::PyBool;
 
 use crate::args::short_repr;
 use crate::gil;
+
+/// The main thread's pthread id, learnt at import (`learn_main_thread`).
+static MAIN_THREAD: AtomicU64 = AtomicU64::new(0);
+
+/// Learn which thread is Python's main thread: the one where signal handlers run.
+pub fn learn_main_thread(py: Python<'_>) -> PyResult<()> {
+    let ident: u64 = py
+        .import("threading")?
+        .call_method0("main_thread")?
+        .getattr("ident")?
+        .extract()?;
+    MAIN_THREAD.store(ident, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Whether this is Python's main thread, where a signal's handler runs: a wait there must
+/// come back to Python between slices, where elsewhere a plain driver wait will do.
+pub fn on_main_thread() -> bool {
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as u64;
+    me == MAIN_THREAD.load(Ordering::Relaxed)
+}
 
 /// The longest a wait stays away from Python: a handler's exception ends the wait within
 /// this of its signal (the bound is twice that).

@@ -8,9 +8,11 @@ use std::sync::{Mutex, PoisonError};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
 
 use crate::args::{bool_arg, device_arg};
+use crate::deadline::{self, timeout_arg};
 use crate::capture;
 use crate::closable::{self, Closable};
 use crate::driver::{self, capture_code, Context, EventHandle, OwnedEvent};
@@ -19,6 +21,7 @@ use crate::home::Home;
 use crate::lifecycle::{self, DriverObject, Made};
 use crate::protocol;
 use crate::raw_stream::StreamObject;
+use crate::waits::{self, PyBell, Signal};
 
 /// A CUDA event, created in a device's primary context.
 ///
@@ -80,6 +83,19 @@ impl Event {
             *self.capture.lock().unwrap_or_else(PoisonError::into_inner) = mark;
         }
         Ok(())
+    }
+
+    /// Run `f` on the event's handle and context, for a wait: refused while the event stands
+    /// for a node of an open capture, and held open meanwhile.
+    fn use_for_wait<R>(
+        &self,
+        py: Python<'_>,
+        what: &str,
+        f: impl FnOnce(EventHandle, Context) -> PyResult<R>,
+    ) -> PyResult<R> {
+        self.refuse_if_captured(py, what)?;
+        let (_in_use, ev) = self.event.enter(py, what)?;
+        f(ev, self.event.home().context)
     }
 
     /// Refuse `what` while the event stands for a node of a capture still open.
@@ -146,12 +162,51 @@ impl Event {
         self.elapsed_time(py, end.get())
     }
 
-    /// Wait until the work recorded before the event is done (the GIL is released).
-    pub fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        self.refuse_if_captured(py, "synchronize()")?;
-        self.use_event(py, "synchronize()", |ev| {
-            Ok(gil::detach(py, move || driver::event_synchronize(ev))?)
+    /// Wait until the work recorded before the event is done, with the GIL released.
+    ///
+    /// ``timeout``: seconds (int or float), or None to wait as long as it takes; when the
+    /// work is not done by then, ``TimeoutError`` (the event and its work are untouched).
+    /// On the main thread the wait ends within 50 ms of a signal whose handler raises
+    /// (Ctrl-C's ``KeyboardInterrupt``), with that exception.
+    #[pyo3(signature = (timeout = None))]
+    pub fn synchronize(&self, py: Python<'_>, timeout: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        let deadline = timeout_arg(timeout.as_ref(), "Event.synchronize")?;
+        const WHAT: &str = "Event.synchronize()";
+        if deadline.is_never() && !deadline::on_main_thread() {
+            return self.use_for_wait(py, WHAT, |ev, _| Ok(gil::detach(py, move || driver::event_synchronize(ev))?));
+        }
+        self.use_for_wait(py, WHAT, |ev, ctx| waits::synchronize_event(py, ev, ctx, deadline, WHAT))
+    }
+
+    /// ``await event``: in a coroutine, until the work recorded before the event is done
+    /// (``await stream.record()`` waits for the work queued on the stream so far). The event
+    /// loop runs meanwhile; no thread and no CPU is spent on the wait (the driver signals an
+    /// eventfd the loop watches); cancelling the awaiting task cancels the wait.
+    fn __await__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.use_for_wait(py, "await", |ev, ctx| {
+            if gil::brief(py, move || driver::event_query(ev))? {
+                return Ok(PyTuple::empty(py).try_iter()?.into_any());
+            }
+            static PREPARE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+            let prepare = PREPARE.get_or_try_init(py, || {
+                Ok::<_, PyErr>(py.import("custream._waits")?.getattr("prepare")?.unbind())
+            })?;
+            let (bell, future, token): (Bound<'py, PyBell>, Bound<'py, PyAny>, u64) =
+                prepare.bind(py).call0()?.extract()?;
+            if let Err(e) = waits::arm(py, ev, ctx, Signal::bell(bell.get(), token)) {
+                future.call_method0("cancel")?;
+                return Err(e);
+            }
+            future.call_method0("__await__")
         })
+    }
+
+    /// A ``concurrent.futures.Future`` that completes (with None) once the work recorded
+    /// before the event is done: for threads, other event loops
+    /// (``asyncio.wrap_future``) and callbacks (``add_done_callback``, run on custream's
+    /// own thread). Cancelling it only stops the waiting.
+    fn future<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.use_for_wait(py, "future()", |ev, ctx| waits::future(py, ev, ctx))
     }
 
     /// True if the work recorded before the event is done.

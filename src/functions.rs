@@ -15,6 +15,7 @@ use crate::host_thread;
 use crate::libcuda::LoadError;
 use crate::process;
 use crate::protocol;
+use crate::waits;
 use crate::raw_stream::{self, entry, StreamObject};
 use crate::stream;
 
@@ -138,4 +139,11 @@ pub fn _finalize(py: Python<'_>) {
     process::set_finalizing();
     host_thread::wait_for_running(py);
     gil::drain(py);
+}
+
+/// Waits armed (a synchronize, an await, a future) whose driver notification has not come
+/// yet; for tests: a finished or cancelled wait leaves none once the GPU passed its event.
+#[pyfunction]
+pub fn _pending_waits() -> usize {
+    waits::pending_count()
 }

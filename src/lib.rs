@@ -55,6 +55,7 @@ mod raw_stream;
 mod state_word;
 mod stream;
 mod stream_type;
+mod waits;
 
 use pyo3::prelude::*;
 
@@ -74,6 +75,7 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     process::install_fork_handler();
     gil::install_fork_handler();
+    deadline::learn_main_thread(py)?;
     let stream_type = stream_type::create(py)?;
     protocol::init(py, &stream_type)?;
     m.add("Stream", stream_type)?;
@@ -98,6 +100,8 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(functions::live_stream_count, m)?)?;
     m.add_class::<graph::Graph>()?;
     m.add_class::<callback::HostFunction>()?;
+    m.add_class::<waits::PyBell>()?;
+    m.add_function(wrap_pyfunction!(functions::_pending_waits, m)?)?;
     m.add_function(wrap_pyfunction!(functions::check_foreign_captures, m)?)?;
     let finalize = wrap_pyfunction!(functions::_finalize, m)?;
     py.import("atexit")?.call_method1("register", (&finalize,))?;

@@ -383,6 +383,11 @@ impl<'a, 'py> Fastcall<'a, 'py> {
         }
     }
 
+    /// Whether the call passed no argument at all.
+    pub fn is_empty(&self) -> bool {
+        self.args.is_empty()
+    }
+
     /// The positional arguments.
     pub fn positional(&self) -> impl ExactSizeIterator<Item = Borrowed<'a, 'py, PyAny>> + '_ {
         let py = self.py;

@@ -16,6 +16,7 @@ use pyo3::types::{PyInt, PyTuple};
 
 use crate::capture;
 use crate::driver::{self, CaptureMode, CaptureStatus, Context, OwnedStream, StreamHandle};
+use crate::deadline::{self, Deadline};
 use crate::gil;
 use crate::green::{self, GreenContext};
 use crate::home::Home;
@@ -27,6 +28,7 @@ use crate::lifecycle::{self, Managed};
 use crate::owner_release;
 use crate::process;
 use crate::raw_stream::{self, Fields, StreamObject};
+use crate::waits::StreamWait;
 
 /// The proof `StreamObject::owner` takes from `Managed::release`: the one release, with no
 /// use left in flight, may read what it is about to drop.
@@ -439,21 +441,44 @@ impl StreamObject<'_> {
         self.use_handle(py, "synchronize()", |h| wait_on(py, h))
     }
 
+    /// `synchronize(timeout=)`. Off the main thread and without a timeout, the driver's own
+    /// wait (`synchronize`); otherwise a notifier's event recorded on the stream is waited
+    /// for in slices (src/waits.rs), so that a signal's handler runs and a deadline holds.
+    pub fn synchronize_until(self, py: Python<'_>, deadline: Deadline) -> PyResult<()> {
+        const WHAT: &str = "synchronize()";
+        if deadline.is_never() && !deadline::on_main_thread() {
+            return self.synchronize(py);
+        }
+        if self.query_as(py, WHAT)? {
+            return Ok(());
+        }
+        let mut wait = StreamWait::new(py, self.context(py)?)?;
+        let queue = &mut wait;
+        self.use_handle(py, WHAT, move |h| gil::brief(py, move || queue.queue_on(h)))?;
+        wait.wait(py, deadline, "Stream.synchronize()")
+    }
+
     /// True when all work on the stream is done.
     pub fn query(self, py: Python<'_>) -> PyResult<bool> {
+        self.query_as(py, "query()")
+    }
+
+    /// `query()`, for `what` (which names it in errors).
+    #[inline]
+    fn query_as(self, py: Python<'_>, what: &str) -> PyResult<bool> {
         if gil::python_awaited() {
             // Held open by use_handle's marks, since a close may begin while the GIL is let
             // go (gil::brief says why it is).
             let query = move |h| gil::detach(py, move || driver::stream_query(h));
             if capture::checks_needed() {
-                return self.checked(py, "query()", query);
+                return self.checked(py, what, query);
             }
-            return self.use_handle(py, "query()", query);
+            return self.use_handle(py, what, query);
         }
         if capture::checks_needed() {
-            return self.checked_attached(py, "query()", driver::stream_query);
+            return self.checked_attached(py, what, driver::stream_query);
         }
-        self.use_handle_attached(py, "query()", driver::stream_query)
+        self.use_handle_attached(py, what, driver::stream_query)
     }
 
     /// Run `f`, a `what` (synchronize, query) on the handle, unless it would break a

@@ -18,6 +18,7 @@ use crate::boundary::{boundary, no_unwind};
 use crate::callback;
 use crate::capture;
 use crate::current;
+use crate::deadline::{timeout_arg, Deadline};
 use crate::driver::CaptureMode;
 use crate::event::{self, Event};
 use crate::graph::Graph;
@@ -198,9 +199,21 @@ fn from_handle(py: Python<'_>, args: Fastcall<'_, '_>) -> *mut ffi::PyObject {
     })
 }
 
-fn synchronize(s: StreamObject<'_>, py: Python<'_>, _: Option<Borrowed<'_, '_, PyAny>>) -> *mut ffi::PyObject {
+static SYNCHRONIZE_SIG: Signature = Signature {
+    name: "synchronize",
+    positional: &["timeout"],
+    keyword_only: &[],
+    required: 0,
+};
+
+fn synchronize(s: StreamObject<'_>, py: Python<'_>, args: Fastcall<'_, '_>) -> *mut ffi::PyObject {
     boundary(|_| {
-        s.synchronize(py)?;
+        if args.is_empty() {
+            s.synchronize_until(py, Deadline::NEVER)?;
+        } else {
+            let [timeout] = SYNCHRONIZE_SIG.parse_fastcall::<1>(&args)?;
+            s.synchronize_until(py, timeout_arg(timeout.as_ref(), "Stream.synchronize")?)?;
+        }
         Ok(none(py))
     })
 }
@@ -439,8 +452,8 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
             c"__cuda_stream__($self, /)\n--\n\nThe CUDA Stream Protocol: (0, handle), both ints."),
         method(c"from_handle", M { PyCFunctionFastWithKeywords: entry!(static_fastcall, from_handle) }, ffi::METH_STATIC | ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
             c"from_handle(handle, *, owner=None, device=None)\n--\n\nWrap an existing CUDA stream handle (an int) without calling the driver.\n\n``owner`` is kept alive until the stream is closed or deallocated; ``device``\nspares a driver call when ``.device`` is read. 0, 1 and 2 are the default-stream\ntokens (null, legacy, per-thread)."),
-        method(c"synchronize", M { PyCFunction: entry!(method, synchronize) }, noargs,
-            c"synchronize($self, /)\n--\n\nWait for all work on the stream; the GIL is released while waiting."),
+        method(c"synchronize", M { PyCFunctionFastWithKeywords: entry!(fastcall, synchronize) }, ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+            c"synchronize($self, /, timeout=None)\n--\n\nWait for all work queued on the stream so far, with the GIL released.\n\n``timeout``: seconds (int or float), or None to wait as long as it takes; when the\nwork is not done by then, ``TimeoutError`` (the stream and its work are untouched).\nOn the main thread the wait ends within 50 ms of a signal whose handler raises\n(Ctrl-C's ``KeyboardInterrupt``), with that exception."),
         method(c"query", M { PyCFunction: entry!(method, query) }, noargs,
             c"query($self, /)\n--\n\nTrue if all work on the stream is done, False if some is pending."),
         method(c"wait", M { PyCFunction: entry!(method, wait) }, ffi::METH_O,

@@ -38,6 +38,7 @@ class CAPI(ctypes.Structure):
         ("device_offset", ctypes.c_uint32),
         ("priority_offset", ctypes.c_uint32),
         ("reserved2", ctypes.c_uint32),
+        ("synchronize_timeout", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_double)),
     ]
 
 

@@ -103,4 +103,6 @@ pub struct CustreamCAPI {
     pub device_offset: u32,
     pub priority_offset: u32,
     pub reserved2: u32,
+    pub synchronize_timeout:
+        ::std::option::Option<unsafe extern "C" fn(stream: *mut PyObject, timeout: f64) -> ::std::os::raw::c_int>,
 }

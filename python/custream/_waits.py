@@ -1,0 +1,73 @@
+"""asyncio's side of ``await event`` (``Event.__await__``): one bell per event loop.
+
+The driver's thread never enters Python. A host function queued behind the awaited event
+(src/waits.rs) puts the await's token in the loop's bell and writes the bell's eventfd, which
+the loop watches with ``add_reader``; the loop then runs ``_Ring.__call__`` here, which
+completes the futures whose tokens rang. A cancelled await forgets its token at once; the
+host function, already queued in the driver, still runs when the GPU passes the event, and
+finds nothing to complete.
+"""
+
+import asyncio
+import itertools
+import weakref
+
+from custream._custream import _Bell
+
+# Loops that cannot be weakly referenced keep their bell (and stay alive) in _strong.
+_bells = weakref.WeakKeyDictionary()
+_strong = {}
+_tokens = itertools.count(1)
+
+
+class _Ring:
+    """A loop's bell and the futures waiting on it, by token; called by the loop when the
+    bell's eventfd is readable."""
+
+    __slots__ = ("bell", "futures")
+
+    def __init__(self, loop):
+        self.bell = _Bell()
+        self.futures = {}
+        loop.add_reader(self.bell.fileno(), self)
+
+    def __call__(self):
+        for token in self.bell.take():
+            future = self.futures.pop(token, None)
+            if future is not None and not future.done():
+                future.set_result(None)
+
+    def forget(self, token):
+        self.futures.pop(token, None)
+
+
+def _ring_of(loop):
+    try:
+        ring = _bells.get(loop)
+    except TypeError:
+        ring = _strong.get(loop)
+    if ring is None:
+        ring = _Ring(loop)
+        try:
+            _bells[loop] = ring
+        except TypeError:
+            _strong[loop] = ring
+    return ring
+
+
+def prepare():
+    """For ``Event.__await__``: the running loop's bell, a new future of that loop and the
+    token the bell will ring for it."""
+    loop = asyncio.get_running_loop()
+    ring = _ring_of(loop)
+    future = loop.create_future()
+    token = next(_tokens)
+    ring.futures[token] = future
+    future.add_done_callback(lambda _, token=token: ring.forget(token))
+    return ring.bell, future, token
+
+
+def pending_futures():
+    """Futures of all loops still waiting on their bells (for tests)."""
+    rings = list(_bells.values()) + list(_strong.values())
+    return sum(len(r.futures) for r in rings)

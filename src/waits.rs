@@ -1,0 +1,335 @@
+//! Waiting for the GPU without sitting in the driver's wait: timed and interruptible
+//! `synchronize()`, `await event` and `Event.future()`.
+//!
+//! A wait is *armed*: a notifier stream (custream's own, one per pending wait, leased from a
+//! pool per context) waits on the event, then runs `ring`, a C host function, on the driver's
+//! thread. `ring` never touches Python: it wakes a waiting thread (a condition variable),
+//! writes an event loop's eventfd (asyncio reads it, `python/custream/_waits.py`), or posts
+//! the completion of a `concurrent.futures.Future` to custream's own thread
+//! (src/host_thread.rs), which takes the GIL there. So the driver's thread never waits for
+//! the GIL, and a pending wait costs no thread and no CPU. A notifier stream is given back by
+//! `ring`; one per pending wait, since a stream runs its waits in order and events complete
+//! in any order.
+//!
+//! A thread waits in slices (src/deadline.rs): between them it asks the driver about the
+//! event, so a context that died (a sticky fault: host functions no longer run) ends the
+//! wait with the driver's error rather than never.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyList;
+
+use crate::deadline::{self, Deadline};
+use crate::driver::{self, Context, DriverError, EventHandle, OwnedEvent, OwnedStream, StreamHandle};
+use crate::gil;
+use crate::host_thread::{self, After};
+
+/// Waits armed and not yet rung (for tests: nothing stays behind a finished wait).
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+
+/// Armed waits whose host function has not run yet.
+pub fn pending_count() -> usize {
+    PENDING.load(Ordering::Acquire)
+}
+
+/// A notifier: a stream that waits on the awaited event and then rings, and an event to
+/// record on a stream being synchronized. Made in one context, kept for the process.
+struct Notifier {
+    stream: OwnedStream,
+    event: OwnedEvent,
+    context_id: u64,
+}
+
+/// Idle notifiers, by context id (an id is never reused, so a reset context's notifiers are
+/// never handed out again).
+static IDLE: Mutex<Option<HashMap<u64, Vec<Notifier>>>> = Mutex::new(None);
+
+fn lease(py: Python<'_>, ctx: Context) -> PyResult<Notifier> {
+    let id = driver::context_id(ctx)?;
+    let idle = IDLE
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get_or_insert_with(HashMap::new)
+        .get_mut(&id)
+        .and_then(Vec::pop);
+    if let Some(n) = idle {
+        return Ok(n);
+    }
+    // Without the GIL: making a stream takes the driver's locks.
+    let made = gil::detach(py, move || {
+        let current = driver::current_context()?;
+        let stream = driver::create_stream(ctx, current, true, 0)?;
+        match driver::event_create(ctx, false) {
+            Ok(event) => Ok((stream, event)),
+            Err(e) => {
+                let _ = stream.destroy();
+                Err(e)
+            }
+        }
+    })?;
+    Ok(Notifier {
+        stream: made.0,
+        event: made.1,
+        context_id: id,
+    })
+}
+
+fn give_back(n: Notifier) {
+    IDLE.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get_or_insert_with(HashMap::new)
+        .entry(n.context_id)
+        .or_default()
+        .push(n);
+}
+
+/// A thread's wait: set by `ring`.
+#[derive(Default)]
+struct Done {
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Done {
+    fn set(&self) {
+        *self.done.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.cv.notify_all();
+    }
+
+    /// Wait up to `slice`; whether it was set.
+    fn wait(&self, slice: Duration) -> bool {
+        let done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
+        let (done, _) = self
+            .cv
+            .wait_timeout_while(done, slice, |d| !*d)
+            .unwrap_or_else(PoisonError::into_inner);
+        *done
+    }
+}
+
+/// An event loop's bell: an eventfd the loop watches, and the tokens of the awaits that rang.
+struct Bell {
+    fd: OwnedFd,
+    rung: Mutex<Vec<u64>>,
+}
+
+impl Bell {
+    fn ring(&self, token: u64) {
+        self.rung.lock().unwrap_or_else(PoisonError::into_inner).push(token);
+        // After the push: a loop that drains the fd and then takes the tokens sees this
+        // token now or is woken again by this write.
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to our own open eventfd.
+        let _ = unsafe { libc::write(self.fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
+}
+
+/// An event loop's bell, for `python/custream/_waits.py`: ``fileno()`` for
+/// ``loop.add_reader``, ``take()`` for the tokens of the awaits that rang since.
+#[pyclass(module = "custream", frozen, name = "_Bell")]
+pub struct PyBell(Arc<Bell>);
+
+#[pymethods]
+impl PyBell {
+    #[new]
+    fn new() -> PyResult<PyBell> {
+        // SAFETY: eventfd takes no pointers; a negative answer is checked below.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        Ok(PyBell(Arc::new(Bell {
+            // SAFETY: a new descriptor that nothing else owns.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            rung: Mutex::new(Vec::new()),
+        })))
+    }
+
+    fn fileno(&self) -> i32 {
+        self.0.fd.as_raw_fd()
+    }
+
+    /// The tokens rung since the last call (the eventfd drained first).
+    fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let mut count = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a live buffer from our own non-blocking eventfd.
+        let _ = unsafe { libc::read(self.0.fd.as_raw_fd(), count.as_mut_ptr().cast(), count.len()) };
+        let rung = std::mem::take(&mut *self.0.rung.lock().unwrap_or_else(PoisonError::into_inner));
+        PyList::new(py, rung)
+    }
+
+}
+
+/// Who is told when the event is reached.
+pub struct Signal(Kind);
+
+enum Kind {
+    Thread(Arc<Done>),
+    Loop(Arc<Bell>, u64),
+    /// A `concurrent.futures.Future`: completed on custream's thread, never the driver's.
+    Future(Py<PyAny>),
+}
+
+impl Signal {
+    /// Ring an event loop's bell with `token`.
+    pub fn bell(bell: &PyBell, token: u64) -> Signal {
+        Signal(Kind::Loop(bell.0.clone(), token))
+    }
+
+    fn thread(done: &Arc<Done>) -> Signal {
+        Signal(Kind::Thread(done.clone()))
+    }
+}
+
+/// What `ring` owns: the signal and the notifier to give back.
+struct Pending {
+    signal: Signal,
+    notifier: Notifier,
+}
+
+/// The host function behind every armed wait, on the driver's thread: no Python, no CUDA.
+unsafe extern "C" fn ring(user: *mut c_void) {
+    // SAFETY: `user` is the `Pending` that `arm` leaked for this one call.
+    let pending = unsafe { Box::from_raw(user.cast::<Pending>()) };
+    let Pending { signal, notifier } = *pending;
+    match signal.0 {
+        Kind::Thread(done) => done.set(),
+        Kind::Loop(bell, token) => bell.ring(token),
+        Kind::Future(future) => host_thread::post(Box::new(move |py| {
+            match py {
+                Some(py) => complete(py, future),
+                // The interpreter is going: nothing may touch the object any more.
+                None => std::mem::forget(future),
+            }
+            After::Nothing
+        })),
+    }
+    // After the signal: a thread that looks at the notifier's event between its slices sees
+    // it done, not recorded again for another wait.
+    give_back(notifier);
+    PENDING.fetch_sub(1, Ordering::Release);
+}
+
+/// Complete a future unless it was cancelled meanwhile.
+fn complete(py: Python<'_>, future: Py<PyAny>) {
+    let future = future.bind(py);
+    if !future.call_method0("done").and_then(|d| d.is_truthy()).unwrap_or(true) {
+        // A cancel from another thread between the two calls makes this raise: ignored.
+        let _ = future.call_method1("set_result", (py.None(),));
+    }
+}
+
+/// Queue `signal` behind `ev`, a live event of `ctx` (the caller holds it open for the call).
+pub fn arm(py: Python<'_>, ev: EventHandle, ctx: Context, signal: Signal) -> PyResult<()> {
+    let notifier = lease(py, ctx)?;
+    // The signal that comes back with an error is dropped here, attached.
+    gil::brief(py, move || queue(notifier, Behind::Event(ev), signal)).map_err(|(e, _signal)| e.into())
+}
+
+/// What a notifier waits behind.
+enum Behind {
+    /// A live event.
+    Event(EventHandle),
+    /// The work queued so far on a live stream of the notifier's context.
+    Stream(StreamHandle),
+}
+
+/// Queue the notifier's wait and its `ring` of `signal`. On failure `ring` will never run:
+/// the notifier goes back idle and the signal comes back with the error, to be dropped
+/// where Python may be entered (a future's reference).
+fn queue(notifier: Notifier, behind: Behind, signal: Signal) -> Result<(), (DriverError, Signal)> {
+    let (ns, own) = (notifier.stream.handle(), notifier.event.handle());
+    let user = Box::into_raw(Box::new(Pending { signal, notifier }));
+    PENDING.fetch_add(1, Ordering::AcqRel);
+    let queued = (|| {
+        let awaited = match behind {
+            Behind::Event(ev) => ev,
+            Behind::Stream(h) => driver::event_record(own, h).map(|()| own)?,
+        };
+        driver::stream_wait_event(ns, awaited)?;
+        // SAFETY: `ring` takes no Python and makes no CUDA call; it owns `user` once called.
+        unsafe { driver::launch_host_func(ns, ring, user.cast()) }
+    })();
+    queued.map_err(|e| {
+        PENDING.fetch_sub(1, Ordering::AcqRel);
+        // SAFETY: the launch failed, so `ring` will never run: the box is still ours.
+        let Pending { signal, notifier } = *unsafe { Box::from_raw(user) };
+        give_back(notifier);
+        (e, signal)
+    })
+}
+
+/// `Event.synchronize(timeout=)`, and a plain one on the main thread (where a signal's
+/// handler must run): for `ev`, a live event of `ctx` that the caller holds open throughout.
+pub fn synchronize_event(py: Python<'_>, ev: EventHandle, ctx: Context, deadline: Deadline, what: &str) -> PyResult<()> {
+    if gil::brief(py, move || driver::event_query(ev))? {
+        return Ok(());
+    }
+    let done = Arc::new(Done::default());
+    arm(py, ev, ctx, Signal::thread(&done))?;
+    deadline::wait(py, deadline, what, move |slice| {
+        Ok(done.wait(slice) || driver::event_query(ev)?)
+    })
+}
+
+/// A stream's synchronize through a notifier: `new` leases one in the stream's context,
+/// `queue_on` records its event on the stream (while the caller holds the stream open), and
+/// `wait` waits for it, in slices.
+pub struct StreamWait {
+    notifier: Option<Notifier>,
+    own: EventHandle,
+    done: Arc<Done>,
+}
+
+impl StreamWait {
+    pub fn new(py: Python<'_>, ctx: Context) -> PyResult<StreamWait> {
+        let notifier = lease(py, ctx)?;
+        Ok(StreamWait {
+            own: notifier.event.handle(),
+            notifier: Some(notifier),
+            done: Arc::new(Done::default()),
+        })
+    }
+
+    /// Queue the notifier behind the work queued so far on `h`, a live stream of the context.
+    pub fn queue_on(&mut self, h: StreamHandle) -> driver::Result<()> {
+        match self.notifier.take() {
+            Some(n) => queue(n, Behind::Stream(h), Signal::thread(&self.done)).map_err(|(e, _)| e),
+            None => Ok(()),
+        }
+    }
+
+    pub fn wait(self, py: Python<'_>, deadline: Deadline, what: &str) -> PyResult<()> {
+        let StreamWait { notifier, own, done } = self;
+        if let Some(n) = notifier {
+            give_back(n); // never queued (the caller's use failed first)
+            return Ok(());
+        }
+        deadline::wait(py, deadline, what, move |slice| {
+            Ok(done.wait(slice) || driver::event_query(own)?)
+        })
+    }
+}
+
+/// A `concurrent.futures.Future` that completes with None once the work recorded before `ev`
+/// (a live event of `ctx`, held open for the call) is done.
+pub fn future<'py>(py: Python<'py>, ev: EventHandle, ctx: Context) -> PyResult<Bound<'py, PyAny>> {
+    static FUTURE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let cls = FUTURE.get_or_try_init(py, || {
+        Ok::<_, PyErr>(py.import("concurrent.futures")?.getattr("Future")?.unbind())
+    })?;
+    let future = cls.bind(py).call0()?;
+    if gil::brief(py, move || driver::event_query(ev))? {
+        future.call_method1("set_result", (py.None(),))?;
+    } else {
+        arm(py, ev, ctx, Signal(Kind::Future(future.clone().unbind())))?;
+    }
+    Ok(future)
+}
