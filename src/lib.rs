@@ -5,7 +5,8 @@
 //!   `functions` (the module's functions), `capi` (the C API's table)
 //! - core: `stream`, `event`, `pool`, `graph`, `green`, `current`, `callback`, `protocol`,
 //!   `host_thread` (where Python host functions run), `host_semaphores` (the mapped words a
-//!   host function's stream waits on), `owner_release` (giving back a borrowed stream's owner)
+//!   host function's stream waits on), `owner_release` (giving back a borrowed stream's owner),
+//!   `waits` (timed and interruptible waits, `await`, futures)
 //! - capture: `capture` (what a capture is to custream, by handle)
 //! - base: `raw_stream` (the one module that touches Python objects raw), `lifecycle`,
 //!   `state_word`, `home` (where a driver object lives; the primary-context policy),

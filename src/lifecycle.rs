@@ -113,10 +113,15 @@ impl<T: Managed> Drop for InUse<'_, T> {
     }
 }
 
-/// close(): idempotent; the first call releases (now, or when the uses in flight end).
+/// close(): idempotent; the first call releases (now, or when the uses in flight end). An
+/// object whose context died (a sticky fault, a reset) went with it: its close succeeds, so
+/// that a `finally: close()` never hides the error that killed the context.
 pub fn close<T: Managed>(obj: &T, py: Python<'_>) -> PyResult<()> {
     match Word(obj.state()).close() {
-        Release::Now => Ok(obj.release(py)?),
+        Release::Now => match obj.release(py) {
+            Err(e) if e.context_is_dead() => Ok(()),
+            released => Ok(released?),
+        },
         Release::NotYours => Ok(()),
     }
 }

@@ -26,6 +26,7 @@ FLOORS = {
             "host_thread",
             "host_semaphores",
             "owner_release",
+            "waits",
         ],
         2,
     ),

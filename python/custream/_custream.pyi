@@ -1,5 +1,7 @@
 """Type stubs for custream's extension module (re-exported by ``custream``)."""
 
+from collections.abc import Generator
+from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Callable, Final, Literal, Protocol, final
 
@@ -23,7 +25,9 @@ __all__ = [
     "is_available",
     "live_stream_count",
     "priority_range",
+    "_Bell",
     "_finalize",
+    "_pending_waits",
     "__version__",
     "_C_API",
     "Graph",
@@ -118,8 +122,13 @@ class Stream:
     @property
     def closed(self) -> bool:
         """True once close() has been called."""
-    def synchronize(self) -> None:
-        """Wait for all work on the stream; the GIL is released while waiting."""
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Wait for all work queued on the stream so far, with the GIL released.
+
+        ``timeout``: seconds (int or float), or None to wait as long as it takes; when the
+        work is not done by then, ``TimeoutError`` (the stream and its work are untouched).
+        On the main thread the wait ends within 50 ms of a signal whose handler raises
+        (Ctrl-C's ``KeyboardInterrupt``), with that exception."""
     def query(self) -> bool:
         """True if all work on the stream is done, False if some is pending."""
     def wait(self, other: Event | Stream | CudaStreamProducer, /) -> None:
@@ -176,8 +185,19 @@ class Event:
     def __new__(cls, *, device: int | None = None, timing: bool = False) -> Event: ...
     def record(self, stream: Stream | CudaStreamProducer) -> None:
         """Record the event on ``stream`` (a custream.Stream or any ``__cuda_stream__`` object)."""
-    def synchronize(self) -> None:
-        """Wait until the work recorded before the event is done (the GIL is released)."""
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Wait until the work recorded before the event is done, with the GIL released.
+
+        ``timeout``: seconds (int or float), or None to wait as long as it takes; when the
+        work is not done by then, ``TimeoutError`` (the event and its work are untouched).
+        On the main thread the wait ends within 50 ms of a signal whose handler raises
+        (Ctrl-C's ``KeyboardInterrupt``), with that exception."""
+    def __await__(self) -> Generator[Any, None, None]: ...
+    def future(self) -> Future[None]:
+        """A ``concurrent.futures.Future`` that completes (with None) once the work recorded
+        before the event is done: for threads, other event loops
+        (``asyncio.wrap_future``) and callbacks (``add_done_callback``, run on custream's
+        own thread). Cancelling it only stops the waiting."""
     def query(self) -> bool:
         """True if the work recorded before the event is done."""
     def elapsed_time(self, end: Event) -> float:
@@ -318,6 +338,20 @@ def driver_library_candidates() -> list[str]:
 def live_stream_count() -> int:
     """The number of custream.Stream objects alive in this process (for leak tests), not
     counting the module's three default streams."""
+
+@final
+class _Bell:
+    """An event loop's bell, for `python/custream/_waits.py`: ``fileno()`` for
+    ``loop.add_reader``, ``take()`` for the tokens of the awaits that rang since."""
+
+    def __new__(cls) -> _Bell: ...
+    def fileno(self) -> int: ...
+    def take(self) -> list[int]:
+        """The tokens rung since the last call (the eventfd drained first)."""
+
+def _pending_waits() -> int:
+    """Waits armed (a synchronize, an await, a future) whose driver notification has not come
+    yet; for tests: a finished or cancelled wait leaves none once the GPU passed its event."""
 
 def _finalize() -> None:
     """Registered with atexit: from here on no Stream, Event or Graph calls into the driver,

@@ -9,14 +9,15 @@ finds nothing to complete.
 """
 
 import asyncio
+import functools
 import itertools
 import weakref
 
 from custream._custream import _Bell
 
 # Loops that cannot be weakly referenced keep their bell (and stay alive) in _strong.
-_bells = weakref.WeakKeyDictionary()
-_strong = {}
+_bells: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Ring]" = weakref.WeakKeyDictionary()
+_strong: "dict[asyncio.AbstractEventLoop, _Ring]" = {}
 _tokens = itertools.count(1)
 
 
@@ -26,22 +27,23 @@ class _Ring:
 
     __slots__ = ("bell", "futures")
 
-    def __init__(self, loop):
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.bell = _Bell()
-        self.futures = {}
+        self.futures: "dict[int, asyncio.Future[None]]" = {}
         loop.add_reader(self.bell.fileno(), self)
 
-    def __call__(self):
+    def __call__(self) -> None:
         for token in self.bell.take():
             future = self.futures.pop(token, None)
             if future is not None and not future.done():
                 future.set_result(None)
 
-    def forget(self, token):
+    def forget_future(self, token: int, future: "asyncio.Future[None]") -> None:
+        """The future's done callback: a cancelled await forgets its token."""
         self.futures.pop(token, None)
 
 
-def _ring_of(loop):
+def _ring_of(loop: asyncio.AbstractEventLoop) -> _Ring:
     try:
         ring = _bells.get(loop)
     except TypeError:
@@ -55,19 +57,19 @@ def _ring_of(loop):
     return ring
 
 
-def prepare():
+def prepare() -> "tuple[_Bell, asyncio.Future[None], int]":
     """For ``Event.__await__``: the running loop's bell, a new future of that loop and the
     token the bell will ring for it."""
     loop = asyncio.get_running_loop()
     ring = _ring_of(loop)
-    future = loop.create_future()
+    future: "asyncio.Future[None]" = loop.create_future()
     token = next(_tokens)
     ring.futures[token] = future
-    future.add_done_callback(lambda _, token=token: ring.forget(token))
+    future.add_done_callback(functools.partial(ring.forget_future, token))
     return ring.bell, future, token
 
 
-def pending_futures():
+def pending_futures() -> int:
     """Futures of all loops still waiting on their bells (for tests)."""
     rings = list(_bells.values()) + list(_strong.values())
     return sum(len(r.futures) for r in rings)

@@ -77,6 +77,33 @@ pub enum DriverError {
 
 pub type Result<T> = std::result::Result<T, DriverError>;
 
+impl DriverError {
+    /// Whether the error says the object's context is gone: destroyed or reset, the driver
+    /// deinitialized, or a sticky fault (an illegal address, a failed launch, an assert in a
+    /// kernel), after which every call in the context answers the same and the context must
+    /// be destroyed. What lived in it went with it: releasing it has nothing left to do.
+    pub fn context_is_dead(&self) -> bool {
+        use cu::CUresult as R;
+        const DEAD: [R; 14] = [
+            R::CUDA_ERROR_DEINITIALIZED,
+            R::CUDA_ERROR_INVALID_CONTEXT,
+            R::CUDA_ERROR_CONTEXT_IS_DESTROYED,
+            R::CUDA_ERROR_ECC_UNCORRECTABLE,
+            R::CUDA_ERROR_ILLEGAL_ADDRESS,
+            R::CUDA_ERROR_LAUNCH_TIMEOUT,
+            R::CUDA_ERROR_HARDWARE_STACK_ERROR,
+            R::CUDA_ERROR_ILLEGAL_INSTRUCTION,
+            R::CUDA_ERROR_MISALIGNED_ADDRESS,
+            R::CUDA_ERROR_INVALID_ADDRESS_SPACE,
+            R::CUDA_ERROR_INVALID_PC,
+            R::CUDA_ERROR_LAUNCH_FAILED,
+            R::CUDA_ERROR_ASSERT,
+            R::CUDA_ERROR_UNKNOWN,
+        ];
+        matches!(self, DriverError::Cuda { code, .. } if DEAD.iter().any(|d| *d as Status == *code))
+    }
+}
+
 /// The oldest driver with every entry point custream calls (cuCtxGetId is the newest).
 pub const MIN_DRIVER_VERSION: i32 = 12000;
 

@@ -28,7 +28,7 @@ typedef void *CUevent;
 enum {
     OK = 0, INVALID_VALUE = 1, INVALID_DEVICE = 101, INVALID_CONTEXT = 201, NOT_READY = 600,
     NOT_SUPPORTED = 801, INVALID_RESOURCE_TYPE = 914, INVALID_RESOURCE_CONFIGURATION = 915,
-    STREAM_DETACHED = 917,
+    STREAM_DETACHED = 917, ILLEGAL_ADDRESS = 700,
 };
 enum { SMS = 132, SM_GRANULE = 8, RESOURCE_SM = 1, GREEN_DEFAULT_STREAM = 1, NON_BLOCKING = 1, ATTR_SMS = 16 };
 
@@ -68,6 +68,7 @@ CUresult cuGetErrorName(CUresult e, const char **s) {
     case INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; break;
     case INVALID_RESOURCE_CONFIGURATION: *s = "CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION"; break;
     case STREAM_DETACHED: *s = "CUDA_ERROR_STREAM_DETACHED"; break;
+    case ILLEGAL_ADDRESS: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
     default: *s = "CUDA_ERROR_STANDIN"; break;
     }
     return OK;
@@ -129,6 +130,11 @@ CUresult cuStreamCreateWithPriority(CUstream *s, unsigned f, int p) {
 }
 /* Not custream's (it always gives a priority), but the least binding's (benches/floor_ext.c). */
 CUresult cuStreamCreate(CUstream *s, unsigned f) { return cuStreamCreateWithPriority(s, f, 0); }
+/* standin_sticky(code): a sticky fault (700, CUDA_ERROR_ILLEGAL_ADDRESS, as after a kernel
+ * wrote to address 16): from then on every call on a stream or event answers it, the
+ * destroys included (which still free: the objects went with the context). */
+static int sticky;
+void standin_sticky(int code) { sticky = code; }
 CUresult cuStreamDestroy_v2(CUstream s) {
     pthread_mutex_lock(&mu);
     for (CUstream *p = &streams; *p; p = &(*p)->next)
@@ -137,11 +143,12 @@ CUresult cuStreamDestroy_v2(CUstream s) {
     green_streams -= s->green != NULL;
     pthread_mutex_unlock(&mu);
     free(s);
-    return OK;
+    return sticky;
 }
 /* The default-stream tokens need a current context, as with a real driver; a stream whose
  * green context was destroyed is detached. */
 static CUresult on(CUstream s) {
+    if (sticky) return sticky;
     if ((uintptr_t)s <= 2) return depth ? OK : INVALID_CONTEXT;
     CUstream k = known_stream(s);
     if (k && k->green && k->green->destroyed) { detached_calls++; return STREAM_DETACHED; }
@@ -172,10 +179,17 @@ CUresult cuStreamGetCtx(CUstream s, CUcontext *c) {
 CUresult cuStreamGetFlags(CUstream s, unsigned *f) { (void)s; *f = 1; return OK; }
 CUresult cuStreamGetPriority(CUstream s, int *p) { (void)s; *p = 0; return OK; }
 CUresult cuEventCreate(CUevent *e, unsigned f) { (void)f; *e = malloc(16); BUMP(live_events, 1); return OK; }
-CUresult cuEventDestroy_v2(CUevent e) { free(e); BUMP(live_events, -1); return OK; }
+CUresult cuEventDestroy_v2(CUevent e) { free(e); BUMP(live_events, -1); return sticky; }
 CUresult cuEventRecord(CUevent e, CUstream s) { (void)e; return on(s); }
-CUresult cuEventSynchronize(CUevent e) { (void)e; return OK; }
-CUresult cuEventQuery(CUevent e) { (void)e; return OK; }
+CUresult cuEventSynchronize(CUevent e) { (void)e; return sticky; }
+CUresult cuEventQuery(CUevent e) { (void)e; return sticky; }
+/* No GPU work here: a host function runs at once, on the calling thread. */
+typedef void (*hostfn)(void *);
+CUresult cuLaunchHostFunc(CUstream s, hostfn fn, void *user) {
+    CUresult r = on(s);
+    if (r == OK) fn(user);
+    return r;
+}
 CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { (void)a; (void)b; *ms = 0; return OK; }
 
 /* ---- green contexts (left out with -DSTANDIN_NO_GREEN: a driver without them) ------------- */

@@ -1,0 +1,362 @@
+"""Waits that end (issue 38): ``synchronize(timeout=)``, Ctrl-C during a wait, ``await``,
+``Event.future()``, the C API's ``Custream_SynchronizeTimeout``, and ``close()`` after a
+sticky fault.
+
+Against the stand-in drivers: tests/standin/capture.c runs "kernels" (its worker sleeps)
+and host functions on a thread of its own, and its ``cuStreamSynchronize`` and
+``cuEventSynchronize`` wait on a condition variable that no signal cuts short, as a busy
+GPU's wait would not be; tests/standin/libcuda.c plays a sticky fault (``standin_sticky``).
+tests/gpu/test_gpu_waits.py checks the same with real kernels."""
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import custream
+import standin
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory):
+    return standin.build("capture.c", tmp_path_factory.mktemp("waits-capture"))
+
+
+@pytest.fixture(scope="module")
+def sticky(tmp_path_factory):
+    return standin.build("libcuda.c", tmp_path_factory.mktemp("waits-sticky"))
+
+
+PRELUDE = textwrap.dedent(
+    """
+    import asyncio, ctypes, math, os, signal, sys, threading, time
+    import custream, custream._waits
+    from custream import Event, Stream
+    from custream._custream import _pending_waits
+    fake = ctypes.CDLL(os.environ["CUSTREAM_LIBCUDA"])
+    def kernel(s, ms):
+        fake.fake_kernel(ctypes.c_void_p(s.handle), ms)
+    def settle(timeout=10):
+        # The host functions behind finished waits have all run (the stand-in's worker is
+        # in order): nothing stays behind a wait.
+        end = time.monotonic() + timeout
+        while _pending_waits():
+            assert time.monotonic() < end, _pending_waits()
+            time.sleep(0.005)
+        assert custream._waits.pending_futures() == 0
+    def signal_after(seconds, sig=signal.SIGINT):
+        threading.Timer(seconds, os.kill, (os.getpid(), sig)).start()
+    """
+)
+
+
+def run(lib, body, timeout=60):
+    env = dict(os.environ, CUSTREAM_LIBCUDA=str(lib))
+    script = PRELUDE + textwrap.dedent(body)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=timeout)
+    assert "panicked" not in out.stderr and "Fatal Python error" not in out.stderr, out.stderr
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+@pytest.mark.parametrize(
+    "value,error,message",
+    [
+        (-1, ValueError, "timeout must be a non-negative number of seconds or None, got -1"),
+        (-0.5, ValueError, "got -0.5"),
+        (math.nan, ValueError, "got nan"),
+        ("1", TypeError, "timeout must be a number of seconds \\(int or float\\) or None, got str"),
+        (True, TypeError, "got bool"),
+        ([], TypeError, "got list"),
+    ],
+)
+def test_a_bad_timeout_is_refused_before_any_driver_call(value, error, message):
+    s = custream.Stream.from_handle(0x1234)  # borrowed: no driver needed to hold it
+    with pytest.raises(error, match=f"Stream.synchronize\\(\\) .*{message}"):
+        s.synchronize(timeout=value)
+    with pytest.raises(error, match=message):
+        s.synchronize(value)
+    with pytest.raises(TypeError, match="synchronize\\(\\) got an unexpected keyword argument 'timout'"):
+        s.synchronize(timout=1)
+    with pytest.raises(TypeError, match="synchronize\\(\\) takes 1 positional argument but 2 were given"):
+        s.synchronize(1, 2)
+
+
+def test_timeouts_give_up_in_time_and_leave_the_work_running(fake):
+    out = run(fake, """
+        s = Stream()
+        kernel(s, 400)
+        t = time.monotonic()
+        try:
+            s.synchronize(timeout=0.1)
+        except TimeoutError as e:
+            took = time.monotonic() - t
+            assert "Stream.synchronize() timed out after 0.1 s" in str(e), e
+            assert 0.1 <= took < 0.35, took
+        else:
+            raise AssertionError("no TimeoutError")
+        assert s.query() is False, "the work was touched"
+        e = s.record()
+        try:
+            e.synchronize(timeout=0)  # a poll
+        except TimeoutError as err:
+            assert "Event.synchronize() timed out after 0 s" in str(err)
+        else:
+            raise AssertionError("no TimeoutError")
+        e.synchronize(timeout=5)
+        assert s.query() is True
+        s.synchronize(timeout=0)  # idle: no wait at all
+        Event().synchronize(timeout=0)
+        s.synchronize(timeout=math.inf)
+        kernel(s, 50)
+        s.synchronize(timeout=10**9)  # far: as good as none
+        s.close()
+        settle()
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+def test_ctrl_c_ends_a_wait_the_driver_would_not_end(fake):
+    """The stand-in's synchronize is a condition wait that no signal ends: the old path sat
+    out the whole kernel. The handler's exception comes within a slice (50 ms) instead."""
+    out = run(fake, """
+        class Stop(Exception):
+            pass
+        def raise_stop(*_):
+            raise Stop()
+        signal.signal(signal.SIGUSR1, raise_stop)
+        s = Stream()
+        sigint = (signal.SIGINT, KeyboardInterrupt)
+        for name, wait, (sig, exc) in [
+            ("Stream.synchronize", lambda: s.synchronize(), sigint),
+            ("Stream.synchronize", lambda: s.synchronize(), (signal.SIGUSR1, Stop)),
+            ("Stream.synchronize(timeout)", lambda: s.synchronize(timeout=30), sigint),
+            ("Event.synchronize", lambda: s.record().synchronize(), sigint),
+            ("future().result", lambda: s.record().future().result(), sigint),
+        ]:
+            kernel(s, 1000)
+            signal_after(0.1, sig)
+            t = time.monotonic()
+            try:
+                wait()
+            except exc:
+                took = time.monotonic() - t
+            else:
+                raise AssertionError(f"{name}: no {exc.__name__}")
+            # Well before the kernel's end: the wait ended at the signal.
+            assert took < 0.6, (name, took)
+            assert s.query() is False, f"{name}: the work must still run"
+            print(name, exc.__name__, round(took, 2))
+            # Still usable: a wait that is let run ends with the work.
+            s.synchronize(timeout=10)
+        s.close()
+        settle()
+        print("ok")
+    """)
+    assert out.strip().endswith("ok"), out
+
+
+def test_off_the_main_thread_plain_and_timed_waits_work(fake):
+    out = run(fake, """
+        s = Stream()
+        errors = []
+        def worker(i):
+            try:
+                for _ in range(20):
+                    kernel(s, 1)
+                    if i % 2:
+                        s.synchronize()
+                    else:
+                        s.synchronize(timeout=5)
+                    e = s.record(); kernel(s, 1)
+                    e.synchronize(timeout=5) if i % 3 else e.synchronize()
+            except BaseException as e:
+                errors.append(repr(e))
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+        [t.start() for t in threads]; [t.join(60) for t in threads]
+        assert not errors, errors
+        settle()
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+def test_await_lets_the_loop_run_and_cancelling_leaves_nothing(fake):
+    out = run(fake, """
+        s = Stream()
+        async def main():
+            ticks = 0
+            async def ticker():
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+            tick = asyncio.create_task(ticker())
+            kernel(s, 300)
+            t = time.monotonic()
+            await s.record()
+            assert s.query() is True
+            took = time.monotonic() - t
+            assert took >= 0.25 and ticks >= 10, (took, ticks)
+            await s.record()  # idle: at once
+            done = Event(); done.record(s)
+            await done
+
+            kernel(s, 200)
+            e = s.record()
+            waiter = asyncio.create_task(_await(e))
+            await asyncio.sleep(0.02)
+            waiter.cancel()
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                pass
+            assert custream._waits.pending_futures() == 0, "a cancelled await keeps its future"
+            await asyncio.wait_for(_await(s.record()), timeout=5)
+            try:
+                kernel(s, 300)
+                await asyncio.wait_for(_await(s.record()), timeout=0.05)
+            except (asyncio.TimeoutError, TimeoutError):
+                pass
+            else:
+                raise AssertionError("wait_for did not time out")
+            tick.cancel()
+        async def _await(e):
+            await e
+        asyncio.run(main())
+        s.synchronize()
+        settle()
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+def test_hundreds_of_awaits_take_no_thread_each_and_two_loops_await_at_once(fake):
+    out = run(fake, """
+        def threads():
+            return len(os.listdir("/proc/self/task"))
+        streams = [Stream() for _ in range(4)]
+        async def many(n):
+            for s in streams:
+                kernel(s, 150)
+            events = [streams[i % 4].record() for i in range(n)]
+            before = threads()
+            waits = [asyncio.ensure_future(_await(e)) for e in events]
+            await asyncio.sleep(0.05)
+            during = threads()
+            assert not any(w.done() for w in waits)
+            await asyncio.gather(*waits)
+            return before, during
+        async def _await(e):
+            await e
+        warm = asyncio.run(many(4))
+        before, during = asyncio.run(many(400))
+        assert during <= before, (before, during)
+        results, errors = [], []
+        def loop_thread():
+            try:
+                results.append(asyncio.run(many(100)))
+            except BaseException as e:
+                errors.append(repr(e))
+        ts = [threading.Thread(target=loop_thread) for _ in range(2)]
+        [t.start() for t in ts]; [t.join(60) for t in ts]
+        assert not errors and len(results) == 2, errors
+        settle()
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+def test_future_completes_from_custreams_thread_and_may_be_cancelled(fake):
+    out = run(fake, """
+        import concurrent.futures
+        s = Stream()
+        kernel(s, 150)
+        f = s.record().future()
+        assert isinstance(f, concurrent.futures.Future) and not f.done()
+        ran = []
+        f.add_done_callback(lambda fut: ran.append(threading.current_thread().name))
+        assert f.result(timeout=5) is None
+        assert ran and ran[0] != threading.current_thread().name, ran
+        assert s.record().future().done()  # idle: done at once
+        kernel(s, 150)
+        g = s.record().future()
+        assert g.cancel() and g.cancelled()
+        async def other_loop():
+            kernel(s, 50)
+            await asyncio.wrap_future(s.record().future())
+        asyncio.run(other_loop())
+        s.synchronize()
+        settle()
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+def test_the_c_api_waits_with_a_timeout(fake):
+    tests = str(TESTS)
+    out = run(fake, f"""
+        sys.path.insert(0, {tests!r})
+        from _capi_ctypes import capi
+        api = capi()
+        s = Stream()
+        kernel(s, 400)
+        for bad, err in [(-1.0, ValueError), (math.nan, ValueError)]:
+            try:
+                api.synchronize_timeout(s, bad)
+            except err as e:
+                assert "Custream_SynchronizeTimeout() timeout must be" in str(e), e
+            else:
+                raise AssertionError(bad)
+        try:
+            api.synchronize_timeout("x", 1.0)
+        except TypeError as e:
+            assert "Custream_SynchronizeTimeout() expected a custream.Stream" in str(e), e
+        try:
+            api.synchronize_timeout(s, 0.05)
+        except TimeoutError:
+            pass
+        else:
+            raise AssertionError("no TimeoutError")
+        assert api.synchronize_timeout(s, math.inf) == 0 and s.query()
+        kernel(s, 1000)
+        signal_after(0.1)
+        t = time.monotonic()
+        try:
+            api.synchronize(s)
+        except KeyboardInterrupt:
+            assert time.monotonic() - t < 0.6
+        else:
+            raise AssertionError("Custream_Synchronize was not interrupted")
+        s.synchronize()
+        settle()
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+def test_close_after_a_sticky_fault_does_not_raise(sticky):
+    out = run(sticky, """
+        s, e = Stream(), Event()
+        alive = fake.standin_live_streams()
+        fake.standin_sticky(700)  # CUDA_ERROR_ILLEGAL_ADDRESS: every call now answers it
+        for call in (s.synchronize, s.query, lambda: s.synchronize(timeout=1), e.synchronize, s.record):
+            try:
+                call()
+            except custream.CudaError as err:
+                assert err.name == "CUDA_ERROR_ILLEGAL_ADDRESS", err
+            else:
+                raise AssertionError(call)
+        s.close(); e.close()  # gone with the context: no error
+        assert s.closed and e.closed
+        assert fake.standin_live_streams() < alive
+        print("ok")
+    """)
+    assert out.strip() == "ok"
