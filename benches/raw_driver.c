@@ -75,3 +75,12 @@ double raw_time(const char *key, long n, CUstream s, void *g, long batch) {
         return -1;
     return failed ? -1 : now_ns() - t - untimed;
 }
+
+/* waits.py's clock for "the kernel ended": spin until the kernel's last write reaches mapped host memory, then read
+ * CLOCK_MONOTONIC (Python's time.monotonic_ns). Called through ctypes, which lets the GIL go. -1 after `limit_ns`. */
+double raw_watch(volatile int *flag, double limit_ns) {
+    double start = now_ns(), t;
+    while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE))
+        if ((t = now_ns()) - start > limit_ns) return -1;
+    return now_ns();
+}

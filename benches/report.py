@@ -112,9 +112,18 @@ def table(results: dict) -> str:
                                 "the last size's figure over the first's")):
         out += ["", head, *(f"{g['label']}: {g['note']}" + "".join(f"\n    {b.text}" for b in g["bars"])
                             for g in panels[key])] if panels[key] else []
+    waits = results.get("waits") or {}
+    if waits and "error" not in waits and "na" not in waits:
+        out += ["", "waits (waits.py): median from a kernel's end to the waiter running again, and CPU used while awaits "
+                    "are pending; ratio: to the driver's own wait (cuStreamSynchronize on another thread)"]
+        out += [f"  {name}: " + (f"{w['ns'] / 1e6:.1f} ms" if w.get("unit") == "ms" else f"{fmt(w['ns'])} ns")
+                + (f"  {w['ratio']:.2f}x" if "ratio" in w else "")
+                + (f"  (target {w['target']}x)" if "target" in w else "")
+                + (f"  (target < {w['target_ms']} ms)" if "target_ms" in w else "") for name, w in waits.items()]
     errors, quiet = results.get("lib_errors", {}), (None, "not applicable", "not measured", ops.NEEDS_GPU)
     notes = [f"  {x}" for x in results.get("round_errors", [])] + [f"  {n}: {e}" for n, e in errors.items()]
-    notes += [f"  {n}: {x['error']}" for n, x in (("capture.py", cap), ("scale.py", scale)) if "error" in x]
+    notes += [f"  {n}: {x['error']}" for n, x in (("capture.py", cap), ("scale.py", scale), ("waits.py", waits))
+              if "error" in x]
     notes += [f"  {n} / {o['title']}: {what}" for o in opsd.values() for n, r in o["results"].items() if n not in errors
               for what in (r.get("na") not in quiet and f"n/a: {r['na']}", r.get("note")) if what]
     return "\n".join(out + (["", "notes:", *notes] if notes else []))

@@ -77,6 +77,8 @@ def measure(args) -> dict:
     if raw:
         cap = worker("capture", extra, max(30, min(240, left())))
         results["capture"] = cap.get("rows") or {"error": cap.get("error", "no rows")}
+        waits = worker("waits", extra, max(30, min(120, left())))
+        results["waits"] = waits.get("rows") or {"error": waits.get("error", "no rows")}
     sc = worker("scale", extra, max(90, min(240, left())), {"CUDA_DEVICE_MAX_CONNECTIONS": "16"})  # docs say why
     results["scale"] = {"driver": "the GPU's driver" if gpu else "the stand-in (tests/standin/capture.c): custream's "
                         "own cost, no GPU work",

@@ -150,7 +150,7 @@ def main() -> int:
     cfg = dict(repeats=5, target_ms=2.0, budget_s=0.5) if args.quick else dict(repeats=15, target_ms=20.0, budget_s=4.0)
     result: dict = {"lib": args.lib}
     try:
-        if args.lib in ("cython", "capture", "scale"):  # rows measured once a run
+        if args.lib in ("cython", "capture", "scale", "waits"):  # rows measured once a run
             once = cython if args.lib == "cython" else importlib.import_module(args.lib).run
             result["rows"] = once(cfg, args.gpu, args.raw and raw_driver(args.raw),
                                   args.floor_ext and importlib.import_module("floor_ext"))

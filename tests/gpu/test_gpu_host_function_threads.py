@@ -8,51 +8,14 @@ a watchdog (every thread's native stack from native_stacks.c, then faulthandler'
 stacks and exit) and fails instead of hanging.
 """
 
-import functools
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
-import textwrap
-
 import pytest
 
-from custream_gpu_helpers import peer
+from custream_gpu_helpers import peer, run_watched as run
 
 pytestmark = pytest.mark.gpu
 
 peer("cupy")
 peer("torch")
-
-WATCHDOG_S = 150
-
-
-@functools.cache
-def native_stacks():
-    """tests/gpu/native_stacks.c built as a shared library, or None without a C compiler."""
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        return None
-    lib = os.path.join(tempfile.mkdtemp(prefix="custream-stacks-"), "native_stacks.so")
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_stacks.c")
-    subprocess.run([cc, "-O1", "-shared", "-fPIC", "-o", lib, src, "-lpthread"], check=True)
-    return lib
-
-
-def run(script, timeout=WATCHDOG_S + 30):
-    # The watchdog: 5 s before faulthandler dumps every Python stack and exits, every
-    # thread's native stack (the driver's included, unless it blocks signals).
-    prelude = f"import faulthandler; faulthandler.dump_traceback_later({WATCHDOG_S}, exit=True)\n"
-    if native_stacks():
-        prelude += f"import ctypes; ctypes.CDLL({native_stacks()!r}).native_stacks_arm({WATCHDOG_S - 5})\n"
-    proc = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(script)], capture_output=True,
-                          text=True, timeout=timeout)
-    report = f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    assert proc.returncode == 0, report
-    assert "Timeout" not in proc.stderr and "Fatal Python error" not in proc.stderr, report
-    return proc.stdout
-
 
 # 16 threads for SECONDS, each looping over everything a library serving threads does with
 # custream beside CuPy and torch: the loop of issue 23, which hung in 2 of 2 runs.

@@ -1,0 +1,111 @@
+"""Waits beside the peers, once a GPU run (issue 38): from a kernel's end to the waiter running again, and the CPU that
+1,000 pending awaits cost. The kernel's end is seen by raw_driver.c's raw_watch spinning on mapped host memory that the
+kernel writes last; the waiter reads the same clock (CLOCK_MONOTONIC) when it runs again."""
+
+import asyncio, ctypes, statistics, threading, time
+
+import custream
+
+KERNEL = r'''
+extern "C" __global__ void sleep_then_flag(unsigned long long ns, volatile int *flag) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+    __threadfence_system();
+    *flag = 1;
+    __threadfence_system();
+}'''
+SLEEP_NS, PENDING = 2_000_000, 1_000
+
+def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
+    if not gpu or raw is None:
+        return {"na": "needs a GPU and raw_driver.c"}
+    import cupy as cp
+    cp.cuda.Device(0).use()
+    watch = raw.raw_watch
+    watch.restype, watch.argtypes = ctypes.c_double, [ctypes.c_void_p, ctypes.c_double]
+    host = cp.cuda.runtime.hostAlloc(4, 2)  # cudaHostAllocMapped
+    flag = ctypes.c_int.from_address(host)
+    dev = cp.cuda.runtime.hostGetDevicePointer(host, 0)
+    kernel = cp.RawKernel(KERNEL, "sleep_then_flag")
+    s = custream.Stream(device=0)
+    ext = cp.cuda.Stream.from_external(s)
+    samples = max(20, min(200, int(cfg["budget_s"] * 50)))
+
+    def latency(wait) -> float:
+        """Median ns from the kernel's end to `wait` (which waits for it) returning."""
+        out = []
+        for _ in range(samples):
+            flag.value = 0
+            seen: list = []
+            t = threading.Thread(target=lambda: seen.append(watch(host, 5e9)))
+            t.start()
+            with ext:
+                kernel((1,), (1,), (cp.uint64(SLEEP_NS), cp.intp(dev)))
+            back = wait()
+            t.join()
+            out.append(back - seen[0])
+        return statistics.median(out)
+
+    def on_thread(fn):
+        box: list = []
+        th = threading.Thread(target=lambda: (fn(), box.append(time.monotonic_ns())))
+        th.start(); th.join()
+        return box[0]
+
+    loop = asyncio.new_event_loop()
+    async def awaited():
+        await s.record()
+        return time.monotonic_ns()
+    async def to_thread():
+        await asyncio.to_thread(s.synchronize)
+        return time.monotonic_ns()
+    rows = {
+        "s.synchronize(), another thread (the driver's wait)": latency(lambda: on_thread(s.synchronize)),
+        "s.synchronize(), the main thread (interruptible)": latency(lambda: (s.synchronize(), time.monotonic_ns())[1]),
+        "s.synchronize(timeout=10)": latency(lambda: (s.synchronize(timeout=10), time.monotonic_ns())[1]),
+        "await s.record()": latency(lambda: loop.run_until_complete(awaited())),
+        "await asyncio.to_thread(s.synchronize)": latency(lambda: loop.run_until_complete(to_thread())),
+        "CuPy stream.synchronize()": latency(lambda: (ext.synchronize(), time.monotonic_ns())[1]),
+    }
+    base = rows["s.synchronize(), another thread (the driver's wait)"]
+    out = {name: {"ns": ns, "ratio": ns / base} for name, ns in rows.items()}
+    out["await s.record()"]["target"] = 1.5
+    out.update(pending_cpu(loop, s, ext, kernel, dev))
+    loop.close()
+    s.close()
+    cp.cuda.runtime.freeHost(host)
+    return out
+
+def pending_cpu(loop, s, ext, kernel, dev) -> dict:
+    """CPU seconds (process time) spent in one second while PENDING waits are pending, each way."""
+    import cupy as cp
+    def busy(seconds):
+        with ext:
+            kernel((1,), (1,), (cp.uint64(int(seconds * 1e9)), cp.intp(dev)))
+    async def awaits():
+        busy(1.2)
+        events = [s.record() for _ in range(PENDING)]
+        waits = [asyncio.ensure_future(_await(e)) for e in events]
+        await asyncio.sleep(0.1)
+        t = time.process_time()
+        await asyncio.sleep(1.0)
+        used = time.process_time() - t
+        await asyncio.gather(*waits)
+        return used
+    async def threads():
+        busy(1.2)
+        events = [s.record() for _ in range(PENDING)]
+        waits = [asyncio.ensure_future(asyncio.to_thread(e.synchronize)) for e in events]
+        await asyncio.sleep(0.1)
+        t = time.process_time()
+        await asyncio.sleep(1.0)
+        used = time.process_time() - t
+        await asyncio.gather(*waits)
+        return used
+    async def _await(e):
+        await e
+    return {f"CPU ms in 1 s with {PENDING:,} awaits pending": {"ns": loop.run_until_complete(awaits()) * 1e9,
+                                                               "unit": "ms", "target_ms": 20},
+            f"CPU ms in 1 s with {PENDING:,} asyncio.to_thread(e.synchronize) pending":
+                {"ns": loop.run_until_complete(threads()) * 1e9, "unit": "ms"}}

@@ -1,0 +1,312 @@
+"""Waits that end, with real kernels (issue 38): timeouts, Ctrl-C during a wait, ``await``
+and futures, ``close()`` after a sticky fault, and a 16-thread stress of all of them beside
+CuPy and PyTorch. Each runs in a subprocess under the watchdog (custream_gpu_helpers.py's
+``run_watched``: native and Python stacks, then a failure, instead of a hang)."""
+
+import pytest
+
+from custream_gpu_helpers import peer, run_watched
+
+pytestmark = pytest.mark.gpu
+
+peer("cupy")
+
+PRELUDE = r"""
+import asyncio, os, signal, threading, time
+import cupy
+import custream, custream._waits
+from custream import Event, Stream
+from custream._custream import _pending_waits
+
+cupy.cuda.Device(0).use()
+SLEEP = cupy.RawKernel(r'''
+extern "C" __global__ void sleep_ns(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+}''', "sleep_ns")
+
+def sleep(s, seconds):
+    # A kernel that runs `seconds` on the GPU, on custream stream `s`.
+    with cupy.cuda.ExternalStream(s.handle):
+        SLEEP((1,), (1,), (cupy.uint64(int(seconds * 1e9)),))
+
+def settle(timeout=10):
+    end = time.monotonic() + timeout
+    while _pending_waits():
+        assert time.monotonic() < end, _pending_waits()
+        time.sleep(0.005)
+    assert custream._waits.pending_futures() == 0
+
+def signal_after(seconds, sig=signal.SIGINT):
+    sent = []
+    def send():
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), sig)
+    threading.Timer(seconds, send).start()
+    return sent
+"""
+
+
+def run(body):
+    return run_watched(PRELUDE + body)
+
+
+def test_a_timed_wait_gives_up_in_time_and_the_work_runs_on():
+    out = run("""
+s = Stream(device=0)
+sleep(s, 0.02)
+s.synchronize(timeout=5)  # warm: the notifier stream exists
+for name, wait, what in [
+    ("stream", lambda: s.synchronize(timeout=0.1), "Stream.synchronize()"),
+    ("event", lambda: s.record().synchronize(timeout=0.1), "Event.synchronize()"),
+]:
+    sleep(s, 0.6)
+    t = time.monotonic()
+    try:
+        wait()
+    except TimeoutError as e:
+        late = time.monotonic() - t - 0.1
+        assert what in str(e), e
+    else:
+        raise AssertionError(name)
+    assert -0.001 <= late < 0.05, (name, late)  # within 50 ms past the timeout
+    assert s.query() is False
+    s.synchronize(timeout=5)
+    print(name, "late by", round(late * 1000, 1), "ms")
+settle()
+s.close()
+print("ok")
+""")
+    assert out.strip().endswith("ok"), out
+
+
+def test_ctrl_c_ends_every_wait_within_100_ms():
+    out = run("""
+s = Stream(device=0)
+sleep(s, 0.01); s.synchronize()
+for name, wait in [
+    ("Stream.synchronize()", lambda: s.synchronize()),
+    ("Stream.synchronize(timeout=60)", lambda: s.synchronize(timeout=60)),
+    ("Event.synchronize()", lambda: s.record().synchronize()),
+    ("Event.future().result()", lambda: s.record().future().result()),
+]:
+    sleep(s, 2.0)
+    sent = signal_after(0.3)
+    try:
+        wait()
+    except KeyboardInterrupt:
+        after = time.monotonic() - sent[0]
+    else:
+        raise AssertionError(name)
+    assert after < 0.1, (name, after)
+    assert s.query() is False, "the kernel must still run"
+    s.synchronize(timeout=10)  # still usable; the kernel ran to its end
+    print(name, "ended", round(after * 1000, 1), "ms after SIGINT")
+settle()
+s.close()
+print("ok")
+""")
+    print(out)
+    assert out.strip().endswith("ok"), out
+
+
+def test_awaits_run_the_loop_and_cost_no_thread():
+    out = run("""
+streams = [Stream(device=0) for _ in range(4)]
+async def _await(e):
+    await e
+async def main():
+    ticks = 0
+    async def ticker():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.005)
+            ticks += 1
+    tick = asyncio.create_task(ticker())
+    for s in streams:
+        sleep(s, 0.3)
+    threads = len(os.listdir("/proc/self/task"))
+    waits = [asyncio.ensure_future(_await(streams[i % 4].record())) for i in range(400)]
+    await asyncio.sleep(0.05)
+    assert len(os.listdir("/proc/self/task")) <= threads
+    t = time.monotonic()
+    await asyncio.gather(*waits)
+    assert all(s.query() for s in streams)
+    assert ticks >= 30, ticks  # the loop ran while 400 awaits were pending
+    sleep(streams[0], 0.3)
+    cancelled = asyncio.ensure_future(_await(streams[0].record()))
+    await asyncio.sleep(0.01)
+    cancelled.cancel()
+    await asyncio.gather(cancelled, return_exceptions=True)
+    await asyncio.wrap_future(streams[0].record().future())
+    tick.cancel()
+    print("awaited 400, ticks", ticks)
+asyncio.run(main())
+settle()
+print("ok")
+""")
+    assert out.strip().endswith("ok"), out
+
+
+def test_after_a_sticky_fault_close_is_quiet_and_each_call_says_what_happened():
+    out = run("""
+BAD = cupy.RawKernel(r'extern "C" __global__ void bad() { *(volatile int *)16 = 1; }', "bad")
+s, e, s2 = Stream(device=0), Event(device=0), Stream(device=0)
+with cupy.cuda.ExternalStream(s.handle):
+    BAD((1,), (1,), ())
+try:
+    with s2:  # the close at the block's end must not mask the fault
+        s.synchronize()
+except custream.CudaError as err:
+    assert err.name == "CUDA_ERROR_ILLEGAL_ADDRESS", err
+    assert s2.closed
+else:
+    raise AssertionError("no fault")
+def outcome(call):
+    try:
+        call()
+        return "ok"
+    except custream.CudaError as err:
+        return err.name
+    except Exception as err:
+        return type(err).__name__
+table = {
+    "s.synchronize()": outcome(s.synchronize),
+    "s.synchronize(timeout=1)": outcome(lambda: s.synchronize(timeout=1)),
+    "s.query()": outcome(s.query),
+    "s.record()": outcome(s.record),
+    "e.record(s)": outcome(lambda: e.record(s)),
+    "e.synchronize()": outcome(e.synchronize),
+    "e.query()": outcome(e.query),
+    "Stream()": outcome(lambda: Stream(device=0)),
+    "Event()": outcome(lambda: Event(device=0)),
+    "s.close()": outcome(s.close),
+    "e.close()": outcome(e.close),
+}
+for k, v in table.items():
+    print(f"{k}: {v}")
+assert table["s.synchronize()"] == "CUDA_ERROR_ILLEGAL_ADDRESS", table
+assert table["s.close()"] == table["e.close()"] == "ok", table
+assert s.closed and e.closed
+print("ok")
+""")
+    print(out)
+    assert out.strip().endswith("ok"), out
+
+
+def test_sixteen_threads_of_timed_waits_awaits_and_signals_beside_cupy_and_torch():
+    peer("torch")
+    out = run("""
+import torch
+torch.cuda.init()
+SECONDS = 20
+stop = time.monotonic() + SECONDS
+errors, counts, lock = [], dict(timed=0, timeouts=0, awaits=0, cancelled=0, futures=0, load=0), threading.Lock()
+base = custream.live_stream_count()
+
+def add(**kw):
+    with lock:
+        for k, v in kw.items():
+            counts[k] += v
+
+def guarded(fn):
+    def body(*a):
+        try:
+            fn(*a)
+        except BaseException as exc:
+            errors.append(f"{fn.__name__}{a}: {type(exc).__name__}: {exc}")
+    return body
+
+@guarded
+def waiter(k):
+    while time.monotonic() < stop:
+        with Stream(device=0) as s:
+            sleep(s, 0.002)
+            if k % 2:
+                s.synchronize(timeout=5)
+            else:
+                s.record().synchronize(timeout=5)
+            sleep(s, 0.05)
+            try:
+                s.synchronize(timeout=0.005)
+                raise AssertionError("a 50 ms kernel done in 5 ms")
+            except TimeoutError:
+                add(timeouts=1)
+            s.record().future().result(timeout=5)
+            add(timed=1, futures=1)
+
+@guarded
+def loop_thread(k):
+    async def _await(e):
+        await e
+    async def main():
+        streams = [Stream(device=0) for _ in range(4)]
+        while time.monotonic() < stop:
+            for s in streams:
+                sleep(s, 0.003)
+            waits = [asyncio.ensure_future(_await(streams[i % 4].record())) for i in range(40)]
+            waits[0].cancel()
+            done = await asyncio.gather(*waits, return_exceptions=True)
+            add(awaits=sum(d is None for d in done), cancelled=sum(isinstance(d, asyncio.CancelledError) for d in done))
+        for s in streams:
+            s.synchronize()
+            s.close()
+    asyncio.run(main())
+
+@guarded
+def load(k):
+    x = cupy.zeros(1 << 14, dtype=cupy.float32)
+    t = torch.zeros(1 << 14, device="cuda")
+    while time.monotonic() < stop:
+        x += 1
+        t.mul_(1.0001)
+        with Stream(device=0) as s:
+            s.wait(s.record())
+        add(load=1)
+    cupy.cuda.Device(0).synchronize()
+    torch.cuda.synchronize()
+
+class Signalled(Exception):
+    pass
+armed = [False]
+def handler(*_):
+    if armed[0]:
+        raise Signalled()
+signal.signal(signal.SIGUSR1, handler)
+def pester():
+    while time.monotonic() < stop:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(0.03)
+
+threads = ([threading.Thread(target=waiter, args=(k,)) for k in range(8)]
+           + [threading.Thread(target=loop_thread, args=(k,)) for k in range(2)]
+           + [threading.Thread(target=load, args=(k,)) for k in range(5)]
+           + [threading.Thread(target=pester)])
+for t in threads:
+    t.start()
+interrupted = main_waits = 0
+s = Stream(device=0)
+while time.monotonic() < stop:
+    sleep(s, 0.2)
+    try:
+        armed[0] = True
+        s.synchronize()
+    except Signalled:
+        interrupted += 1
+    finally:
+        armed[0] = False
+    s.synchronize(timeout=10)
+    main_waits += 1
+for t in threads:
+    t.join()
+s.close()
+assert not errors, errors[:5]
+settle()
+assert interrupted > 0, "no signal ended a wait of the main thread"
+assert custream.live_stream_count() == base, custream.live_stream_count()
+print(counts, "main waits", main_waits, "interrupted", interrupted)
+print("ok")
+""")
+    print(out)
+    assert out.strip().endswith("ok"), out
