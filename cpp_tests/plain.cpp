@@ -163,6 +163,15 @@ PyObject *slice(PyObject *, PyObject *obj) {
     return Py_BuildValue("(NI)", PyLong_FromVoidPtr(static_cast<void *>(*g)), *n);
 }
 
+PyObject *sync_timeout(PyObject *, PyObject *args) {
+    PyObject *obj;
+    double seconds;
+    if (!PyArg_ParseTuple(args, "Od", &obj, &seconds)) return nullptr;
+    custream::stream s = custream::stream::from_python(obj);
+    if (!s || !s.synchronize(seconds)) return nullptr;
+    Py_RETURN_NONE;
+}
+
 PyObject *close(PyObject *, PyObject *obj) {
     custream::stream s = custream::stream::from_python(obj);
     if (!s || !s.close() || !s.close()) return nullptr;  // twice: close() is idempotent
@@ -389,6 +398,7 @@ PyMethodDef methods[] = {
     {"stream_state", stream_state, METH_O, "(ref().get(), is_closed()) of stream::from_python(obj)."},
     {"synchronize", synchronize, METH_O, "stream::synchronize()."},
     {"slice", slice, METH_O, "(stream::green_context(), stream::sm_count())."},
+    {"sync_timeout", sync_timeout, METH_VARARGS, "stream::synchronize(seconds)."},
     {"close", close, METH_O, "stream::close() twice; is_closed() after."},
     {"empty_stream_calls", empty_stream_calls, METH_NOARGS, "close() and is_closed() of an empty stream."},
     {"wrap", wrap, METH_VARARGS, "from_handle(handle, device, owner)."},

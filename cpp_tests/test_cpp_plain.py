@@ -92,6 +92,15 @@ def test_sm_count_and_green_context_report_the_python_error(plain):
         plain.slice(closed)
 
 
+def test_synchronize_with_seconds_reports_the_python_error(plain):
+    s = Stream.from_handle(0x1000)
+    with pytest.raises(ValueError, match=r"^Custream_SynchronizeTimeout\(\) timeout must be a non-negative"):
+        plain.sync_timeout(s, -1.0)
+    s.close()
+    with pytest.raises(ValueError, match=r"^synchronize\(\) on a closed custream.Stream$"):
+        plain.sync_timeout(s, 1.0)
+
+
 def test_from_handle_borrows_and_keeps_the_owner(plain):
     owner = Producer(0)
     s = plain.wrap(0x5000, 3, owner)

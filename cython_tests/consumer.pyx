@@ -24,6 +24,7 @@ from custream cimport (
     stream_is_closed,
     stream_priority,
     synchronize,
+    synchronize_timeout,
 )
 
 
@@ -90,6 +91,10 @@ def checked_handle(Stream s not None):
 
 def sync(Stream s not None):
     synchronize(s)
+
+
+def sync_timeout(Stream s not None, double seconds):
+    synchronize_timeout(s, seconds)
 
 
 def sync_any(obj):

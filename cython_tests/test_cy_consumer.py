@@ -190,6 +190,17 @@ def test_sm_count_without_a_driver_raises_cuda_unavailable(cy):
         cy.slice_of(closed)
 
 
+def test_synchronize_timeout_reaches_custreams_checks(cy):
+    """The .pxd's synchronize_timeout: custream's own argument check and closed-stream error."""
+    s = custream.Stream.from_handle(0x1000)
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match=r"^Custream_SynchronizeTimeout\(\) timeout must be a non-negative"):
+            cy.sync_timeout(s, bad)
+    s.close()
+    with pytest.raises(ValueError, match="^synchronize\\(\\) on a closed custream.Stream$"):
+        cy.sync_timeout(s, 1.0)
+
+
 def test_deleter_called_once_on_close(cy):
     s = cy.wrap_with_deleter(0x5000, 1)
     assert cy.deleter_record(1) == (0, 0)

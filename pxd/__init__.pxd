@@ -23,6 +23,7 @@ Names:
   ``priority``) read the struct field: one load, usable inside ``nogil``. Type arguments as
   ``Stream s not None``: Cython lets None through a typed argument otherwise.
 * ``as_stream``, ``from_handle``, ``from_handle_with_deleter``, ``synchronize``,
+  ``synchronize_timeout``,
   ``handle_checked``, ``is_closed``, ``is_stream``, ``launch_host_func``, ``is_capturing``,
   ``sm_count``, ``green_context``: the C API with Cython signatures.
 * ``stream_handle`` and its siblings: the fields through the table's offsets (above).
@@ -109,6 +110,7 @@ cdef extern from "custream.h":
     int Custream_IsCapturing(object stream) except -1
     int Custream_GreenContext(object stream, custream_green_ctx_t *out) except -1
     int Custream_SmCount(object stream, unsigned int *out) except -1
+    int Custream_SynchronizeTimeout(object stream, double timeout) except -1
 
 
 cdef inline Stream as_stream(object obj):
@@ -154,6 +156,12 @@ cdef inline custream_handle_t handle_checked(Stream s) except? NULL:
 cdef inline int synchronize(Stream s) except -1:
     """Wait for the stream's work, with the GIL released while waiting."""
     return Custream_Synchronize(s)
+
+
+cdef inline int synchronize_timeout(Stream s, double timeout) except -1:
+    """Wait at most ``timeout`` seconds (``INFINITY``: no limit) for the stream's work, with
+    the GIL released; ``TimeoutError`` when it gives up (the stream untouched)."""
+    return Custream_SynchronizeTimeout(s, timeout)
 
 
 cdef inline Stream current_stream():

@@ -294,6 +294,11 @@ class stream {
     /* Wait for the stream's work (custream releases the GIL while waiting). Needs the GIL. */
     bool synchronize() const noexcept { return Custream_Synchronize(obj_) == 0; }
 
+    /* Wait at most `seconds` (INFINITY: no limit) for the stream's work, the GIL released; false
+     * with TimeoutError set when it gives up (the stream untouched), or with the exception of a
+     * signal's handler (Ctrl-C) on the main thread. Needs the GIL. */
+    bool synchronize(double seconds) const noexcept { return Custream_SynchronizeTimeout(obj_, seconds) == 0; }
+
     /* How many SMs the stream's work may use: its green context's, else the whole device's
      * (Custream_SmCount), e.g. to size a persistent kernel's grid. Empty, with a Python error
      * set, on failure (a closed or empty stream, no driver). Needs the GIL. */

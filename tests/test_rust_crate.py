@@ -222,6 +222,16 @@ def test_synchronize_without_a_driver_raises_custreams_error(rx):
         rx.synchronize(Stream.from_handle(H))
 
 
+@pytest.mark.skipif(custream.is_available(), reason="a CUDA driver is present")
+def test_synchronize_timeout_reaches_custream(rx):
+    s = Stream.from_handle(H)
+    with pytest.raises(custream.CudaUnavailableError):
+        rx.synchronize_timeout(s, 0.5)
+    s.close()
+    with pytest.raises(ValueError, match=r"^synchronize\(\) on a closed custream.Stream$"):
+        rx.synchronize_timeout(s)
+
+
 def test_synchronize_and_close_on_the_standin_driver(standin_lib):
     load_ext()
     standin.run(standin_lib, """

@@ -169,6 +169,18 @@ impl Api {
         }
     }
 
+    /// `Stream.synchronize(timeout=seconds)`: `f64::INFINITY` waits without a limit.
+    pub(crate) fn synchronize_timeout(self, stream: &Bound<'_, PyAny>, seconds: f64) -> PyResult<()> {
+        let f = self.0.synchronize_timeout.ok_or_else(|| missing("synchronize_timeout"))?;
+        // SAFETY: attached and stream is alive.
+        let rc = unsafe { f(stream.as_ptr(), seconds) };
+        if rc < 0 {
+            Err(PyErr::fetch(stream.py()))
+        } else {
+            Ok(())
+        }
+    }
+
     /// The error custream raises for the handle of a closed Stream (its own wording), or the
     /// handle if `stream` is open after all.
     pub(crate) fn handle_checked(self, stream: &Bound<'_, PyAny>) -> PyResult<custream_handle_t> {

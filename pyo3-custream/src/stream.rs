@@ -104,6 +104,25 @@ impl Stream {
         api(py)?.synchronize(self.0.bind(py))
     }
 
+    /// Wait at most `timeout` for the stream's work (`None`: no limit), with the GIL let go;
+    /// Python's `TimeoutError` when it gives up (the stream and its work untouched). On the
+    /// main thread a signal's handler (Ctrl-C) ends the wait with its exception.
+    ///
+    /// ```
+    /// # use pyo3::prelude::*;
+    /// # fn demo(py: Python<'_>, s: &pyo3_custream::Stream) -> PyResult<()> {
+    /// match s.synchronize_timeout(py, Some(std::time::Duration::from_millis(250))) {
+    ///     Err(e) if e.is_instance_of::<pyo3::exceptions::PyTimeoutError>(py) => { /* still busy */ }
+    ///     other => other?,
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn synchronize_timeout(&self, py: Python<'_>, timeout: Option<std::time::Duration>) -> PyResult<()> {
+        let seconds = timeout.map_or(f64::INFINITY, |t| t.as_secs_f64());
+        api(py)?.synchronize_timeout(self.0.bind(py), seconds)
+    }
+
     /// `Stream.close()`: idempotent and thread-safe; the first close releases what the Stream
     /// holds (its owner, or a release given to [`to_python`](crate::to_python)).
     pub fn close(&self, py: Python<'_>) -> PyResult<()> {

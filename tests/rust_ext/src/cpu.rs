@@ -78,6 +78,13 @@ fn synchronize(py: Python<'_>, stream: Stream) -> PyResult<()> {
     stream.synchronize(py)
 }
 
+/// `Stream::synchronize_timeout` with `seconds` (None: no limit).
+#[pyfunction]
+#[pyo3(signature = (stream, seconds=None))]
+fn synchronize_timeout(py: Python<'_>, stream: Stream, seconds: Option<f64>) -> PyResult<()> {
+    stream.synchronize_timeout(py, seconds.map(std::time::Duration::from_secs_f64))
+}
+
 #[pyfunction]
 fn close(py: Python<'_>, stream: Stream) -> PyResult<bool> {
     stream.close(py)?;
@@ -190,6 +197,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(from_bound, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add_function(wrap_pyfunction!(synchronize, m)?)?;
+    m.add_function(wrap_pyfunction!(synchronize_timeout, m)?)?;
     m.add_function(wrap_pyfunction!(close, m)?)?;
     m.add_function(wrap_pyfunction!(from_handle, m)?)?;
     m.add_function(wrap_pyfunction!(current, m)?)?;
