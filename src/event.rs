@@ -182,8 +182,8 @@ impl Event {
     /// (``await stream.record()`` waits for the work queued on the stream so far). The event
     /// loop runs meanwhile; no thread and no CPU is spent on the wait (the driver signals an
     /// eventfd the loop watches); cancelling the awaiting task cancels the wait.
-    fn __await__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.use_for_wait(py, "await", |ev, ctx| {
+    fn __await__<'py>(slf: &Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        slf.get().use_for_wait(py, "await", |ev, ctx| {
             if gil::brief(py, move || driver::event_query(ev))? {
                 return Ok(PyTuple::empty(py).try_iter()?.into_any());
             }
@@ -192,7 +192,7 @@ impl Event {
                 Ok::<_, PyErr>(py.import("custream._waits")?.getattr("prepare")?.unbind())
             })?;
             let (bell, future, token): (Bound<'py, PyBell>, Bound<'py, PyAny>, u64) =
-                prepare.bind(py).call0()?.extract()?;
+                prepare.bind(py).call1((slf,))?.extract()?;
             if let Err(e) = waits::arm(py, ev, ctx, Signal::bell(bell.get(), token)) {
                 future.call_method0("cancel")?;
                 return Err(e);

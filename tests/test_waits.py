@@ -342,6 +342,41 @@ def test_the_c_api_waits_with_a_timeout(fake):
     assert out.strip() == "ok"
 
 
+def test_a_fault_ends_pending_waits_with_the_drivers_error(sticky):
+    """A faulted driver runs no host function: the waits see the fault through their queries
+    (a thread between slices, an event loop every second)."""
+    out = run(sticky, """
+        s = Stream()
+        fake.standin_hold(1)
+        e = s.record()
+        threading.Timer(0.2, fake.standin_sticky, (700,)).start()
+        for wait in (lambda: e.synchronize(), lambda: s.synchronize(timeout=5)):
+            try:
+                wait()
+            except custream.CudaError as err:
+                assert err.name == "CUDA_ERROR_ILLEGAL_ADDRESS", err
+            else:
+                raise AssertionError("no fault")
+        fake.standin_sticky(0)
+        async def main():
+            pending = asyncio.ensure_future(_await(e))
+            await asyncio.sleep(0.1)
+            fake.standin_sticky(700)
+            try:
+                await asyncio.wait_for(pending, 5)
+            except custream.CudaError as err:
+                assert err.name == "CUDA_ERROR_ILLEGAL_ADDRESS", err
+            else:
+                raise AssertionError("no fault")
+        async def _await(ev):
+            await ev
+        asyncio.run(main())
+        assert custream._waits.pending_futures() == 0
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
 def test_close_after_a_sticky_fault_does_not_raise(sticky):
     out = run(sticky, """
         s, e = Stream(), Event()

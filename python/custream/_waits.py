@@ -13,7 +13,10 @@ import functools
 import itertools
 import weakref
 
-from custream._custream import _Bell
+from custream._custream import CudaError, Event, _Bell
+
+# How often pending awaits ask the driver whether their context died (a sticky fault).
+CHECK_S = 1.0
 
 # Loops that cannot be weakly referenced keep their bell (and stay alive) in _strong.
 _bells: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Ring]" = weakref.WeakKeyDictionary()
@@ -22,25 +25,47 @@ _tokens = itertools.count(1)
 
 
 class _Ring:
-    """A loop's bell and the futures waiting on it, by token; called by the loop when the
-    bell's eventfd is readable."""
+    """A loop's bell and the futures waiting on it (with their events), by token; called by the
+    loop when the bell's eventfd is readable."""
 
-    __slots__ = ("bell", "futures")
+    __slots__ = ("bell", "futures", "checking")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.bell = _Bell()
-        self.futures: "dict[int, asyncio.Future[None]]" = {}
+        self.futures: "dict[int, tuple[asyncio.Future[None], Event]]" = {}
+        self.checking = False
         loop.add_reader(self.bell.fileno(), self)
 
     def __call__(self) -> None:
         for token in self.bell.take():
-            future = self.futures.pop(token, None)
+            future, _ = self.futures.pop(token, (None, None))
             if future is not None and not future.done():
                 future.set_result(None)
 
     def forget_future(self, token: int, future: "asyncio.Future[None]") -> None:
         """The future's done callback: a cancelled await forgets its token."""
         self.futures.pop(token, None)
+
+    def watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """While awaits are pending, ask the driver about their events every CHECK_S: after a
+        sticky fault the driver runs no host function, and the awaits end with its error."""
+        if not self.checking:
+            self.checking = True
+            loop.call_later(CHECK_S, self.check, loop)
+
+    def check(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.checking = False
+        for token, (future, event) in list(self.futures.items()):
+            try:
+                event.query()
+            except CudaError as e:
+                self.futures.pop(token, None)
+                if not future.done():
+                    future.set_exception(e)
+            except ValueError:
+                pass  # closed meanwhile: the notifier still rings
+        if self.futures and not loop.is_closed():
+            self.watch(loop)
 
 
 def _ring_of(loop: asyncio.AbstractEventLoop) -> _Ring:
@@ -57,14 +82,15 @@ def _ring_of(loop: asyncio.AbstractEventLoop) -> _Ring:
     return ring
 
 
-def prepare() -> "tuple[_Bell, asyncio.Future[None], int]":
+def prepare(event: Event) -> "tuple[_Bell, asyncio.Future[None], int]":
     """For ``Event.__await__``: the running loop's bell, a new future of that loop and the
     token the bell will ring for it."""
     loop = asyncio.get_running_loop()
     ring = _ring_of(loop)
     future: "asyncio.Future[None]" = loop.create_future()
     token = next(_tokens)
-    ring.futures[token] = future
+    ring.futures[token] = (future, event)
+    ring.watch(loop)
     future.add_done_callback(functools.partial(ring.forget_future, token))
     return ring.bell, future, token
 

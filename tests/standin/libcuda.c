@@ -181,13 +181,18 @@ CUresult cuStreamGetPriority(CUstream s, int *p) { (void)s; *p = 0; return OK; }
 CUresult cuEventCreate(CUevent *e, unsigned f) { (void)f; *e = malloc(16); BUMP(live_events, 1); return OK; }
 CUresult cuEventDestroy_v2(CUevent e) { free(e); BUMP(live_events, -1); return sticky; }
 CUresult cuEventRecord(CUevent e, CUstream s) { (void)e; return on(s); }
+/* standin_hold(1): events stay pending (cuEventQuery: NOT_READY) and host functions are never
+ * run, as when the GPU hangs; a sticky fault then ends it (a faulted driver runs no host
+ * function, and every query answers the fault). */
+static int hold;
+void standin_hold(int on) { hold = on; }
 CUresult cuEventSynchronize(CUevent e) { (void)e; return sticky; }
-CUresult cuEventQuery(CUevent e) { (void)e; return sticky; }
+CUresult cuEventQuery(CUevent e) { (void)e; return sticky ? sticky : hold ? NOT_READY : OK; }
 /* No GPU work here: a host function runs at once, on the calling thread. */
 typedef void (*hostfn)(void *);
 CUresult cuLaunchHostFunc(CUstream s, hostfn fn, void *user) {
     CUresult r = on(s);
-    if (r == OK) fn(user);
+    if (r == OK && !hold) fn(user);
     return r;
 }
 CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { (void)a; (void)b; *ms = 0; return OK; }
