@@ -133,7 +133,10 @@ unsafe extern "C" fn synchronize_timeout(obj: *mut ffi::PyObject, timeout: f64) 
 fn synchronize_timeout_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, timeout: f64) -> c_int {
     boundary(|_| {
         let s = stream_arg(obj, "Custream_SynchronizeTimeout")?;
-        let deadline = timeout_arg(Some(&PyFloat::new(py, timeout).into_any()), "Custream_SynchronizeTimeout")?;
+        let deadline = timeout_arg(
+            Some(&PyFloat::new(py, timeout).into_any()),
+            "Custream_SynchronizeTimeout",
+        )?;
         s.synchronize_until(py, deadline)?;
         Ok(0)
     })

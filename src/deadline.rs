@@ -204,7 +204,10 @@ mod tests {
             .unwrap_err();
             assert!(err.is_instance_of::<PyTimeoutError>(py));
             let took = start.elapsed();
-            assert!(took >= Duration::from_millis(120) && took < Duration::from_secs(2), "{took:?}");
+            assert!(
+                took >= Duration::from_millis(120) && took < Duration::from_secs(2),
+                "{took:?}"
+            );
         });
     }
 }

@@ -12,9 +12,9 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
 
 use crate::args::{bool_arg, device_arg};
-use crate::deadline::{self, timeout_arg};
 use crate::capture;
 use crate::closable::{self, Closable};
+use crate::deadline::{self, timeout_arg};
 use crate::driver::{self, capture_code, Context, EventHandle, OwnedEvent};
 use crate::gil;
 use crate::home::Home;
@@ -173,9 +173,13 @@ impl Event {
         let deadline = timeout_arg(timeout.as_ref(), "Event.synchronize")?;
         const WHAT: &str = "Event.synchronize()";
         if deadline.is_never() && !deadline::on_main_thread() {
-            return self.use_for_wait(py, WHAT, |ev, _| Ok(gil::detach(py, move || driver::event_synchronize(ev))?));
+            return self.use_for_wait(py, WHAT, |ev, _| {
+                Ok(gil::detach(py, move || driver::event_synchronize(ev))?)
+            });
         }
-        self.use_for_wait(py, WHAT, |ev, ctx| waits::synchronize_event(py, ev, ctx, deadline, WHAT))
+        self.use_for_wait(py, WHAT, |ev, ctx| {
+            waits::synchronize_event(py, ev, ctx, deadline, WHAT)
+        })
     }
 
     /// ``await event``: in a coroutine, until the work recorded before the event is done

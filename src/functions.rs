@@ -15,9 +15,9 @@ use crate::host_thread;
 use crate::libcuda::LoadError;
 use crate::process;
 use crate::protocol;
-use crate::waits;
 use crate::raw_stream::{self, entry, StreamObject};
 use crate::stream;
+use crate::waits;
 
 /// `as_stream` as a METH_O builtin: a Stream argument is returned before any argument
 /// parsing or pyo3 trampoline, the common case for a library that accepts any stream.

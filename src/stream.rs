@@ -15,8 +15,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PyTuple};
 
 use crate::capture;
-use crate::driver::{self, CaptureMode, CaptureStatus, Context, OwnedStream, StreamHandle};
 use crate::deadline::{self, Deadline};
+use crate::driver::{self, CaptureMode, CaptureStatus, Context, OwnedStream, StreamHandle};
 use crate::gil;
 use crate::green::{self, GreenContext};
 use crate::home::Home;

@@ -164,7 +164,6 @@ impl PyBell {
         let rung = std::mem::take(&mut *self.0.rung.lock().unwrap_or_else(PoisonError::into_inner));
         PyList::new(py, rung)
     }
-
 }
 
 /// Who is told when the event is reached.
@@ -268,7 +267,13 @@ fn queue(notifier: Notifier, behind: Behind, signal: Signal) -> Result<(), (Driv
 
 /// `Event.synchronize(timeout=)`, and a plain one on the main thread (where a signal's
 /// handler must run): for `ev`, a live event of `ctx` that the caller holds open throughout.
-pub fn synchronize_event(py: Python<'_>, ev: EventHandle, ctx: Context, deadline: Deadline, what: &str) -> PyResult<()> {
+pub fn synchronize_event(
+    py: Python<'_>,
+    ev: EventHandle,
+    ctx: Context,
+    deadline: Deadline,
+    what: &str,
+) -> PyResult<()> {
     if gil::brief(py, move || driver::event_query(ev))? {
         return Ok(());
     }

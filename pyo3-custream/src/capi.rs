@@ -171,7 +171,10 @@ impl Api {
 
     /// `Stream.synchronize(timeout=seconds)`: `f64::INFINITY` waits without a limit.
     pub(crate) fn synchronize_timeout(self, stream: &Bound<'_, PyAny>, seconds: f64) -> PyResult<()> {
-        let f = self.0.synchronize_timeout.ok_or_else(|| missing("synchronize_timeout"))?;
+        let f = self
+            .0
+            .synchronize_timeout
+            .ok_or_else(|| missing("synchronize_timeout"))?;
         // SAFETY: attached and stream is alive.
         let rc = unsafe { f(stream.as_ptr(), seconds) };
         if rc < 0 {
