@@ -91,14 +91,14 @@ def test_a_bad_timeout_is_refused_before_any_driver_call(value, error, message):
 def test_timeouts_give_up_in_time_and_leave_the_work_running(fake):
     out = run(fake, """
         s = Stream()
-        kernel(s, 400)
+        kernel(s, 800)
         t = time.monotonic()
         try:
             s.synchronize(timeout=0.1)
         except TimeoutError as e:
             took = time.monotonic() - t
             assert "Stream.synchronize() timed out after 0.1 s" in str(e), e
-            assert 0.1 <= took < 0.35, took
+            assert 0.1 <= took < 0.6, took
         else:
             raise AssertionError("no TimeoutError")
         assert s.query() is False, "the work was touched"
@@ -141,7 +141,7 @@ def test_ctrl_c_ends_a_wait_the_driver_would_not_end(fake):
             ("Event.synchronize", lambda: s.record().synchronize(), sigint),
             ("future().result", lambda: s.record().future().result(), sigint),
         ]:
-            kernel(s, 1000)
+            kernel(s, 1200)
             signal_after(0.1, sig)
             t = time.monotonic()
             try:
@@ -151,7 +151,7 @@ def test_ctrl_c_ends_a_wait_the_driver_would_not_end(fake):
             else:
                 raise AssertionError(f"{name}: no {exc.__name__}")
             # Well before the kernel's end: the wait ended at the signal.
-            assert took < 0.6, (name, took)
+            assert took < 0.9, (name, took)
             assert s.query() is False, f"{name}: the work must still run"
             print(name, exc.__name__, round(took, 2))
             # Still usable: a wait that is let run ends with the work.
@@ -326,13 +326,13 @@ def test_the_c_api_waits_with_a_timeout(fake):
         else:
             raise AssertionError("no TimeoutError")
         assert api.synchronize_timeout(s, math.inf) == 0 and s.query()
-        kernel(s, 1000)
+        kernel(s, 1200)
         signal_after(0.1)
         t = time.monotonic()
         try:
             api.synchronize(s)
         except KeyboardInterrupt:
-            assert time.monotonic() - t < 0.6
+            assert time.monotonic() - t < 0.9
         else:
             raise AssertionError("Custream_Synchronize was not interrupted")
         s.synchronize()
