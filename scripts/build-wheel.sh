@@ -15,26 +15,9 @@
 # Usage: scripts/build-wheel.sh OUTDIR [--arch x86_64|aarch64]
 #        (variables, and the libgcc_s link: scripts/zig-env.sh)
 set -euo pipefail
-arch=x86_64
-args=()
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --arch) [ $# -ge 2 ] || { echo "build-wheel.sh: --arch needs x86_64 or aarch64" >&2; exit 2; }
-                arch=$2; shift 2 ;;
-        --arch=*) arch=${1#--arch=}; shift ;;
-        *) args+=("$1"); shift ;;
-    esac
-done
-case "$arch" in
-    x86_64 | aarch64) ;;
-    *) echo "build-wheel.sh: --arch $arch: the wheel is built for x86_64 or aarch64 only" >&2; exit 2 ;;
-esac
-# Before any build: a missing tool is named now, not after the sdist.
-if [ "$arch" = aarch64 ]; then
-    sid=${CUSTREAM_DEBIAN_ROOT:-$(cd "$(dirname "$0")/.." && pwd)/.roots/sid}
-    "$(dirname "$0")/debian-root.sh" "$sid"
-fi
-. "$(dirname "$0")/zig-env.sh" "${args[@]}"
+# --arch, and the sid root for aarch64 (made before any build: a missing tool is named now,
+# not after the sdist).
+. "$(dirname "$0")/zig-env.sh" "$@"
 
 rm -f "$out"/custream-*.tar.gz "$out"/custream-*_"$arch".whl
 (cd "$root" && maturin sdist --out "$out") >/dev/null

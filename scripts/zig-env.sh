@@ -2,18 +2,39 @@
 # abi3 wheel linked with zig against glibc 2.28 (tagged manylinux_2_28), so that it installs
 # where rmm, cuda-core and CuPy do and on the GPU machine, which has no Rust toolchain.
 #
-#   . scripts/zig-env.sh OUTDIR
+#   . scripts/zig-env.sh OUTDIR [--arch x86_64|aarch64]
 #
-# Sets root (the source tree), out (OUTDIR, made absolute), tag, work (a temporary folder,
-# removed on exit), and exports CARGO_TARGET_DIR, PATH (maturin and zig first) and RUSTFLAGS.
+# Sets arch, sid (the Debian sid root of scripts/debian-root.sh, made if need be, for
+# aarch64), root (the source tree), out (OUTDIR, made absolute), tag, work (a temporary
+# folder, removed on exit), and exports CARGO_TARGET_DIR, PATH (maturin and zig first) and
+# RUSTFLAGS. Mistakes are named with the calling script's name.
+#   CUSTREAM_DEBIAN_ROOT the root for aarch64 (default .roots/sid in the source tree)
 #   PYTHON               the interpreter for the build venv (default python3)
 #   CUSTREAM_BUILD_VENV  reuse this venv for maturin and zig (default: a temporary one)
 #   CARGO_TARGET_DIR     cargo's build folder (default: target/ in the source tree)
-if [ $# -ne 1 ]; then
-    echo "usage: $0 OUTDIR" >&2
-    exit 2
-fi
+me=$(basename "$0")
+arch=x86_64
+outdir=
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --arch) [ $# -ge 2 ] || { echo "$me: --arch needs x86_64 or aarch64" >&2; exit 2; }
+                arch=$2; shift 2 ;;
+        --arch=*) arch=${1#--arch=}; shift ;;
+        *) [ -z "$outdir" ] || { echo "usage: $me OUTDIR [--arch x86_64|aarch64]" >&2; exit 2; }
+           outdir=$1; shift ;;
+    esac
+done
+[ -n "$outdir" ] || { echo "usage: $me OUTDIR [--arch x86_64|aarch64]" >&2; exit 2; }
+case "$arch" in
+    x86_64 | aarch64) ;;
+    *) echo "$me: --arch $arch: the wheel is built for x86_64 or aarch64 only" >&2; exit 2 ;;
+esac
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [ "$arch" = aarch64 ]; then
+    sid=${CUSTREAM_DEBIAN_ROOT:-$root/.roots/sid}
+    "$root/scripts/debian-root.sh" "$sid"
+fi
+set -- "$outdir"
 mkdir -p "$1"
 out=$(cd "$1" && pwd)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
