@@ -224,6 +224,36 @@ fn sm_count_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut 
     })
 }
 
+unsafe extern "C" fn stream_id(obj: *mut ffi::PyObject, out: *mut std::ffi::c_ulonglong) -> c_int {
+    // SAFETY: the C API's contract; `out` is NULL or a place for one id (custream.h).
+    unsafe { raw_stream::function_o(obj, |py, obj| stream_id_of(py, obj.as_deref(), out.as_mut())) }
+}
+
+fn stream_id_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut std::ffi::c_ulonglong>) -> c_int {
+    boundary(|_| {
+        let id = stream_arg(obj, "Custream_StreamId")?.id_value(py)?;
+        if let Some(out) = out {
+            *out = id;
+        }
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn stream_device(obj: *mut ffi::PyObject, out: *mut c_int) -> c_int {
+    // SAFETY: the C API's contract; `out` is NULL or a place for one int (custream.h).
+    unsafe { raw_stream::function_o(obj, |py, obj| stream_device_of(py, obj.as_deref(), out.as_mut())) }
+}
+
+fn stream_device_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut c_int>) -> c_int {
+    boundary(|_| {
+        let d = stream_arg(obj, "Custream_StreamDevice")?.device(py)?;
+        if let Some(out) = out {
+            *out = d;
+        }
+        Ok(0)
+    })
+}
+
 /// The capsule holding the table; the table lives for the process.
 pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     let table = TABLE.get_or_init(|| {
@@ -254,6 +284,8 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
                 device_offset: offset(offset_of!(CustreamStream, device)),
                 priority_offset: offset(offset_of!(CustreamStream, priority)),
                 reserved2: 0,
+                stream_id: Some(stream_id),
+                stream_device: Some(stream_device),
             },
             [0; GROWTH],
         )

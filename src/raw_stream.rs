@@ -19,6 +19,7 @@
 //!    once, in `alloc`, before anybody else sees the object (`protocol` is cleared only by
 //!    `dealloc`, when no reference is left). Every other field is only ever accessed
 //!    atomically: `state` (the lifecycle's word), `device` (-1, then the device, once),
+//!    `stream_id` (NULL, then an int the object holds, once; dropped by `dealloc`),
 //!    `owner`, `deleter` and `deleter_ctx` (swapped out by the one release, which the state
 //!    word elects), `context` and `context_id` (learnt on first use, cleared by the release).
 //! 3. The pointers a field holds are kept alive by the state word: a reader of `owner`
@@ -158,6 +159,40 @@ impl<'a> StreamObject<'a> {
     pub fn device_cell(self) -> &'a AtomicI32 {
         // SAFETY: alive for 'a; the field is only accessed atomically (rule 2).
         unsafe { AtomicI32::from_ptr(&raw mut (*self.raw()).device) }
+    }
+
+    fn id_cell(self) -> &'a AtomicPtr<ffi::PyObject> {
+        // SAFETY: alive for 'a; the field is only accessed atomically (rule 2).
+        unsafe { AtomicPtr::from_ptr(&raw mut (*self.raw()).stream_id) }
+    }
+
+    /// The driver's id of the stream as an int, once kept (`keep_id`), as a new reference.
+    #[inline]
+    pub fn known_id<'py>(self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
+        let p = self.id_cell().load(Ordering::Acquire);
+        // SAFETY: null, or an int the object holds a reference to until `dealloc` (rule 2),
+        // made into a new reference while the object is alive ('a).
+        (!p.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, p) })
+    }
+
+    /// Keep `id` as the stream's id (threads learning it at once: the first one stored) and
+    /// return the one kept.
+    pub fn keep_id<'py>(self, id: Bound<'py, PyAny>) -> Bound<'py, PyAny> {
+        let py = id.py();
+        let p = id.into_ptr();
+        match self
+            .id_cell()
+            .compare_exchange(null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
+        {
+            // SAFETY: the object holds the reference just stored until `dealloc` (rule 2).
+            Ok(_) => unsafe { Bound::from_borrowed_ptr(py, p) },
+            Err(kept) => {
+                // SAFETY: `p` is our own reference, not stored: given back here.
+                drop(unsafe { Bound::from_owned_ptr(py, p) });
+                // SAFETY: as in `known_id`.
+                unsafe { Bound::from_borrowed_ptr(py, kept) }
+            }
+        }
     }
 
     fn owner_cell(self) -> &'a AtomicPtr<ffi::PyObject> {
@@ -536,6 +571,10 @@ pub unsafe fn dealloc(obj: *mut ffi::PyObject, release: impl FnOnce(StreamObject
         let protocol = std::mem::replace(&mut (*s.raw()).protocol, null_mut());
         if !protocol.is_null() {
             ffi::Py_DECREF(protocol);
+        }
+        let id = s.id_cell().swap(null_mut(), Ordering::AcqRel);
+        if !id.is_null() {
+            ffi::Py_DECREF(id);
         }
         let tp = ffi::Py_TYPE(obj);
         ffi::PyObject_GC_Del(obj.cast());
