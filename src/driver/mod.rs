@@ -455,7 +455,7 @@ fn stream_priority_range(api: &Api) -> Result<(i32, i32)> {
 }
 
 /// Refuses a priority outside (least, greatest) by name: the driver would clamp it silently.
-fn check_priority(priority: i32, (least, greatest): (i32, i32)) -> Result<()> {
+pub fn check_priority(priority: i32, (least, greatest): (i32, i32)) -> Result<()> {
     if priority > least || priority < greatest {
         return Err(refused(
             code::INVALID_VALUE,
