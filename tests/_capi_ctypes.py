@@ -38,6 +38,8 @@ class CAPI(ctypes.Structure):
         ("device_offset", ctypes.c_uint32),
         ("priority_offset", ctypes.c_uint32),
         ("reserved2", ctypes.c_uint32),
+        ("stream_id", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_ulonglong))),
+        ("stream_device", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_int))),
     ]
 
 
