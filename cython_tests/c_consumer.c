@@ -47,11 +47,11 @@ static PyObject *abi(PyObject *self, PyObject *args) {
 static PyObject *layout(PyObject *self, PyObject *args) {
     (void)self, (void)args;
     return Py_BuildValue(
-        "{s:n,s:n,s:{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n}}",
+        "{s:n,s:n,s:{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n}}",
         "sizeof", (Py_ssize_t)sizeof(CustreamStream), "sizeof_capi", (Py_ssize_t)sizeof(CustreamCAPI),
         "offsetof", FIELD(handle), FIELD(protocol), FIELD(flags), FIELD(state), FIELD(device),
         FIELD(priority), FIELD(fork_generation), FIELD(reserved), FIELD(owner), FIELD(deleter),
-        FIELD(deleter_ctx), FIELD(context), FIELD(weakreflist), FIELD(context_id));
+        FIELD(deleter_ctx), FIELD(context), FIELD(weakreflist), FIELD(context_id), FIELD(stream_id));
 }
 #endif
 

@@ -78,6 +78,9 @@ impl StreamPool {
         green: Option<&Bound<'_, GreenContext>>,
     ) -> PyResult<Self> {
         let device = match green {
+            Some(gc) if gc.get().is_closed() => {
+                return Err(PyValueError::new_err("StreamPool() on a closed custream.GreenContext"));
+            }
             Some(gc) => gc.get().device(),
             None => stream::existing_device(device, driver::current_context()?)?,
         };
