@@ -164,7 +164,7 @@ fn pool_get_of(py: Python<'_>, pool: Option<&Bound<'_, PyAny>>) -> PyResult<*mut
             pool.get_type().name().map(|n| n.to_string()).unwrap_or_default()
         ))
     })?;
-    Ok(pool.get().get(py, None)?.into_ptr())
+    Ok(pool.get().get(py, 0)?.into_ptr())
 }
 
 unsafe extern "C" fn launch_host_func(obj: *mut ffi::PyObject, f: custream_host_fn_t, user: *mut c_void) -> c_int {

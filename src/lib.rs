@@ -81,6 +81,7 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Stream", stream_type)?;
     m.add_class::<event::Event>()?;
     m.add_class::<pool::StreamPool>()?;
+    pool::install(&py.get_type::<pool::StreamPool>())?;
     m.add_class::<lease::Lease>()?;
     m.add_class::<green::GreenContext>()?;
     m.add("CudaError", py.get_type::<errors::CudaError>())?;

@@ -11,13 +11,14 @@ use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple, PyType};
 
-use crate::args::{bool_arg, device_arg, i32_arg, int_repr, is_int_not_bool, short_repr};
+use crate::args::{bool_arg, device_arg, i32_arg, int_repr, is_int_not_bool, short_repr, Signature};
+use crate::boundary::boundary;
 use crate::closable::{self, Closable};
 use crate::deadline::timeout_arg;
 use crate::driver::{self, CaptureMode, CaptureModeScope};
 use crate::green::{green_context_arg, GreenContext};
 use crate::lease::{CloseNow, Lease, Leases, Made};
-use crate::raw_stream::StreamObject;
+use crate::raw_stream::{self, entry, Fastcall, StreamObject};
 use crate::stream;
 
 /// The most streams one pool makes: far above any use (rmm's default is 16), low enough
@@ -220,11 +221,64 @@ impl StreamPool {
         self.tiers.iter().flat_map(|t| t.slots.iter().filter_map(OnceLock::get))
     }
 
+    /// The next stream of `tier`, round-robin (thread-safe, no lock): one atomic add, once
+    /// the stream is made. `get()`, and `Custream_PoolGet()` with tier 0.
+    #[inline]
+    pub fn get<'py>(&self, py: Python<'py>, tier: usize) -> PyResult<Bound<'py, PyAny>> {
+        self.ensure_open("get()")?;
+        let t = &self.tiers[tier];
+        // Modulo the slots' own length: the index needs no bounds check.
+        let i = t.next.fetch_add(1, Ordering::Relaxed) % t.slots.len();
+        match t.slots[i].get() {
+            Some(s) => Ok(s.bind(py).clone()),
+            None => self.make(py, tier, i),
+        }
+    }
+
     /// A lease of `slot` in `tier` ends (`Lease`'s give-back: src/lease.rs).
     fn give_back(py: Python<'_>, pool: &Bound<'_, PyAny>, tier: usize, slot: usize) -> PyResult<()> {
         let pool = pool.cast::<StreamPool>()?.get();
         pool.after(py, pool.leases.give_back(tier, slot))
     }
+}
+
+static GET_SIG: Signature = Signature {
+    name: "get",
+    positional: &[],
+    keyword_only: &["priority"],
+    required: 0,
+};
+
+/// `pool.get(*, priority=None)`: a method of its own (`install`), not of the `#[pymethods]`
+/// block, so that a call without arguments skips pyo3's argument extraction and costs what
+/// the `get()` without parameters did.
+fn get_method(pool: &Bound<'_, StreamPool>, args: Option<Fastcall<'_, '_>>) -> *mut pyo3::ffi::PyObject {
+    boundary(|py| {
+        let pool = pool.get();
+        let tier = match args {
+            None => 0,
+            Some(args) => {
+                let [priority] = GET_SIG.parse_fastcall::<1>(&args)?;
+                pool.tier_of(priority.as_ref(), "get")?
+            }
+        };
+        Ok(pool.get(py, tier)?.into_ptr())
+    })
+}
+
+/// Add `get` to the StreamPool type (the module's init, src/lib.rs).
+pub fn install(tp: &Bound<'_, PyType>) -> PyResult<()> {
+    raw_stream::add_method(
+        tp,
+        pyo3::ffi::PyMethodDef {
+            ml_name: c"get".as_ptr(),
+            ml_meth: pyo3::ffi::PyMethodDefPointer {
+                PyCFunctionFastWithKeywords: entry!(pyclass_fastcall, StreamPool, get_method),
+            },
+            ml_flags: pyo3::ffi::METH_FASTCALL | pyo3::ffi::METH_KEYWORDS,
+            ml_doc: c"get($self, /, *, priority=None)\n--\n\nThe next stream of the tier of ``priority`` (None: the first tier given),\nround-robin (thread-safe, no lock): one atomic add, once the stream is made. The\nsame stream may go to several callers; ``lease()`` holds one for one caller.".as_ptr(),
+        },
+    )
 }
 
 /// `priority=` or `priorities=` of StreamPool(): the tiers' priorities, in order.
@@ -317,19 +371,6 @@ impl StreamPool {
         }
         let green = green_context_arg(green_context.as_ref(), "StreamPool", device, non_blocking)?;
         StreamPool::new(size, device, non_blocking, priorities, green.as_ref())
-    }
-
-    /// The next stream of the tier of ``priority`` (None: the first tier given), round-robin
-    /// (thread-safe, no lock): one atomic add, once the stream is made.
-    #[pyo3(signature = (*, priority = None))]
-    pub fn get<'py>(&self, py: Python<'py>, priority: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
-        self.ensure_open("get()")?;
-        let tier = match priority {
-            None => 0,
-            Some(p) => self.tier_of(Some(p), "get")?,
-        };
-        let i = self.tiers[tier].next.fetch_add(1, Ordering::Relaxed) % self.size;
-        self.stream_at(py, tier, i)
     }
 
     /// A custream.Lease of one stream of the tier of ``priority`` (None: the first tier

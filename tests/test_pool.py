@@ -230,6 +230,11 @@ def test_tiers_hold_size_streams_of_each_priority(standin_lib):
             pool.lease(priority=-3)
         except ValueError as e:
             print(e)
+        for call in (lambda: pool.get(-1), lambda: pool.get(tier=0), lambda: custream.StreamPool.get(3)):
+            try:
+                call()
+            except TypeError as e:
+                print(e)
         print(repr(pool))
         pool.close()
     """)
@@ -238,6 +243,9 @@ def test_tiers_hold_size_streams_of_each_priority(standin_lib):
     assert "get() priority 1208925819614629174706176 is not one of" in out
     assert out.count("get() priority must be an int or None, got") == 3
     assert "lease() priority -3 is not one of this pool's priorities (-1, 0, -4)" in out
+    assert "get() takes no positional arguments but 1 was given" in out
+    assert "get() got an unexpected keyword argument 'tier'" in out
+    assert "descriptor 'get' for 'custream.StreamPool' objects doesn't apply to a 'int' object" in out
     assert "<custream.StreamPool size=2 device=0 priorities=(-1, 0, -4)>" in out
 
 

@@ -289,8 +289,9 @@ class StreamPool:
         green_context: GreenContext | None = None,
     ) -> StreamPool: ...
     def get(self, *, priority: int | None = None) -> Stream:
-        """The next stream of the tier of ``priority`` (None: the first tier given), round-robin
-        (thread-safe, no lock): one atomic add, once the stream is made."""
+        """The next stream of the tier of ``priority`` (None: the first tier given),
+        round-robin (thread-safe, no lock): one atomic add, once the stream is made. The
+        same stream may go to several callers; ``lease()`` holds one for one caller."""
     def lease(self, *, priority: int | None = None, timeout: float | None = None) -> Lease:
         """A custream.Lease of one stream of the tier of ``priority`` (None: the first tier
         given) that no other lease holds until it is given back: ``with pool.lease() as s:``.
