@@ -30,6 +30,9 @@ struct State {
     making: Vec<Box<[bool]>>,
     /// Leases held and streams being made: what the pool's streams wait for after close().
     busy: usize,
+    /// Threads waiting on the condvar: a change is signalled only when there is one (a
+    /// notification is a system call, whoever waits or not).
+    waiting: usize,
 }
 
 /// The leases of a pool of `tiers` tiers of `size` streams each.
@@ -57,6 +60,7 @@ impl Leases {
                 leased: flags(),
                 making: flags(),
                 busy: 0,
+                waiting: 0,
             }),
             changed: Condvar::new(),
         }
@@ -109,16 +113,33 @@ impl Leases {
             let mut state = self.lock();
             claimed = try_claim(&mut state)?;
             if claimed.is_none() {
-                state = self
-                    .changed
-                    .wait_timeout(state, slice)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
+                state = self.wait_a_slice(state, slice);
                 claimed = try_claim(&mut state)?;
             }
             Ok(claimed.is_some())
         })?;
         Ok(claimed.expect("a claim ends the wait"))
+    }
+
+    /// Wait on the condvar for a change or `slice`, counted as waiting meanwhile.
+    fn wait_a_slice<'a>(&self, mut state: MutexGuard<'a, State>, slice: Duration) -> MutexGuard<'a, State> {
+        state.waiting += 1;
+        let mut state = self
+            .changed
+            .wait_timeout(state, slice)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+        state.waiting -= 1;
+        state
+    }
+
+    /// Wake the waiters, if any, of a change made under `state` (dropped here).
+    fn signal(&self, state: MutexGuard<'_, State>) {
+        let anyone = state.waiting > 0;
+        drop(state);
+        if anyone {
+            self.changed.notify_all();
+        }
     }
 
     /// A lease of `tier`'s `slot` ends (or its stream could not be made).
@@ -131,8 +152,7 @@ impl Leases {
     fn unbusy(&self, mut state: MutexGuard<'_, State>) -> CloseNow {
         state.busy -= 1;
         let now = state.closed && state.busy == 0;
-        drop(state);
-        self.changed.notify_all();
+        self.signal(state);
         CloseNow(now)
     }
 
@@ -162,11 +182,7 @@ impl Leases {
             if decide(&mut state)? {
                 return Ok(true);
             }
-            state = self
-                .changed
-                .wait_timeout(state, slice)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            state = self.wait_a_slice(state, slice);
             decide(&mut state)
         })?;
         Ok(decided.unwrap_or(false))
@@ -189,8 +205,7 @@ impl Leases {
         }
         state.closed = true;
         let now = state.busy == 0;
-        drop(state);
-        self.changed.notify_all();
+        self.signal(state);
         Some(CloseNow(now))
     }
 
@@ -296,8 +311,13 @@ impl Lease {
     }
 
     /// Give the stream back; the block's exception, if any, propagates.
-    #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: &Bound<'_, PyAny>,
+        _exc: &Bound<'_, PyAny>,
+        _traceback: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
         closable::exit(self, py)
     }
 
