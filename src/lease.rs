@@ -314,10 +314,11 @@ impl Lease {
     fn __exit__(
         &self,
         py: Python<'_>,
-        _exc_type: &Bound<'_, PyAny>,
-        _exc: &Bound<'_, PyAny>,
-        _traceback: &Bound<'_, PyAny>,
+        exc_type: &Bound<'_, PyAny>,
+        exc: &Bound<'_, PyAny>,
+        traceback: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
+        let _ = (exc_type, exc, traceback);
         closable::exit(self, py)
     }
 

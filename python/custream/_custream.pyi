@@ -337,7 +337,12 @@ class Lease:
         idempotent. Its queued work runs on."""
     def __enter__(self) -> Stream:
         """The leased stream."""
-    def __exit__(self, *args: object) -> bool:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
         """Give the stream back; the block's exception, if any, propagates."""
 
 def current_stream() -> Stream:
