@@ -27,6 +27,9 @@ OPERATIONS = [
     Op("current_stream", "current stream", times=(1.5, "custream", "contextvar_get")),
     Op("with_stream", "enter + leave with s:", times=(0.5, "torch", "with_stream")),
     Op("pool_get", "pool.get()", bound=60, gpu=True),
+    Op("pool_get_priority", "pool.get(priority=)", times=(1.5, "custream", "pool_get"), gpu=True),
+    Op("pool_lease", "pool.lease() enter + exit", times=(3, "custream", "pool_get"), gpu=True),
+    Op("stream_id", "s.id (the driver's id)", times=(1, "custream", "handle_int"), gpu=True),
     Op("create_alone", "create + destroy, no other stream alive", times=(1.1, "custream", "create_destroy"), gpu=True),
     Op("green_create_destroy", "create + destroy in a green context", raw=1.15, gpu=True),
     # cpp_: a nanobind function of cpp_tests/casters.cpp; rust_: a #[pyfunction] of tests/rust_ext (whole cost)
@@ -55,12 +58,14 @@ CV = "import contextvars\ncv = contextvars.ContextVar('bench', default=None)\n"
 CUSTREAM = Lib(
     "custream", "import custream", ("custream",),
     "CS = custream.Stream\ns = CS()\nH = s.handle\npool = custream.StreamPool(4)\n"
+    "tiers = custream.StreamPool(4, priorities=(0, -1))\n"
     "try:\n    gc = custream.GreenContext(16)\n"
     "except custream.CudaError:\n    gc = None  # a driver before 12.4\n" + CV,
     {"cuda_stream": "s.__cuda_stream__()", "handle_int": "s.handle", "wrap_protocol": "custream.as_stream(p)",
      "wrap_int": "CS.from_handle(H)", "create_destroy": "CS().close()", "synchronize": "s.synchronize()",
      "query": "s.query()", "contextvar_get": "cv.get()", "current_stream": "custream.current_stream()",
-     "with_stream": "with_(s)", "pool_get": "pool.get()", "cpp_uintptr": "nb.handle_of_uintptr(H)",
+     "with_stream": "with_(s)", "pool_get": "pool.get()", "pool_get_priority": "tiers.get(priority=-1)",
+     "pool_lease": "with_(pool.lease())", "stream_id": "s.id", "cpp_uintptr": "nb.handle_of_uintptr(H)",
      "cpp_stream_ref": "nb.handle_of(s)", "rust_usize": "rx.handle_of_usize(H)", "rust_stream_ref": "rx.handle_of(s)",
      "green_create_destroy": "gc.create_stream().close()"},
     cpu_setup=f"CS = custream.Stream\nH = {FAKE_H}\ns = CS.from_handle(H)\n" + CV)
@@ -93,6 +98,8 @@ PEERS = [
          "create_destroy": "torch.cuda.Stream()", "synchronize": "s.synchronize()", "query": "s.query()",
          "current_stream": "torch.cuda.current_stream()", "with_stream": "with_(torch.cuda.stream(s))",
          "pool_get": NA("torch's stream pool is internal (torch.cuda.Stream() draws from it: see create + destroy)"),
+         "pool_get_priority": "torch.cuda.Stream(priority=-1)",
+         "pool_lease": NA("torch's pool only hands out round-robin"),
          "cpp_stream_ref": "nb.handle_of(s)", "rust_stream_ref": "rx.handle_of(s)"},
         notes={"create_destroy": "torch.cuda.Stream() hands out a stream from a fixed pool and never destroys it: "
                                  "not a create + destroy, kept out of 'best peer'"},
@@ -112,7 +119,8 @@ PEERS = [
          "handle_int": NA("rmm's Stream gives its handle as an int only through __cuda_stream__()"),
          "wrap_protocol": "RmmStream(p)", "wrap_int": NA("rmm's Stream cannot wrap an int handle from Python"),
          "create_destroy": "RmmStream()", "synchronize": "s.synchronize()", "query": NA("rmm's Stream has no query()"),
-         **NEITHER, "pool_get": "pool.get_stream()"},
+         **NEITHER, "pool_get": "pool.get_stream()",
+         "pool_lease": NA("rmm's CudaStreamPool only hands out round-robin")},
         notes={"create_destroy": DESTROYED_ON_DEALLOC}),
 ]
 LIBS = {lib.name: lib for lib in [CUSTREAM, LEAST, *PEERS]}

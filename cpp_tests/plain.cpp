@@ -172,6 +172,16 @@ PyObject *sync_timeout(PyObject *, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+PyObject *id_and_device(PyObject *, PyObject *obj) {
+    custream::stream s = custream::stream::from_python(obj);
+    if (!s) return nullptr;
+    std::optional<int> d = s.device();
+    if (!d) return nullptr;
+    std::optional<unsigned long long> id = s.id();
+    if (!id) return nullptr;
+    return Py_BuildValue("(Ki)", *id, *d);
+}
+
 PyObject *close(PyObject *, PyObject *obj) {
     custream::stream s = custream::stream::from_python(obj);
     if (!s || !s.close() || !s.close()) return nullptr;  // twice: close() is idempotent
@@ -399,6 +409,7 @@ PyMethodDef methods[] = {
     {"synchronize", synchronize, METH_O, "stream::synchronize()."},
     {"slice", slice, METH_O, "(stream::green_context(), stream::sm_count())."},
     {"sync_timeout", sync_timeout, METH_VARARGS, "stream::synchronize(seconds)."},
+    {"id_and_device", id_and_device, METH_O, "(stream::id(), stream::device()); the device first."},
     {"close", close, METH_O, "stream::close() twice; is_closed() after."},
     {"empty_stream_calls", empty_stream_calls, METH_NOARGS, "close() and is_closed() of an empty stream."},
     {"wrap", wrap, METH_VARARGS, "from_handle(handle, device, owner)."},

@@ -290,3 +290,13 @@ def test_views_convert_both_ways_with_cuda_stream_ref(plain_cccl):
 
 def test_a_cuda_stream_moved_to_python(plain_cccl):
     check_cuda_stream_made(plain_cccl.cccl_make)
+
+
+@pytest.mark.skipif(custream.is_available(), reason="checks the no-driver error; this machine has a driver")
+def test_id_and_device_report_the_python_error(plain):
+    with pytest.raises(custream.CudaUnavailableError):
+        plain.id_and_device(Stream.from_handle(0x1000, device=2))
+    closed = Stream.from_handle(0x1000)
+    closed.close()
+    with pytest.raises(ValueError, match="device on a closed custream.Stream"):
+        plain.id_and_device(closed)

@@ -47,11 +47,11 @@ static PyObject *abi(PyObject *self, PyObject *args) {
 static PyObject *layout(PyObject *self, PyObject *args) {
     (void)self, (void)args;
     return Py_BuildValue(
-        "{s:n,s:n,s:{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n}}",
+        "{s:n,s:n,s:{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n}}",
         "sizeof", (Py_ssize_t)sizeof(CustreamStream), "sizeof_capi", (Py_ssize_t)sizeof(CustreamCAPI),
         "offsetof", FIELD(handle), FIELD(protocol), FIELD(flags), FIELD(state), FIELD(device),
         FIELD(priority), FIELD(fork_generation), FIELD(reserved), FIELD(owner), FIELD(deleter),
-        FIELD(deleter_ctx), FIELD(context), FIELD(weakreflist), FIELD(context_id));
+        FIELD(deleter_ctx), FIELD(context), FIELD(weakreflist), FIELD(context_id), FIELD(stream_id));
 }
 #endif
 
@@ -166,6 +166,14 @@ static PyObject *slice(PyObject *self, PyObject *obj) {
     return Py_BuildValue("(NI)", PyLong_FromVoidPtr((void *)g), n);
 }
 
+static PyObject *id_and_device(PyObject *self, PyObject *obj) {
+    unsigned long long id = 0;
+    int device = -1;
+    (void)self;
+    if (Custream_StreamDevice(obj, &device) < 0 || Custream_StreamId(obj, &id) < 0) return NULL;
+    return Py_BuildValue("(Ki)", id, device);
+}
+
 static PyMethodDef methods[] = {
     {"abi", abi, METH_NOARGS, "ABI versions and sizes: compiled and from the imported table."},
 #ifndef CUSTREAM_OPAQUE_STREAM
@@ -185,6 +193,7 @@ static PyMethodDef methods[] = {
     {"default_stream", default_stream, METH_VARARGS, "Custream_DefaultStream(token)."},
     {"pool_get", pool_get, METH_O, "Custream_PoolGet(pool)."},
     {"slice", slice, METH_O, "(Custream_GreenContext(obj), Custream_SmCount(obj))."},
+    {"id_and_device", id_and_device, METH_O, "(Custream_StreamId(obj), Custream_StreamDevice(obj)); the device first."},
     {NULL, NULL, 0, NULL},
 };
 

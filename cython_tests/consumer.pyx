@@ -10,10 +10,12 @@ from custream cimport (
     current_stream,
     custream_handle_t,
     default_stream,
+    device_of,
     from_handle,
     from_handle_with_deleter,
     green_context,
     handle_checked,
+    id_of,
     is_closed,
     is_stream,
     pool_get,
@@ -150,6 +152,12 @@ def default_of(uintptr_t token):
 def pool_next(pool):
     cdef Stream s = pool_get(pool)
     return s
+
+
+def id_and_device(Stream s not None):
+    """(id_of(s), device_of(s)), the device asked first: the C API's stream_id and stream_device."""
+    cdef int d = device_of(s)
+    return (id_of(s), d)
 
 
 def slice_of(Stream s not None):

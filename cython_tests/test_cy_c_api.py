@@ -141,3 +141,20 @@ def test_green_context_and_sm_count_check_their_argument(cext):
 def test_sm_count_without_a_driver_raises_cuda_unavailable(cext):
     with pytest.raises(custream.CudaUnavailableError):
         cext.slice(custream.Stream.from_handle(0x1000))
+
+
+def test_stream_id_and_device_check_their_argument(cext):
+    with pytest.raises(TypeError, match="Custream_StreamDevice\\(\\) expected a custream.Stream, got Producer"):
+        cext.id_and_device(Producer(0))
+    closed = custream.Stream.from_handle(0x1000, device=3)
+    closed.close()
+    with pytest.raises(ValueError, match="id on a closed custream.Stream"):
+        cext.id_and_device(closed)  # the device was given: it still answers; the id refuses
+
+
+@pytest.mark.skipif(custream.is_available(), reason="checks the no-driver error; this machine has a driver")
+def test_stream_id_without_a_driver_raises_cuda_unavailable(cext):
+    with pytest.raises(custream.CudaUnavailableError):
+        cext.id_and_device(custream.Stream.from_handle(0x1000, device=3))
+    with pytest.raises(custream.CudaUnavailableError):
+        cext.id_and_device(custream.Stream.from_handle(0x1000))

@@ -288,3 +288,15 @@ def test_no_stream_leaks_through_the_cython_paths(cy):
         cy.wrap_with_deleter(i + 16, 3).close()
     gc.collect()
     assert custream.live_stream_count() == live
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-driver error; this machine has a driver")
+def test_id_of_and_device_of_without_a_driver(cy):
+    with pytest.raises(custream.CudaUnavailableError):
+        cy.id_and_device(custream.Stream.from_handle(0x1000, device=3))  # the device is known; the id is not
+    with pytest.raises(custream.CudaUnavailableError):
+        cy.id_and_device(custream.Stream.from_handle(0x1000))
+    closed = custream.Stream.from_handle(0x1000)
+    closed.close()
+    with pytest.raises(ValueError, match="^device on a closed custream.Stream$"):
+        cy.id_and_device(closed)

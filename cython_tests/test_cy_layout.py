@@ -29,7 +29,7 @@ def test_sizeof_is_the_type_size(cext):
     assert layout["offsetof"]["weakreflist"] == custream.Stream.__weakrefoffset__
     offsets = sorted(layout["offsetof"].values())
     assert offsets[0] == object.__basicsize__  # after PyObject_HEAD (16 bytes; 32 free-threaded)
-    assert offsets[-1] + ctypes.sizeof(ctypes.c_uint64) == layout["sizeof"]  # context_id ends it
+    assert offsets[-1] + ctypes.sizeof(ctypes.c_void_p) == layout["sizeof"]  # stream_id (appended) ends it
 
 
 def test_fields_at_the_compiled_offsets_hold_the_objects_values(cext, cy):

@@ -25,7 +25,7 @@ Names:
 * ``as_stream``, ``from_handle``, ``from_handle_with_deleter``, ``synchronize``,
   ``synchronize_timeout``,
   ``handle_checked``, ``is_closed``, ``is_stream``, ``launch_host_func``, ``is_capturing``,
-  ``sm_count``, ``green_context``: the C API with Cython signatures.
+  ``sm_count``, ``green_context``, ``id_of``, ``device_of``: the C API with Cython signatures.
 * ``stream_handle`` and its siblings: the fields through the table's offsets (above).
 * ``Custream_*`` and ``custream_import``: the C functions exactly as custream.h has them.
 
@@ -111,6 +111,8 @@ cdef extern from "custream.h":
     int Custream_GreenContext(object stream, custream_green_ctx_t *out) except -1
     int Custream_SmCount(object stream, unsigned int *out) except -1
     int Custream_SynchronizeTimeout(object stream, double timeout) except -1
+    int Custream_StreamId(object stream, unsigned long long *out) except -1
+    int Custream_StreamDevice(object stream, int *out) except -1
 
 
 cdef inline Stream as_stream(object obj):
@@ -211,6 +213,24 @@ cdef inline custream_green_ctx_t green_context(Stream s) except? NULL:
     cdef custream_green_ctx_t g = NULL
     Custream_GreenContext(s, &g)
     return g
+
+
+cdef inline unsigned long long id_of(Stream s) except? 0:
+    """The driver's id of the stream (``s.id``, cuStreamGetId): unique in the process while
+    the stream lives, the same for every Stream over one handle; asked of the driver once per
+    object. No Python call."""
+    cdef unsigned long long id = 0
+    Custream_StreamId(s, &id)
+    return id
+
+
+cdef inline int device_of(Stream s) except -1:
+    """The stream's device ordinal (``s.device``): known, or asked of the driver once (never by
+    changing the current context). ``stream_device(s)`` reads only what is known (-1 until
+    then). No Python call."""
+    cdef int d = -1
+    Custream_StreamDevice(s, &d)
+    return d
 
 
 cdef inline custream_handle_t stream_handle(Stream s) noexcept nogil:

@@ -128,6 +128,11 @@ typedef struct CustreamStream {
        stream of the old one can crash the process: custream compares the id before each
        call on the handle and raises instead. */
     uint64_t context_id;
+    /* Appended. custream's own cache, not for consumers (read the id with Custream_StreamId()):
+       the driver's id of the stream (cuStreamGetId) as a Python int, stored once, atomically,
+       from NULL, the first time the id is asked for, and released with the object. NULL until
+       then, and always for the default streams, whose id is the current context's. */
+    PyObject *stream_id;
 } CustreamStream;
 #endif /* CUSTREAM_OPAQUE_STREAM */
 
@@ -169,6 +174,9 @@ typedef struct CustreamCAPI {
     /* Waits that end (appended). 0, or -1 with an exception set: TimeoutError when the work
        is not done within `timeout` seconds (INFINITY: no limit). */
     int (*synchronize_timeout)(PyObject *stream, double timeout);
+    /* Stream ids and devices (appended). Each returns 0, or -1 with an exception set. */
+    int (*stream_id)(PyObject *stream, unsigned long long *out); /* the driver's id */
+    int (*stream_device)(PyObject *stream, int *out); /* the device, asked of the driver if unknown */
 } CustreamCAPI;
 
 /* Acquire loads and release stores: the table pointer below is published by whichever
@@ -376,6 +384,25 @@ static inline int Custream_SmCount(PyObject *stream, unsigned int *out) {
 static inline int Custream_SynchronizeTimeout(PyObject *stream, double timeout) {
     CUSTREAM_API_OR(-1);
     return api_->synchronize_timeout(stream, timeout);
+}
+
+/* Stream ids and devices. */
+/* The driver's id of the stream (cuStreamGetId; CCCL's stream_ref::id()): unique in the process
+ * while the stream lives, the same for every custream.Stream over one handle. Asked of the
+ * driver once per object and kept; a default-stream token answers for the current context's
+ * default stream, asked every time. 0 on success; -1 with an exception set (a closed stream,
+ * no driver, the driver's error). */
+static inline int Custream_StreamId(PyObject *stream, unsigned long long *out) {
+    CUSTREAM_API_OR(-1);
+    return api_->stream_id(stream, out);
+}
+/* The stream's device ordinal (s.device): the one it was made or wrapped with, else asked of
+ * the driver once (cuStreamGetDevice where the driver has it, else the stream's context),
+ * never by changing the calling thread's current context; custream_device() reads only what
+ * is known. 0 on success; -1 with an exception set. */
+static inline int Custream_StreamDevice(PyObject *stream, int *out) {
+    CUSTREAM_API_OR(-1);
+    return api_->stream_device(stream, out);
 }
 
 #undef CUSTREAM_API_OR

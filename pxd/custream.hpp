@@ -308,6 +308,24 @@ class stream {
         return n;
     }
 
+    /* The driver's id of the stream (Custream_StreamId; cuda::stream_ref::id() of CCCL):
+     * unique in the process while the stream lives. Empty, with a Python error set, on
+     * failure (a closed or empty stream, no driver). Needs the GIL. */
+    std::optional<unsigned long long> id() const noexcept {
+        unsigned long long v = 0;
+        if (Custream_StreamId(obj_, &v) < 0) return std::nullopt;
+        return v;
+    }
+
+    /* The stream's device ordinal (Custream_StreamDevice): known, or asked of the driver once,
+     * never by changing the current context. Empty, with a Python error set, on failure.
+     * Needs the GIL. */
+    std::optional<int> device() const noexcept {
+        int d = -1;
+        if (Custream_StreamDevice(obj_, &d) < 0) return std::nullopt;
+        return d;
+    }
+
     /* The green context the stream runs in (the same type as CUDA's CUgreenCtx), nullptr when
      * it runs on the whole device (Custream_GreenContext). It stays valid while the stream is
      * open. Empty, with a Python error set, on failure. Needs the GIL. */

@@ -182,7 +182,7 @@ fn pool_get_of(py: Python<'_>, pool: Option<&Bound<'_, PyAny>>) -> PyResult<*mut
             pool.get_type().name().map(|n| n.to_string()).unwrap_or_default()
         ))
     })?;
-    Ok(pool.get().get(py)?.into_ptr())
+    Ok(pool.get().get(py, 0)?.into_ptr())
 }
 
 unsafe extern "C" fn launch_host_func(obj: *mut ffi::PyObject, f: custream_host_fn_t, user: *mut c_void) -> c_int {
@@ -242,6 +242,36 @@ fn sm_count_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut 
     })
 }
 
+unsafe extern "C" fn stream_id(obj: *mut ffi::PyObject, out: *mut std::ffi::c_ulonglong) -> c_int {
+    // SAFETY: the C API's contract; `out` is NULL or a place for one id (custream.h).
+    unsafe { raw_stream::function_o(obj, |py, obj| stream_id_of(py, obj.as_deref(), out.as_mut())) }
+}
+
+fn stream_id_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut std::ffi::c_ulonglong>) -> c_int {
+    boundary(|_| {
+        let id = stream_arg(obj, "Custream_StreamId")?.id_value(py)?;
+        if let Some(out) = out {
+            *out = id;
+        }
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn stream_device(obj: *mut ffi::PyObject, out: *mut c_int) -> c_int {
+    // SAFETY: the C API's contract; `out` is NULL or a place for one int (custream.h).
+    unsafe { raw_stream::function_o(obj, |py, obj| stream_device_of(py, obj.as_deref(), out.as_mut())) }
+}
+
+fn stream_device_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut c_int>) -> c_int {
+    boundary(|_| {
+        let d = stream_arg(obj, "Custream_StreamDevice")?.device(py)?;
+        if let Some(out) = out {
+            *out = d;
+        }
+        Ok(0)
+    })
+}
+
 /// The capsule holding the table; the table lives for the process.
 pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     let table = TABLE.get_or_init(|| {
@@ -273,6 +303,8 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
                 priority_offset: offset(offset_of!(CustreamStream, priority)),
                 reserved2: 0,
                 synchronize_timeout: Some(synchronize_timeout),
+                stream_id: Some(stream_id),
+                stream_device: Some(stream_device),
             },
             [0; GROWTH],
         )

@@ -71,6 +71,11 @@ impl Deadline {
         self.at.is_none()
     }
 
+    /// The timeout as given, in seconds (infinite for `NEVER`).
+    pub fn seconds(&self) -> f64 {
+        self.seconds
+    }
+
     /// What is left of the wait, up to one slice; `None` once the deadline has passed.
     fn next_slice(&self) -> Option<Duration> {
         match self.at {
@@ -119,7 +124,16 @@ pub fn timeout_arg(value: Option<&Bound<'_, PyAny>>, fname: &str) -> PyResult<De
 /// and answers whether what it waits for happened), running signal handlers between slices.
 /// Errors: the handler's exception, `deadline.expired(what)`, or one `wait_for` returned.
 /// `wait_for` is called once even with a deadline already passed (`timeout=0`: a poll).
-pub fn wait<W>(py: Python<'_>, deadline: Deadline, what: &str, mut wait_for: W) -> PyResult<()>
+pub fn wait<W>(py: Python<'_>, deadline: Deadline, what: &str, wait_for: W) -> PyResult<()>
+where
+    W: Send + FnMut(Duration) -> PyResult<bool>,
+{
+    wait_or(py, deadline, || deadline.expired(what), wait_for)
+}
+
+/// `wait`, with `expired` making the error raised at the deadline: for a wait on something
+/// else than queued work (a free stream of a pool, src/lease.rs).
+pub fn wait_or<W>(py: Python<'_>, deadline: Deadline, expired: impl Fn() -> PyErr, mut wait_for: W) -> PyResult<()>
 where
     W: Send + FnMut(Duration) -> PyResult<bool>,
 {
@@ -130,7 +144,7 @@ where
             return Ok(());
         }
         py.check_signals()?;
-        slice = deadline.next_slice().ok_or_else(|| deadline.expired(what))?;
+        slice = deadline.next_slice().ok_or_else(&expired)?;
     }
 }
 

@@ -3,10 +3,10 @@
 //! The modules, from the Python face down to the driver (docs/design.md, "Code layout"):
 //! - face: `stream_type` (the Stream type's slots), `green_type` (GreenContext's methods),
 //!   `functions` (the module's functions), `capi` (the C API's table)
-//! - core: `stream`, `event`, `pool`, `graph`, `green`, `current`, `callback`, `protocol`,
-//!   `host_thread` (where Python host functions run), `host_semaphores` (the mapped words a
-//!   host function's stream waits on), `owner_release` (giving back a borrowed stream's owner),
-//!   `waits` (timed and interruptible waits, `await`, futures)
+//! - core: `stream`, `event`, `pool`, `lease` (a pool's leases), `graph`, `green`, `current`,
+//!   `callback`, `protocol`, `host_thread` (where Python host functions run), `host_semaphores`
+//!   (the mapped words a host function's stream waits on), `owner_release` (giving back a
+//!   borrowed stream's owner), `waits` (timed and interruptible waits, `await`, futures)
 //! - capture: `capture` (what a capture is to custream, by handle)
 //! - base: `raw_stream` (the one module that touches Python objects raw), `lifecycle`,
 //!   `state_word`, `home` (where a driver object lives; the primary-context policy),
@@ -46,6 +46,7 @@ mod home;
 mod host_semaphores;
 mod host_thread;
 mod layout;
+mod lease;
 mod libcuda;
 mod lifecycle;
 mod owner_release;
@@ -82,6 +83,8 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Stream", stream_type)?;
     m.add_class::<event::Event>()?;
     m.add_class::<pool::StreamPool>()?;
+    pool::install(&py.get_type::<pool::StreamPool>())?;
+    m.add_class::<lease::Lease>()?;
     m.add_class::<green::GreenContext>()?;
     m.add("CudaError", py.get_type::<errors::CudaError>())?;
     m.add("CudaUnavailableError", py.get_type::<errors::CudaUnavailableError>())?;

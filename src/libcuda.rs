@@ -108,6 +108,8 @@ entry_points!(Api {
     cuStreamGetCtx(CUstream, *mut CUcontext);
     cuStreamGetFlags(CUstream, *mut c_uint);
     cuStreamGetPriority(CUstream, *mut c_int);
+    // The stream's id (`Stream.id`), CUDA 12.0.
+    cuStreamGetId(CUstream, *mut c_ulonglong);
     cuEventCreate(*mut CUevent, c_uint);
     cuEventDestroy_v2(CUevent);
     cuEventRecord(CUevent, CUstream);
@@ -152,6 +154,12 @@ entry_points!(Green {
     cuStreamGetGreenCtx(CUstream, *mut CUgreenCtx);
 });
 
+// The device of a stream in one call, CUDA 12.8 and newer: a table of its own, so that an older
+// driver still loads and `Stream.device` asks the stream's context instead.
+entry_points!(StreamDevice {
+    cuStreamGetDevice(CUstream, *mut CUdevice);
+});
+
 /// `CUdevResource`, as the driver reads and writes it: 144 bytes in every version. CUDA 12.4
 /// ends it with a union of 48 bytes (`CUdevSmResource sm`, whose first field is `smCount`);
 /// CUDA 13.1 takes 8 of them for a `nextResource` pointer, hence the alignment. Only the type
@@ -192,6 +200,8 @@ struct Opened {
     api: Result<Api, &'static str>,
     /// The green-context entry points, or the first one the library lacks.
     green: Result<Green, &'static str>,
+    /// cuStreamGetDevice, where the library has it.
+    stream_device: Option<StreamDevice>,
 }
 
 static OPENED: OnceLock<Result<Opened, LoadError>> = OnceLock::new();
@@ -224,11 +234,14 @@ fn open() -> Result<&'static Opened, LoadError> {
                 let api = unsafe { Api::resolve(&lib) };
                 // SAFETY: as for `Boot::resolve`.
                 let green = unsafe { Green::resolve(&lib) };
+                // SAFETY: as for `Boot::resolve`.
+                let stream_device = unsafe { StreamDevice::resolve(&lib) }.ok();
                 return Ok(Opened {
                     _lib: lib,
                     boot,
                     api,
                     green,
+                    stream_device,
                 });
             }
             Err(LoadError::NotFound { looked_for, stub })
@@ -259,6 +272,11 @@ fn missing(opened: &Opened, symbol: &'static str) -> LoadError {
 pub fn green() -> Result<&'static Green, LoadError> {
     let opened = open()?;
     opened.green.as_ref().map_err(|&symbol| missing(opened, symbol))
+}
+
+/// cuStreamGetDevice, where the opened library has it (CUDA 12.8 and newer).
+pub fn stream_device() -> Option<&'static StreamDevice> {
+    open().ok()?.stream_device.as_ref()
 }
 
 #[cfg(test)]

@@ -1,75 +1,107 @@
-//! What a custream.StreamPool is: a fixed set of owned streams made up front and handed out
-//! round-robin, for code that wants a fresh-looking stream per task without paying a
-//! create each time (rmm's `cuda_stream_pool`, PyTorch's internal pool). Its Python methods
-//! are the one `#[pymethods]` block here.
+//! What a custream.StreamPool is: tiers of owned streams, one per priority, each of `size`
+//! streams made on first use, handed out round-robin (`get()`) or leased, one holder at a
+//! time (`lease()`, src/lease.rs), for code that wants a fresh-looking stream per task
+//! without paying a create each time (rmm's `cuda_stream_pool`, PyTorch's internal pool).
+//! Its Python methods are the one `#[pymethods]` block here.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyType;
+use pyo3::types::{PyList, PyTuple, PyType};
 
-use crate::args::{bool_arg, device_arg, i32_arg, is_int_not_bool};
+use crate::args::{bool_arg, device_arg, i32_arg, int_repr, is_int_not_bool, short_repr, Signature};
+use crate::boundary::boundary;
 use crate::closable::{self, Closable};
+use crate::deadline::timeout_arg;
+use crate::driver::{self, CaptureMode, CaptureModeScope};
 use crate::green::{green_context_arg, GreenContext};
-use crate::raw_stream::StreamObject;
+use crate::lease::{CloseNow, Lease, Leases, Made};
+use crate::raw_stream::{self, entry, Fastcall, StreamObject};
 use crate::stream;
 
 /// The most streams one pool makes: far above any use (rmm's default is 16), low enough
 /// that a typo does not try to make millions.
 const MAX_SIZE: usize = 1 << 16;
 
-/// A fixed set of owned streams, handed out round-robin.
+/// The streams of one priority: made on first use, each once.
+struct Tier {
+    priority: i32,
+    slots: Box<[OnceLock<Py<PyAny>>]>,
+    /// `get()`'s round-robin counter.
+    next: AtomicUsize,
+}
+
+/// Tiers of owned streams, one per priority, made on first use, handed out round-robin or
+/// leased.
 ///
-/// ``StreamPool(size, *, device=None, non_blocking=True, priority=0, green_context=None)``
-/// creates ``size`` streams in ``device``'s primary context (default: the current context's
-/// device, else 0), or in ``green_context`` (a custream.GreenContext) when given.
-/// ``get()`` hands them out in turn (thread-safe, no lock), ``pool[i]`` and ``len(pool)``
-/// index them. A pool's stream is a plain custream.Stream to every consumer; it stays valid
-/// while the pool is open, and only ``pool.close()`` (idempotent) closes it.
+/// ``StreamPool(size, *, device=None, non_blocking=True, priority=0, priorities=None,
+/// green_context=None)`` holds ``size`` streams of each priority in ``priorities`` (or of the
+/// one ``priority``), in ``device``'s primary context (default: the current context's device,
+/// else 0), or in ``green_context`` (a custream.GreenContext) when given. No stream is made
+/// (and no context touched) until one is asked for; the priorities are checked against the
+/// device's range then, as ``Stream()`` checks its own (CudaError).
+/// ``get(priority=None)`` hands a tier's streams out in turn (thread-safe, no lock);
+/// ``lease(priority=None, timeout=None)`` holds one that no other lease gets until its block
+/// ends, waiting (GIL released, Ctrl-C ends it) while all are leased. Without ``priority``
+/// both take the first tier given. ``pool[i]`` and ``len(pool)`` index every stream, tier
+/// after tier. A pool's stream is a plain custream.Stream to every consumer; it stays valid
+/// while the pool is open, and only ``pool.close()`` (idempotent) closes it, once every lease
+/// is given back.
 #[pyclass(module = "custream", frozen)]
 pub struct StreamPool {
-    streams: Box<[Py<PyAny>]>,
-    next: AtomicUsize,
+    tiers: Box<[Tier]>,
+    size: usize,
     closed: AtomicBool,
     device: i32,
+    non_blocking: bool,
+    green: Option<Py<GreenContext>>,
+    /// The priorities were checked against the device's range (once, before the first stream).
+    checked: AtomicBool,
+    leases: Leases,
+}
+
+impl Made for StreamPool {
+    fn is_made(&self, tier: usize, slot: usize) -> bool {
+        self.tiers[tier].slots[slot].get().is_some()
+    }
 }
 
 impl StreamPool {
-    /// `green`: made in that green context (non-blocking, on its device; checked by the caller).
+    /// A pool with nothing made yet. `green`: made in that green context (non-blocking, on its
+    /// device; checked by the caller). `device`: checked to exist (cheap calls: no context).
     pub fn new(
-        py: Python<'_>,
         size: usize,
         device: Option<i32>,
         non_blocking: bool,
-        priority: i32,
+        priorities: Vec<i32>,
         green: Option<&Bound<'_, GreenContext>>,
     ) -> PyResult<Self> {
-        let mut streams: Vec<Py<PyAny>> = Vec::with_capacity(size);
-        for _ in 0..size {
-            let made = match green {
-                Some(gc) => stream::create_green(py, gc, priority, true, "StreamPool()"),
-                None => stream::create(py, device, non_blocking, priority, true),
-            };
-            match made {
-                Ok(s) => streams.push(s.unbind()),
-                Err(e) => {
-                    close_all(py, &streams);
-                    return Err(e);
-                }
+        let device = match green {
+            Some(gc) if gc.get().is_closed() => {
+                return Err(PyValueError::new_err("StreamPool() on a closed custream.GreenContext"));
             }
-        }
-        let first = streams
-            .first()
-            .ok_or_else(|| PyValueError::new_err("StreamPool() size must be at least 1"))?;
-        let device = StreamObject::of(first.bind(py), "StreamPool")?
-            .known_device()
-            .unwrap_or(0);
+            Some(gc) => gc.get().device(),
+            None => stream::existing_device(device, driver::current_context()?)?,
+        };
+        let tiers: Box<[Tier]> = priorities
+            .iter()
+            .map(|&priority| Tier {
+                priority,
+                slots: (0..size).map(|_| OnceLock::new()).collect(),
+                next: AtomicUsize::new(0),
+            })
+            .collect();
         Ok(StreamPool {
-            streams: streams.into_boxed_slice(),
-            next: AtomicUsize::new(0),
+            leases: Leases::new(tiers.len(), size),
+            tiers,
+            size,
             closed: AtomicBool::new(false),
             device,
+            non_blocking,
+            green: green.map(|g| g.clone().unbind()),
+            checked: AtomicBool::new(false),
         })
     }
 
@@ -79,19 +111,236 @@ impl StreamPool {
         }
         Ok(())
     }
+
+    /// The tier of `priority` (None: the first), for `fname`'s error.
+    fn tier_of(&self, priority: Option<&Bound<'_, PyAny>>, fname: &str) -> PyResult<usize> {
+        let Some(p) = priority.filter(|p| !p.is_none()) else {
+            return Ok(0);
+        };
+        if !is_int_not_bool(p) {
+            return Err(PyTypeError::new_err(format!(
+                "{fname}() priority must be an int or None, got {}",
+                p.get_type().name()?
+            )));
+        }
+        let wanted = p.extract::<i32>().ok();
+        self.tiers
+            .iter()
+            .position(|t| Some(t.priority) == wanted)
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "{fname}() priority {} is not one of this pool's priorities {}",
+                    int_repr(p),
+                    self.priorities_text()
+                ))
+            })
+    }
+
+    fn priorities_text(&self) -> String {
+        let all: Vec<String> = self.tiers.iter().map(|t| t.priority.to_string()).collect();
+        if all.len() == 1 {
+            format!("({},)", all[0])
+        } else {
+            format!("({})", all.join(", "))
+        }
+    }
+
+    /// The stream of `tier`'s `slot`, made now if it was not.
+    #[inline]
+    fn stream_at<'py>(&self, py: Python<'py>, tier: usize, slot: usize) -> PyResult<Bound<'py, PyAny>> {
+        match self.tiers[tier].slots[slot].get() {
+            Some(s) => Ok(s.bind(py).clone()),
+            None => self.make(py, tier, slot),
+        }
+    }
+
+    /// Make `tier`'s `slot` (once, whichever thread comes first; the others wait for it).
+    #[cold]
+    #[inline(never)]
+    fn make<'py>(&self, py: Python<'py>, tier: usize, slot: usize) -> PyResult<Bound<'py, PyAny>> {
+        if self.leases.start_making(py, tier, slot, self)? {
+            let made = self.make_stream(py, self.tiers[tier].priority);
+            if let Ok(s) = &made {
+                let _ = self.tiers[tier].slots[slot].set(s.clone().unbind());
+            }
+            self.after(py, self.leases.made(tier, slot))?;
+            made?;
+        }
+        let s = self.tiers[tier].slots[slot]
+            .get()
+            .ok_or_else(|| PyValueError::new_err("a stream of this custream.StreamPool could not be made"))?;
+        Ok(s.bind(py).clone())
+    }
+
+    /// One new stream of the pool. With the calling thread's capture mode relaxed, so that a
+    /// stream made while this thread captures a graph does not invalidate the capture (as
+    /// src/host_semaphores.rs registers its pages).
+    fn make_stream<'py>(&self, py: Python<'py>, priority: i32) -> PyResult<Bound<'py, PyAny>> {
+        let _relaxed = CaptureModeScope::enter(CaptureMode::Relaxed)?;
+        self.check_priorities()?;
+        match &self.green {
+            Some(gc) => stream::create_green(py, gc.bind(py), priority, true, "StreamPool()"),
+            None => stream::create(py, Some(self.device), self.non_blocking, priority, true),
+        }
+    }
+
+    /// Before the first stream: every tier's priority against the device's range, refused as
+    /// `Stream(priority=)` refuses one (CudaError naming the range). 0 is always in it.
+    fn check_priorities(&self) -> PyResult<()> {
+        if self.checked.load(Ordering::Acquire) || self.tiers.iter().all(|t| t.priority == 0) {
+            return Ok(());
+        }
+        let range = driver::priority_range(self.device)?;
+        for t in self.tiers.iter() {
+            driver::check_priority(t.priority, range)?;
+        }
+        self.checked.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Close the streams when the bookkeeping says so (the pool closed, nothing busy).
+    fn after(&self, py: Python<'_>, now: CloseNow) -> PyResult<()> {
+        if now.0 {
+            return self.close_streams(py);
+        }
+        Ok(())
+    }
+
+    /// Close every stream made; the first error is raised after all were closed.
+    fn close_streams(&self, py: Python<'_>) -> PyResult<()> {
+        let mut first_error = None;
+        for s in self.made_streams() {
+            if let Err(e) = StreamObject::of(s.bind(py), "StreamPool").and_then(|s| s.close_pooled(py)) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn made_streams(&self) -> impl Iterator<Item = &Py<PyAny>> {
+        self.tiers.iter().flat_map(|t| t.slots.iter().filter_map(OnceLock::get))
+    }
+
+    /// The next stream of `tier`, round-robin (thread-safe, no lock): one atomic add, once
+    /// the stream is made. `get()`, and `Custream_PoolGet()` with tier 0.
+    #[inline]
+    pub fn get<'py>(&self, py: Python<'py>, tier: usize) -> PyResult<Bound<'py, PyAny>> {
+        self.ensure_open("get()")?;
+        let t = &self.tiers[tier];
+        // Modulo the slots' own length: the index needs no bounds check.
+        let i = t.next.fetch_add(1, Ordering::Relaxed) % t.slots.len();
+        match t.slots[i].get() {
+            Some(s) => Ok(s.bind(py).clone()),
+            None => self.make(py, tier, i),
+        }
+    }
+
+    /// A lease of `slot` in `tier` ends (`Lease`'s give-back: src/lease.rs).
+    fn give_back(py: Python<'_>, pool: &Bound<'_, PyAny>, tier: usize, slot: usize) -> PyResult<()> {
+        let pool = pool.cast::<StreamPool>()?.get();
+        pool.after(py, pool.leases.give_back(tier, slot))
+    }
+}
+
+static GET_SIG: Signature = Signature {
+    name: "get",
+    positional: &[],
+    keyword_only: &["priority"],
+    required: 0,
+};
+
+/// `pool.get(*, priority=None)`: a method of its own (`install`), not of the `#[pymethods]`
+/// block, so that a call without arguments skips pyo3's argument extraction and costs what
+/// the `get()` without parameters did.
+fn get_method(pool: &Bound<'_, StreamPool>, args: Option<Fastcall<'_, '_>>) -> *mut pyo3::ffi::PyObject {
+    boundary(|py| {
+        let pool = pool.get();
+        let tier = match args {
+            None => 0,
+            Some(args) => {
+                let [priority] = GET_SIG.parse_fastcall::<1>(&args)?;
+                pool.tier_of(priority.as_ref(), "get")?
+            }
+        };
+        Ok(pool.get(py, tier)?.into_ptr())
+    })
+}
+
+/// Add `get` to the StreamPool type (the module's init, src/lib.rs).
+pub fn install(tp: &Bound<'_, PyType>) -> PyResult<()> {
+    raw_stream::add_method(
+        tp,
+        pyo3::ffi::PyMethodDef {
+            ml_name: c"get".as_ptr(),
+            ml_meth: pyo3::ffi::PyMethodDefPointer {
+                PyCFunctionFastWithKeywords: entry!(pyclass_fastcall, StreamPool, get_method),
+            },
+            ml_flags: pyo3::ffi::METH_FASTCALL | pyo3::ffi::METH_KEYWORDS,
+            ml_doc: c"get($self, /, *, priority=None)\n--\n\nThe next stream of the tier of ``priority`` (None: the first tier given),\nround-robin (thread-safe, no lock): one atomic add, once the stream is made. The\nsame stream may go to several callers; ``lease()`` holds one for one caller.".as_ptr(),
+        },
+    )
+}
+
+/// `priority=` or `priorities=` of StreamPool(): the tiers' priorities, in order.
+fn priorities_arg(priority: Option<&Bound<'_, PyAny>>, priorities: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<i32>> {
+    let priorities = priorities.filter(|p| !p.is_none());
+    let Some(all) = priorities else {
+        return Ok(vec![i32_arg(priority, "StreamPool", "priority", 0)?]);
+    };
+    if priority.is_some_and(|p| !p.is_none()) {
+        return Err(PyTypeError::new_err(
+            "StreamPool() takes priority (one tier) or priorities (several), not both",
+        ));
+    }
+    if !(all.is_instance_of::<PyTuple>() || all.is_instance_of::<PyList>()) {
+        return Err(PyTypeError::new_err(format!(
+            "StreamPool() priorities must be a tuple or list of ints, got {}",
+            all.get_type().name()?
+        )));
+    }
+    let mut out: Vec<i32> = Vec::new();
+    for p in all.try_iter()? {
+        let p = p?;
+        if !is_int_not_bool(&p) {
+            return Err(PyTypeError::new_err(format!(
+                "StreamPool() priorities must be ints, got {} ({})",
+                p.get_type().name()?,
+                short_repr(&p)
+            )));
+        }
+        let v = p.extract::<i32>().map_err(|_| {
+            PyValueError::new_err(format!(
+                "StreamPool() priorities: {} is out of range: it must fit a 32-bit signed int",
+                int_repr(&p)
+            ))
+        })?;
+        if out.contains(&v) {
+            return Err(PyValueError::new_err(format!(
+                "StreamPool() priorities must be distinct, got {v} twice in {}",
+                short_repr(all)
+            )));
+        }
+        out.push(v);
+    }
+    if out.is_empty() {
+        return Err(PyValueError::new_err(
+            "StreamPool() priorities must hold at least one priority, got an empty sequence",
+        ));
+    }
+    Ok(out)
 }
 
 #[pymethods]
 impl StreamPool {
     #[new]
-    #[pyo3(signature = (size, *, device = None, non_blocking = None, priority = None, green_context = None),
-           text_signature = "(size, *, device=None, non_blocking=True, priority=0, green_context=None)")]
+    #[pyo3(signature = (size, *, device = None, non_blocking = None, priority = None, priorities = None, green_context = None),
+           text_signature = "(size, *, device=None, non_blocking=True, priority=0, priorities=None, green_context=None)")]
     fn py_new(
-        py: Python<'_>,
         size: &Bound<'_, PyAny>,
         device: Option<Bound<'_, PyAny>>,
         non_blocking: Option<Bound<'_, PyAny>>,
         priority: Option<Bound<'_, PyAny>>,
+        priorities: Option<Bound<'_, PyAny>>,
         green_context: Option<Bound<'_, PyAny>>,
     ) -> PyResult<StreamPool> {
         if !is_int_not_bool(size) {
@@ -107,42 +356,79 @@ impl StreamPool {
             .filter(|n| (1..=MAX_SIZE).contains(n))
             .ok_or_else(|| {
                 PyValueError::new_err(format!(
-                    "StreamPool() size must be between 1 and {MAX_SIZE}, got {size}"
+                    "StreamPool() size must be between 1 and {MAX_SIZE}, got {}",
+                    int_repr(size)
                 ))
             })?;
         let device = device_arg(device.as_ref(), "StreamPool")?;
         let non_blocking = bool_arg(non_blocking.as_ref(), "StreamPool", "non_blocking", true)?;
-        let priority = i32_arg(priority.as_ref(), "StreamPool", "priority", 0)?;
+        let priorities = priorities_arg(priority.as_ref(), priorities.as_ref())?;
+        if size * priorities.len() > MAX_SIZE {
+            return Err(PyValueError::new_err(format!(
+                "StreamPool() size {size} times {} priorities is more than {MAX_SIZE} streams",
+                priorities.len()
+            )));
+        }
         let green = green_context_arg(green_context.as_ref(), "StreamPool", device, non_blocking)?;
-        StreamPool::new(py, size, device, non_blocking, priority, green.as_ref())
+        StreamPool::new(size, device, non_blocking, priorities, green.as_ref())
     }
 
-    /// The next stream, round-robin (thread-safe, no lock): one atomic add.
-    pub fn get<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.ensure_open("get()")?;
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.streams.len();
-        Ok(self.streams[i].bind(py).clone())
+    /// A custream.Lease of one stream of the tier of ``priority`` (None: the first tier
+    /// given) that no other lease holds until it is given back: ``with pool.lease() as s:``.
+    /// When every stream of the tier is leased it waits, with the GIL released and Ctrl-C
+    /// ending the wait, until one is given back, or raises TimeoutError after ``timeout``
+    /// seconds (None: no limit). A closed pool refuses at once (ValueError), and wakes
+    /// waiting leases with that error.
+    #[pyo3(signature = (*, priority = None, timeout = None))]
+    fn lease(
+        slf: &Bound<'_, Self>,
+        priority: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Lease> {
+        let py = slf.py();
+        let pool = slf.get();
+        let tier = pool.tier_of(priority, "lease")?;
+        let deadline = timeout_arg(timeout, "lease")?;
+        pool.ensure_open("lease()")?;
+        let describe = || format!("priority {} ({} of them)", pool.tiers[tier].priority, pool.size);
+        let slot = pool.leases.claim(py, tier, pool, deadline, describe)?;
+        let stream = match pool.stream_at(py, tier, slot) {
+            Ok(s) => s,
+            Err(e) => {
+                pool.after(py, pool.leases.give_back(tier, slot))?;
+                return Err(e);
+            }
+        };
+        Ok(Lease::new(
+            stream.unbind(),
+            slf.clone().into_any().unbind(),
+            tier,
+            slot,
+            pool.tiers[tier].priority,
+            StreamPool::give_back,
+        ))
     }
 
-    /// `pool[index]`, negative indices counting from the end.
+    /// `pool[index]`, negative indices counting from the end: every stream, tier after tier.
     pub fn __getitem__<'py>(&self, py: Python<'py>, index: isize) -> PyResult<Bound<'py, PyAny>> {
         self.ensure_open("pool[i]")?;
-        let len = self.streams.len();
+        let len = self.__len__();
         let at = if index < 0 {
             len.checked_sub(index.unsigned_abs())
         } else {
             Some(index.unsigned_abs())
         };
         match at.filter(|&i| i < len) {
-            Some(i) => Ok(self.streams[i].bind(py).clone()),
+            Some(i) => self.stream_at(py, i / self.size, i % self.size),
             None => Err(PyIndexError::new_err(format!(
                 "StreamPool index {index} out of range for a pool of {len}"
             ))),
         }
     }
 
+    /// Every stream of every tier: ``size`` times the number of priorities.
     pub fn __len__(&self) -> usize {
-        self.streams.len()
+        self.size * self.tiers.len()
     }
 
     /// The device the pool's streams belong to.
@@ -151,12 +437,26 @@ impl StreamPool {
         self.device
     }
 
+    /// The priority of each tier, in the order given.
+    #[getter]
+    fn priorities<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.tiers.iter().map(|t| t.priority))
+    }
+
     fn __repr__(&self) -> String {
+        let tiers = if self.tiers.len() == 1 && self.tiers[0].priority == 0 {
+            String::new()
+        } else {
+            format!(" priorities={}", self.priorities_text())
+        };
         let closed = if self.is_closed() { " closed" } else { "" };
+        let held = match self.leases.held() {
+            0 => String::new(),
+            n => format!(" leased={n}"),
+        };
         format!(
-            "<custream.StreamPool size={} device={}{closed}>",
-            self.__len__(),
-            self.device()
+            "<custream.StreamPool size={} device={}{tiers}{held}{closed}>",
+            self.size, self.device
         )
     }
 
@@ -166,7 +466,8 @@ impl StreamPool {
         self.is_closed()
     }
 
-    /// Close every stream of the pool; idempotent.
+    /// Close the pool: refuse ``get()`` and new leases at once, and close every stream once
+    /// the last lease is given back (now, when none is held); idempotent.
     #[pyo3(name = "close")]
     fn py_close(&self, py: Python<'_>) -> PyResult<()> {
         Closable::close(self, py)
@@ -184,33 +485,27 @@ impl Closable for StreamPool {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// Close every stream; idempotent. The first error is raised after all were closed.
+    /// Refuse new work at once; close every stream now, or after the last lease.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return Ok(());
+        self.closed.store(true, Ordering::Release);
+        match self.leases.close() {
+            Some(now) => self.after(py, now),
+            None => Ok(()),
         }
-        let mut first_error = None;
-        for s in &self.streams {
-            if let Err(e) = StreamObject::of(s.bind(py), "StreamPool").and_then(|s| s.close_pooled(py)) {
-                first_error.get_or_insert(e);
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    }
-}
-
-fn close_all(py: Python<'_>, streams: &[Py<PyAny>]) {
-    for s in streams {
-        let _ = StreamObject::of(s.bind(py), "StreamPool").and_then(|s| s.close_pooled(py));
     }
 }
 
 impl Drop for StreamPool {
     /// A pool dropped without close() closes its streams as close() would: a stream
-    /// outliving its pool is not valid (it may still be referenced elsewhere).
+    /// outliving its pool is not valid (it may still be referenced elsewhere). No lease is
+    /// held then: a lease keeps its pool alive.
     fn drop(&mut self) {
-        if !self.closed.swap(true, Ordering::AcqRel) {
-            let _ = Python::try_attach(|py| close_all(py, &self.streams));
+        if !self.closed.swap(true, Ordering::AcqRel) && self.leases.close().is_some() {
+            let _ = Python::try_attach(|py| {
+                for s in self.made_streams() {
+                    let _ = StreamObject::of(s.bind(py), "StreamPool").and_then(|s| s.close_pooled(py));
+                }
+            });
         }
     }
 }

@@ -19,6 +19,7 @@
 //!    once, in `alloc`, before anybody else sees the object (`protocol` is cleared only by
 //!    `dealloc`, when no reference is left). Every other field is only ever accessed
 //!    atomically: `state` (the lifecycle's word), `device` (-1, then the device, once),
+//!    `stream_id` (NULL, then an int the object holds, once; dropped by `dealloc`),
 //!    `owner`, `deleter` and `deleter_ctx` (swapped out by the one release, which the state
 //!    word elects), `context` and `context_id` (learnt on first use, cleared by the release).
 //! 3. The pointers a field holds are kept alive by the state word: a reader of `owner`
@@ -158,6 +159,40 @@ impl<'a> StreamObject<'a> {
     pub fn device_cell(self) -> &'a AtomicI32 {
         // SAFETY: alive for 'a; the field is only accessed atomically (rule 2).
         unsafe { AtomicI32::from_ptr(&raw mut (*self.raw()).device) }
+    }
+
+    fn id_cell(self) -> &'a AtomicPtr<ffi::PyObject> {
+        // SAFETY: alive for 'a; the field is only accessed atomically (rule 2).
+        unsafe { AtomicPtr::from_ptr(&raw mut (*self.raw()).stream_id) }
+    }
+
+    /// The driver's id of the stream as an int, once kept (`keep_id`), as a new reference.
+    #[inline]
+    pub fn known_id<'py>(self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
+        let p = self.id_cell().load(Ordering::Acquire);
+        // SAFETY: null, or an int the object holds a reference to until `dealloc` (rule 2),
+        // made into a new reference while the object is alive ('a).
+        (!p.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, p) })
+    }
+
+    /// Keep `id` as the stream's id (threads learning it at once: the first one stored) and
+    /// return the one kept.
+    pub fn keep_id<'py>(self, id: Bound<'py, PyAny>) -> Bound<'py, PyAny> {
+        let py = id.py();
+        let p = id.into_ptr();
+        match self
+            .id_cell()
+            .compare_exchange(null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
+        {
+            // SAFETY: the object holds the reference just stored until `dealloc` (rule 2).
+            Ok(_) => unsafe { Bound::from_borrowed_ptr(py, p) },
+            Err(kept) => {
+                // SAFETY: `p` is our own reference, not stored: given back here.
+                drop(unsafe { Bound::from_owned_ptr(py, p) });
+                // SAFETY: as in `known_id`.
+                unsafe { Bound::from_borrowed_ptr(py, kept) }
+            }
+        }
     }
 
     fn owner_cell(self) -> &'a AtomicPtr<ffi::PyObject> {
@@ -345,6 +380,48 @@ pub fn builtin<'py>(m: &Bound<'py, PyModule>, def: ffi::PyMethodDef) -> PyResult
     // SAFETY: the definition is leaked, so it lives for the process as CPython requires; the
     // module name is a str.
     unsafe { Bound::from_owned_ptr_or_err(m.py(), ffi::PyCMethod_New(def, null_mut(), name.as_ptr(), null_mut())) }
+}
+
+/// Add `def` (METH_FASTCALL | METH_KEYWORDS, its function an `entry!(pyclass_fastcall, ..)`
+/// shim) to the pyclass `tp` as a method descriptor, as CPython's own methods are: a call
+/// binds no method object, and CPython checks that `self` is a `tp` before the shim runs. For
+/// a method whose call without arguments must cost what a pyo3 method without parameters does
+/// (pyo3's argument extraction is skipped). The definition is leaked: it lives for the process.
+pub fn add_method(tp: &Bound<'_, PyType>, def: ffi::PyMethodDef) -> PyResult<()> {
+    let def = Box::leak(Box::new(def));
+    // SAFETY: a method definition's name is a NUL-terminated string that lives for the process.
+    let name = unsafe { std::ffi::CStr::from_ptr(def.ml_name) }
+        .to_str()
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    // SAFETY: `tp` is a live type object and the definition lives for the process, as
+    // PyDescr_NewMethod requires; the result is a new reference or NULL with an exception set.
+    let descr = unsafe { Bound::from_owned_ptr_or_err(tp.py(), ffi::PyDescr_NewMethod(tp.as_type_ptr(), def)) }?;
+    tp.setattr(name, descr)
+}
+
+/// # Safety
+/// What CPython passes to a METH_FASTCALL | METH_KEYWORDS method added by `add_method` to the
+/// type of `T`: `obj` is the live `self` (a `T`, checked by the descriptor), the rest as for
+/// `Fastcall::new`; the thread is attached. `f` gets None for a call without arguments.
+#[inline(always)]
+pub unsafe fn pyclass_method_fastcall<T: pyo3::PyClass>(
+    obj: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+    f: impl for<'a> FnOnce(&Bound<'a, T>, Option<Fastcall<'a, 'a>>) -> *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: the caller's contract: the thread is attached, `obj` is alive and the rest what
+    // CPython passes to a METH_FASTCALL method, all for the call; and `obj` is a `T`: the
+    // method descriptor is the only way to this function, and it refuses (TypeError) a `self`
+    // that is not an instance of its type before calling it (CPython's `descr_check`).
+    let (obj, args) = unsafe {
+        let py = Python::assume_attached();
+        // None for a call without arguments, the common one: nothing to look at.
+        let args = (nargs != 0 || !kwnames.is_null()).then(|| Fastcall::new(py, args, nargs, kwnames));
+        (Borrowed::from_ptr(py, obj).cast_unchecked::<T>(), args)
+    };
+    f(&obj, args)
 }
 
 /// Positional and keyword arguments of a METH_FASTCALL call, borrowed for the call.
@@ -542,6 +619,10 @@ pub unsafe fn dealloc(obj: *mut ffi::PyObject, release: impl FnOnce(StreamObject
         if !protocol.is_null() {
             ffi::Py_DECREF(protocol);
         }
+        let id = s.id_cell().swap(null_mut(), Ordering::AcqRel);
+        if !id.is_null() {
+            ffi::Py_DECREF(id);
+        }
         let tp = ffi::Py_TYPE(obj);
         ffi::PyObject_GC_Del(obj.cast());
         ffi::Py_DECREF(tp.cast());
@@ -601,6 +682,19 @@ macro_rules! entry {
         ) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls a METH_FASTCALL Stream method attached and these.
             unsafe { $crate::raw_stream::method_fastcall(obj, args, nargs, kwnames, $f) }
+        }
+        shim as pyo3::ffi::PyCFunctionFastWithKeywords
+    }};
+    (pyclass_fastcall, $t:ty, $f:expr) => {{
+        unsafe extern "C" fn shim(
+            obj: *mut pyo3::ffi::PyObject,
+            args: *const *mut pyo3::ffi::PyObject,
+            nargs: pyo3::ffi::Py_ssize_t,
+            kwnames: *mut pyo3::ffi::PyObject,
+        ) -> *mut pyo3::ffi::PyObject {
+            // SAFETY: CPython calls a method descriptor's METH_FASTCALL function attached,
+            // with a live `self` of the type and these (`raw_stream::add_method`).
+            unsafe { $crate::raw_stream::pyclass_method_fastcall::<$t>(obj, args, nargs, kwnames, $f) }
         }
         shim as pyo3::ffi::PyCFunctionFastWithKeywords
     }};

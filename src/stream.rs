@@ -532,19 +532,57 @@ impl StreamObject<'_> {
         Ok(status != CaptureStatus::None)
     }
 
-    /// The device, resolving it through the driver for borrowed streams. Default-stream
-    /// tokens are resolved against the current context every time; others are cached.
+    /// The device, resolving it through the driver for borrowed streams (src/driver/mod.rs's
+    /// `stream_device`: never by changing the current context beyond the call). Default-stream
+    /// tokens are resolved against the current context every time; others once, kept in the
+    /// `device` field (threads learning it at once store the same answer).
     pub fn device(self, py: Python<'_>) -> PyResult<i32> {
         if let Some(d) = self.known_device() {
             return Ok(d);
         }
-        let d = self.use_handle(py, "device", driver::stream_device)?;
-        if !self.is_default() {
-            let _ =
-                self.device_cell()
-                    .compare_exchange(CUSTREAM_DEVICE_UNKNOWN, d, Ordering::AcqRel, Ordering::Acquire);
+        if self.is_default() {
+            return self.use_handle(py, "device", |h| driver::context_device(driver::stream_context(h)?));
         }
+        let d = self.use_handle(py, "device", |h| {
+            // Learnt by the use's context check.
+            let ctx = self.known_context().0;
+            gil::brief(py, move || driver::stream_device(h, ctx))
+        })?;
+        let _ = self
+            .device_cell()
+            .compare_exchange(CUSTREAM_DEVICE_UNKNOWN, d, Ordering::AcqRel, Ordering::Acquire);
         Ok(d)
+    }
+
+    /// `s.id`: the driver's id of the stream (cuStreamGetId), an int unique in the process
+    /// while the stream lives, the same for every Stream over one handle. Asked once and kept
+    /// in the object; a default-stream token answers for the current context's default stream,
+    /// asked every time.
+    #[inline]
+    pub fn id<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        if self.is_closed() {
+            return Err(closed_error("id"));
+        }
+        match self.known_id(py) {
+            Some(id) => Ok(id),
+            None => self.learn_id(py),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn learn_id<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let id = self.use_handle(py, "id", |h| gil::brief(py, move || driver::stream_id(h)))?;
+        let id = PyInt::new(py, id).into_any();
+        if self.is_default() {
+            return Ok(id);
+        }
+        Ok(self.keep_id(id))
+    }
+
+    /// `s.id` as a number, for the C API.
+    pub fn id_value(self, py: Python<'_>) -> PyResult<u64> {
+        self.id(py)?.extract()
     }
 
     /// The context the stream's work runs in (checked, or learnt, as every use does).

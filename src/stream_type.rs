@@ -369,6 +369,10 @@ fn get_device(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
     boundary(|_| Ok(s.device(py)?.into_pyobject(py)?.into_ptr()))
 }
 
+fn get_id(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
+    boundary(|_| Ok(s.id(py)?.into_ptr()))
+}
+
 fn get_owned(s: StreamObject<'_>, py: Python<'_>) -> *mut ffi::PyObject {
     bool_ptr(py, s.is_owned())
 }
@@ -482,7 +486,12 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
         getter(
             c"device",
             entry!(getter, get_device),
-            c"The device ordinal; for default streams, that of the current context.",
+            c"The device ordinal; for default streams, that of the current context. A wrapped\nstream's is asked of the driver once (cuStreamGetDevice where the driver has it, else\nthe stream's context), never by changing the current context.",
+        ),
+        getter(
+            c"id",
+            entry!(getter, get_id),
+            c"The driver's id of the stream (cuStreamGetId): an int unique in the process while\nthe stream lives, the same for every Stream over one handle (CCCL's\n``stream_ref::id()``). A default stream's is that of the current context's.",
         ),
         getter(
             c"owned",

@@ -39,6 +39,8 @@ class CAPI(ctypes.Structure):
         ("priority_offset", ctypes.c_uint32),
         ("reserved2", ctypes.c_uint32),
         ("synchronize_timeout", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_double)),
+        ("stream_id", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_ulonglong))),
+        ("stream_device", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_int))),
     ]
 
 

@@ -599,3 +599,34 @@ def test_launch_accepts_any_protocol_stream(fake):
             pass
         assert g.closed
     """)
+
+
+@pytest.mark.parametrize("mode", ["thread_local", "global"])
+def test_a_pool_makes_its_streams_in_a_capture_without_breaking_it(fake, mode):
+    # Made on first use, so maybe inside a capture on this thread: custream makes them with the
+    # thread's capture mode relaxed (the stand-in, made strict, takes a stream made otherwise as
+    # unsafe, as the driver may).
+    out = run(fake, f"""
+        fake.fake_strict_stream_create(1)
+        s = Stream()
+        pool = custream.StreamPool(2, priorities=(0, -1))
+        s.begin_capture({mode!r})
+        a = pool.get(priority=-1)
+        with pool.lease() as b:
+            assert a is not b
+        assert fake.fake_invalidations() == 0
+        g = s.end_capture()
+        assert fake.fake_invalidations() == 0
+        try:
+            Stream()  # the model at work: a stream made unrelaxed during a capture breaks it
+        except custream.CudaError:
+            pass
+        s.begin_capture({mode!r})
+        try:
+            Stream()
+        except custream.CudaError as e:
+            print(e.name)
+        print("ok")
+    """)
+    assert out.stdout.strip().endswith("ok")
+    assert "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED" in out.stdout

@@ -18,6 +18,7 @@ FLOORS = {
             "stream",
             "event",
             "pool",
+            "lease",
             "graph",
             "green",
             "current",

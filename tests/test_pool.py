@@ -21,6 +21,21 @@ from standin import run, standin_lib  # noqa: F401  (a fixture)
         (lambda: custream.StreamPool(2, non_blocking=1), TypeError, r"StreamPool\(\) non_blocking must be True or False"),
         (lambda: custream.StreamPool(2, priority=1.5), TypeError, r"StreamPool\(\) priority must be an int"),
         (lambda: custream.StreamPool(2, 0), TypeError, "positional"),
+        (lambda: custream.StreamPool(2, priorities=()), ValueError,
+         r"StreamPool\(\) priorities must hold at least one priority, got an empty sequence"),
+        (lambda: custream.StreamPool(2, priorities=[0, -1, 0]), ValueError,
+         r"StreamPool\(\) priorities must be distinct, got 0 twice in \[0, -1, 0\]"),
+        (lambda: custream.StreamPool(2, priorities=(0, "1")), TypeError,
+         r"StreamPool\(\) priorities must be ints, got str \('1'\)"),
+        (lambda: custream.StreamPool(2, priorities=(0, True)), TypeError, "must be ints, got bool"),
+        (lambda: custream.StreamPool(2, priorities=(2**40,)), ValueError, "out of range: it must fit a 32-bit"),
+        (lambda: custream.StreamPool(2, priorities="01"), TypeError,
+         r"StreamPool\(\) priorities must be a tuple or list of ints, got str"),
+        (lambda: custream.StreamPool(2, priorities=-1), TypeError, "must be a tuple or list of ints, got int"),
+        (lambda: custream.StreamPool(2, priority=0, priorities=(0,)), TypeError,
+         r"StreamPool\(\) takes priority \(one tier\) or priorities \(several\), not both"),
+        (lambda: custream.StreamPool(40000, priorities=(0, -1)), ValueError,
+         "size 40000 times 2 priorities is more than 65536 streams"),
     ],
 )
 def test_bad_arguments_are_refused_by_name_before_any_driver_call(call, exc, match):
@@ -37,9 +52,10 @@ def test_without_a_driver_a_pool_cannot_be_made():
 def test_streams_are_handed_out_round_robin_and_indexed(standin_lib):
     run(standin_lib, """
         pool = custream.StreamPool(3, priority=-2)
-        assert len(pool) == 3 and pool.device == 0 and not pool.closed
-        assert standin.standin_live_streams() == 3
+        assert len(pool) == 3 and pool.device == 0 and not pool.closed and pool.priorities == (-2,)
+        assert standin.standin_live_streams() == 0  # made on first use
         first = [pool.get() for _ in range(3)]
+        assert standin.standin_live_streams() == 3
         assert [pool.get() for _ in range(6)] == first * 2
         assert [pool[i] for i in range(3)] == first and pool[-1] is pool[2]
         assert len({s.handle for s in first}) == 3
@@ -69,7 +85,7 @@ def test_a_pool_stream_cannot_be_closed_but_the_pool_closes_all_once(standin_lib
                 print(e)
             else:
                 raise AssertionError("closed")
-        assert not s.closed and standin.standin_live_streams() == 2
+        assert not s.closed and standin.standin_live_streams() == 1  # made on first use
         with s:  # a plain Stream to every consumer: `with` makes it current
             assert custream.current_stream() is s
         pool.close()
@@ -122,11 +138,23 @@ def test_an_out_of_range_priority_names_the_range(standin_lib):
     out = run(standin_lib, """
         assert custream.priority_range() == (0, -5) and custream.priority_range(0) == (0, -5)
         for bad in (1, -6):
+            pool = custream.StreamPool(2, priority=bad)  # checked on first use: nothing made yet
             try:
-                custream.StreamPool(2, priority=bad)
+                pool.get()
             except custream.CudaError as e:
                 print(e)
-        assert standin.standin_live_streams() == 0
+            else:
+                raise AssertionError("no CudaError")
+        # Every tier is checked before the first stream of any: tier 0's too.
+        pool = custream.StreamPool(2, priorities=(0, -2, -7))
+        for call in (pool.get, lambda: pool.lease(), lambda: pool[0]):
+            try:
+                call()
+            except custream.CudaError as e:
+                assert "priority -7 is outside this device's range [-5, 0]" in str(e), e
+            else:
+                raise AssertionError("no CudaError")
+        assert standin.standin_live_streams() == 0 and standin.standin_streams_made() == 0
         try:
             custream.priority_range(3)
         except ValueError as e:
@@ -153,4 +181,296 @@ def test_the_c_api_hands_out_the_same_round_robin(standin_lib):
             assert "get() on a closed custream.StreamPool" in str(e)
         else:
             raise AssertionError("no error")
+    """)
+
+
+# ---- made on first use, tiers ----------------------------------------------------------------
+
+
+def test_a_pool_made_and_never_used_makes_no_stream_and_touches_no_context(standin_lib):
+    run(standin_lib, """
+        pools = [custream.StreamPool(8), custream.StreamPool(4, priorities=(0, -1, -3)),
+                 custream.StreamPool(2, priority=-9)]  # out of range: found out on first use only
+        assert standin.standin_streams_made() == 0
+        assert standin.standin_primary_retains() == 0 and standin.standin_pushes() == 0
+        for p in pools:
+            p.close()
+        assert standin.standin_streams_made() == 0 and standin.standin_primary_retains() == 0
+        pool = custream.StreamPool(8)
+        pool.get()
+        assert standin.standin_streams_made() == 1  # one stream: the one asked for
+        pool.close()
+        assert standin.standin_live_streams() == 0
+    """)
+
+
+def test_tiers_hold_size_streams_of_each_priority(standin_lib):
+    out = run(standin_lib, """
+        pool = custream.StreamPool(2, priorities=(-1, 0, -4))
+        assert pool.priorities == (-1, 0, -4) and len(pool) == 6
+        for p in (-1, 0, -4):
+            got = [pool.get(priority=p) for _ in range(4)]
+            assert got[:2] == got[2:] and got[0] is not got[1]
+            assert {s.priority for s in got} == {p}
+        # Without a priority: the first tier given.
+        assert pool.get() is pool.get(priority=-1) or pool.get().priority == -1
+        assert [s.priority for s in pool] == [-1, -1, 0, 0, -4, -4]  # tier after tier
+        assert standin.standin_streams_made() == 6
+        for bad in (-2, 1, 2**80):
+            try:
+                pool.get(priority=bad)
+            except ValueError as e:
+                print(e)
+        for bad in ("0", 0.0, True):
+            try:
+                pool.get(priority=bad)
+            except TypeError as e:
+                print(e)
+        try:
+            pool.lease(priority=-3)
+        except ValueError as e:
+            print(e)
+        for call in (lambda: pool.get(-1), lambda: pool.get(tier=0), lambda: custream.StreamPool.get(3)):
+            try:
+                call()
+            except TypeError as e:
+                print(e)
+        print(repr(pool))
+        pool.close()
+    """)
+    assert "get() priority -2 is not one of this pool's priorities (-1, 0, -4)" in out
+    assert "get() priority 1 is not one of this pool's priorities (-1, 0, -4)" in out
+    assert "get() priority 1208925819614629174706176 is not one of" in out
+    assert out.count("get() priority must be an int or None, got") == 3
+    assert "lease() priority -3 is not one of this pool's priorities (-1, 0, -4)" in out
+    assert "get() takes no positional arguments but 1 was given" in out
+    assert "get() got an unexpected keyword argument 'tier'" in out
+    assert "descriptor 'get' for 'custream.StreamPool' objects doesn't apply to a 'int' object" in out
+    assert "<custream.StreamPool size=2 device=0 priorities=(-1, 0, -4)>" in out
+
+
+def test_streams_are_made_once_when_threads_ask_at_once(standin_lib):
+    run(standin_lib, """
+        import threading
+        pool = custream.StreamPool(3)
+        barrier = threading.Barrier(16)
+        seen = []
+        def worker():
+            barrier.wait()
+            seen.extend(pool.get().handle for _ in range(30))
+        threads = [threading.Thread(target=worker) for _ in range(16)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        assert len(set(seen)) == 3 and standin.standin_streams_made() == 3
+        pool.close()
+        assert standin.standin_live_streams() == 0
+    """)
+
+
+# ---- leases ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args,exc,match",
+    [
+        ({"timeout": -1}, ValueError, r"lease\(\) timeout must be a non-negative number of seconds or None, got -1"),
+        ({"timeout": "float('nan')"}, ValueError, "got nan"),
+        ({"timeout": "'1'"}, TypeError, r"lease\(\) timeout must be a number of seconds \(int or float\) or None, got str"),
+        ({"timeout": True}, TypeError, "got bool"),
+        ({"priority": 1.0}, TypeError, r"lease\(\) priority must be an int or None, got float"),
+        ({"priority": 5}, ValueError, r"lease\(\) priority 5 is not one of this pool's priorities \(0,\)"),
+    ],
+)
+def test_lease_refuses_bad_arguments_by_name(standin_lib, args, exc, match):
+    out = run(standin_lib, f"""
+        pool = custream.StreamPool(2)
+        try:
+            pool.lease({", ".join(f"{k}={v}" for k, v in args.items())})
+        except Exception as e:
+            print(type(e).__name__, e)
+        assert standin.standin_streams_made() == 0
+    """)
+    assert out.startswith(exc.__name__), out
+    assert __import__("re").search(match, out), out
+
+
+def test_a_lease_holds_its_stream_alone_until_its_block_ends(standin_lib):
+    out = run(standin_lib, """
+        pool = custream.StreamPool(2)
+        lease = pool.lease()
+        with lease as a:
+            assert lease.stream is a and lease.priority == 0 and not lease.closed
+            assert type(a) is custream.Stream and a in list(pool)
+            with pool.lease() as b:
+                assert b is not a
+                assert repr(pool) == "<custream.StreamPool size=2 device=0 leased=2>"
+                try:
+                    pool.lease(timeout=0)  # a poll
+                except TimeoutError as e:
+                    print(e)
+            with pool.lease(timeout=0.05) as c:
+                assert c is b  # given back: leased again, not made again
+        assert lease.closed and standin.standin_streams_made() == 2
+        for use in (lambda: lease.stream, lease.__enter__, lambda: [None for _ in [lease.__enter__()]]):
+            try:
+                use()
+            except ValueError as e:
+                print(e)
+            else:
+                raise AssertionError("a lease used after its block")
+        lease.close()  # idempotent
+        assert not a.closed  # the stream stays the pool's
+        assert "given back" in repr(lease)
+        import pickle
+        try:
+            pickle.dumps(pool.lease())
+        except TypeError as e:
+            print(e)
+        # A lease dropped without its block gives its stream back.
+        held = pool.lease()
+        del held
+        with pool.lease(timeout=0) as x, pool.lease(timeout=0) as y:
+            pass
+        pool.close()
+    """)
+    assert "StreamPool.lease() timed out after 0 s: every stream of priority 0 (2 of them) is leased" in out
+    assert out.count("on a custream.Lease that was given back (its with block ended, or it was closed)") == 3
+    assert "stream on a custream.Lease that was given back" in out
+    assert "cannot pickle Lease: a lease holds a CUDA stream of this process's pool" in out
+
+
+def test_leases_come_first_from_streams_already_made(standin_lib):
+    run(standin_lib, """
+        pool = custream.StreamPool(4)
+        for _ in range(5):
+            with pool.lease() as s:
+                pass
+        assert standin.standin_streams_made() == 1
+        with pool.lease() as a, pool.lease() as b:
+            assert standin.standin_streams_made() == 2
+        pool.get(); pool.get(); pool.get()  # round-robin makes slots 0, 1, 2
+        with pool.lease() as a, pool.lease() as b, pool.lease() as c:
+            assert standin.standin_streams_made() == 3
+        pool.close()
+    """)
+
+
+def test_a_waiting_lease_gets_the_stream_given_back(standin_lib):
+    run(standin_lib, """
+        import threading, time
+        pool = custream.StreamPool(1)
+        order = []
+        with pool.lease() as s:
+            def waiter():
+                with pool.lease(timeout=30) as t:
+                    order.append(("got", t is s))
+            th = threading.Thread(target=waiter)
+            th.start()
+            time.sleep(0.2)
+            order.append("giving back")
+        th.join(30)
+        assert order == ["giving back", ("got", True)], order
+        pool.close()
+    """)
+
+
+def test_ctrl_c_ends_a_waiting_lease(standin_lib):
+    out = run(standin_lib, """
+        import _thread, threading, time
+        pool = custream.StreamPool(1)
+        held = pool.lease()
+        threading.Timer(0.2, _thread.interrupt_main).start()
+        start = time.monotonic()
+        try:
+            pool.lease()
+        except KeyboardInterrupt:
+            print("interrupted after", round(time.monotonic() - start, 1))
+        held.close()
+        with pool.lease(timeout=0):  # nothing was claimed by the interrupted wait
+            pass
+        pool.close()
+    """)
+    assert "interrupted after" in out
+    assert float(out.split()[-1]) < 5, out
+
+
+def test_closing_refuses_leases_at_once_and_closes_streams_after_the_last(standin_lib):
+    out = run(standin_lib, """
+        import threading, time
+        pool = custream.StreamPool(1, priorities=(0, -1))
+        other = pool.get(priority=-1)
+        lease = pool.lease()
+        s = lease.stream
+        errors = []
+        def waiter():
+            try:
+                pool.lease(timeout=30)
+            except ValueError as e:
+                errors.append(str(e))
+        th = threading.Thread(target=waiter)
+        th.start()
+        time.sleep(0.2)
+        pool.close()
+        th.join(30)
+        assert errors == ["lease() on a closed custream.StreamPool"], errors  # woken with an error
+        assert pool.closed and not s.closed and not other.closed  # a lease is still held
+        s.synchronize()  # the leased stream works until the lease ends
+        for call in (pool.lease, pool.get, lambda: pool[0]):
+            try:
+                call()
+            except ValueError as e:
+                print(e)
+        print(repr(pool))
+        pool.close()  # idempotent
+        assert not s.closed
+        lease.close()
+        assert s.closed and other.closed and standin.standin_live_streams() == 0
+        print(repr(pool))
+    """)
+    assert "lease() on a closed custream.StreamPool" in out
+    assert "get() on a closed custream.StreamPool" in out and "pool[i] on a closed custream.StreamPool" in out
+    assert "<custream.StreamPool size=1 device=0 priorities=(0, -1) leased=1 closed>" in out
+    assert "<custream.StreamPool size=1 device=0 priorities=(0, -1) closed>" in out
+
+
+def test_sixteen_threads_lease_and_get_at_once(standin_lib):
+    run(standin_lib, """
+        import random, threading
+        pool = custream.StreamPool(3, priorities=(0, -2))
+        lock = threading.Lock()
+        held = set()
+        leases = []
+        failures = []
+        barrier = threading.Barrier(16)
+        def worker(n):
+            rng = random.Random(n)
+            barrier.wait()
+            for i in range(150):
+                p = rng.choice((None, 0, -2))
+                if rng.random() < 0.3:
+                    pool.get(priority=p).query()
+                    continue
+                with pool.lease(priority=p, timeout=30) as s:
+                    with lock:
+                        if s.handle in held:
+                            failures.append(("leased twice", s.handle))
+                        held.add(s.handle)
+                        leases.append(s.handle)
+                    s.query()
+                    with lock:
+                        held.discard(s.handle)
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(16)]
+        for t in threads: t.start()
+        for t in threads: t.join(120)
+        assert not any(t.is_alive() for t in threads), "deadlock"
+        assert not failures, failures[:3]
+        assert held == set() and len(set(leases)) <= 6
+        # No lost stream: every one can be leased again, each once.
+        for p in (0, -2):
+            ls = [pool.lease(priority=p, timeout=0) for _ in range(3)]
+            assert len({l.stream.handle for l in ls}) == 3
+            for l in ls: l.close()
+        assert standin.standin_streams_made() == 6
+        pool.close()
+        assert standin.standin_live_streams() == 0
     """)

@@ -240,8 +240,19 @@ def test_synchronize_and_close_on_the_standin_driver(standin_lib):
         assert standin.standin_live_streams() == 1 and s.owned
         rx.synchronize(s)  # the C API's synchronize: the GIL let go while it waits
         assert rx.info(s) == (s.handle, 0, False)  # an owned stream knows its device
+        w = custream.Stream.from_handle(s.handle)
+        assert rx.info(w)[1] is None  # not learnt yet
+        assert rx.id_and_device(w) == (s.id, 0)  # Stream::id and resolve_device: the C API's
+        assert rx.info(w)[1] == 0
+        w.close()
         assert rx.close(s) is True and s.closed
         assert standin.standin_live_streams() == 0  # Stream::close destroyed it, once
+        try:
+            rx.id_and_device(s)
+        except ValueError as e:
+            assert "id on a closed custream.Stream" in str(e), e
+        else:
+            raise AssertionError("id of a closed stream")
         try:
             rx.synchronize(s)
         except ValueError as e:
@@ -472,7 +483,7 @@ def test_a_custream_without_the_capsule_is_an_import_error():
     assert out.strip() == "ok"
 
 
-STREAM = custream.Stream.__basicsize__  # 104, or 120 where the object header is 32 bytes
+STREAM = custream.Stream.__basicsize__  # 112, or 128 where the object header is 32 bytes
 TABLE = ctypes.sizeof(_capi_ctypes.CAPI)  # the table custream.h declares
 
 

@@ -201,7 +201,7 @@ def test_signatures_are_introspectable():
     assert str(inspect.signature(custream.GreenContext)) == "(sm_count, *, device=None)"
     assert str(inspect.signature(custream.GreenContext.split)) == "(sm_count, *, device=None)"
     assert str(inspect.signature(custream.GreenContext.from_handle)) == "(handle, *, owner=None)"
-    assert "(size, *, device=None, non_blocking=True, priority=0, green_context=None)" == str(
+    assert "(size, *, device=None, non_blocking=True, priority=0, priorities=None, green_context=None)" == str(
         inspect.signature(custream.StreamPool))
     assert "Wrap an existing CUDA stream handle" in Stream.from_handle.__doc__
 
@@ -209,10 +209,10 @@ def test_signatures_are_introspectable():
 def test_basicsize_is_the_c_struct():
     # PyObject_HEAD (16 bytes; 32 in a free-threaded build: `object`'s own size) + handle,
     # protocol, 4x int32 pair, 2 more u32, owner, deleter, deleter_ctx, context, weakreflist,
-    # context_id: pxd/custream.h's CustreamStream on x86-64.
+    # context_id, stream_id (appended): pxd/custream.h's CustreamStream on x86-64.
     head = object.__basicsize__
     assert head in (16, 32)
-    assert Stream.__basicsize__ == head + 88
+    assert Stream.__basicsize__ == head + 96
     assert Stream.__weakrefoffset__ == head + 72
 
 

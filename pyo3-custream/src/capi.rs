@@ -198,6 +198,32 @@ impl Api {
         }
     }
 
+    /// `Stream.id`: the driver's id of the stream (custream asks the driver once per object).
+    pub(crate) fn stream_id(self, stream: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let f = self.0.stream_id.ok_or_else(|| missing("stream_id"))?;
+        let mut out: std::ffi::c_ulonglong = 0;
+        // SAFETY: attached, stream is alive, out is a place for one id.
+        let rc = unsafe { f(stream.as_ptr(), &mut out) };
+        if rc < 0 {
+            Err(PyErr::fetch(stream.py()))
+        } else {
+            Ok(out)
+        }
+    }
+
+    /// `Stream.device`: known, or asked of the driver once.
+    pub(crate) fn stream_device(self, stream: &Bound<'_, PyAny>) -> PyResult<i32> {
+        let f = self.0.stream_device.ok_or_else(|| missing("stream_device"))?;
+        let mut out: c_int = -1;
+        // SAFETY: attached, stream is alive, out is a place for one int.
+        let rc = unsafe { f(stream.as_ptr(), &mut out) };
+        if rc < 0 {
+            Err(PyErr::fetch(stream.py()))
+        } else {
+            Ok(out)
+        }
+    }
+
     pub(crate) fn current_stream(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         let f = self.0.current_stream.ok_or_else(|| missing("current_stream"))?;
         // SAFETY: attached.

@@ -50,6 +50,7 @@ pub struct CustreamStream {
     pub context: *mut ::std::os::raw::c_void,
     pub weakreflist: *mut PyObject,
     pub context_id: u64,
+    pub stream_id: *mut PyObject,
 }
 #[repr(C)]
 #[derive(Copy, Clone)]
@@ -105,4 +106,10 @@ pub struct CustreamCAPI {
     pub reserved2: u32,
     pub synchronize_timeout:
         ::std::option::Option<unsafe extern "C" fn(stream: *mut PyObject, timeout: f64) -> ::std::os::raw::c_int>,
+    pub stream_id: ::std::option::Option<
+        unsafe extern "C" fn(stream: *mut PyObject, out: *mut ::std::os::raw::c_ulonglong) -> ::std::os::raw::c_int,
+    >,
+    pub stream_device: ::std::option::Option<
+        unsafe extern "C" fn(stream: *mut PyObject, out: *mut ::std::os::raw::c_int) -> ::std::os::raw::c_int,
+    >,
 }

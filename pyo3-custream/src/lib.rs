@@ -28,8 +28,9 @@ const _: () = {
     const HEAD: usize = size_of::<pyo3::ffi::PyObject>();
     assert!(offset_of!(ffi::CustreamStream, handle) == HEAD);
     assert!(offset_of!(ffi::CustreamStream, context_id) == HEAD + 80);
-    assert!(size_of::<ffi::CustreamStream>() == HEAD + 88);
-    assert!(size_of::<ffi::CustreamCAPI>() == 160);
+    assert!(offset_of!(ffi::CustreamStream, stream_id) == HEAD + 88);
+    assert!(size_of::<ffi::CustreamStream>() == HEAD + 96);
+    assert!(size_of::<ffi::CustreamCAPI>() == 176);
 };
 mod stream;
 mod stream_ref;

@@ -93,6 +93,21 @@ impl Stream {
         self.fields().device()
     }
 
+    /// The device ordinal, asked of the driver if custream does not know it yet (once per
+    /// Stream; cuStreamGetDevice where the driver has it, else the stream's context), never by
+    /// changing the calling thread's current context: Python's `Stream.device`. A closed
+    /// Stream is a ValueError.
+    pub fn resolve_device(&self, py: Python<'_>) -> PyResult<i32> {
+        api(py)?.stream_device(self.0.bind(py))
+    }
+
+    /// The driver's id of the stream (cuStreamGetId; CCCL's `stream_ref::id()`): unique in the
+    /// process while the stream lives, the same for every Stream over one handle; asked of the
+    /// driver once per Stream. Python's `Stream.id`. A closed Stream is a ValueError.
+    pub fn id(&self, py: Python<'_>) -> PyResult<u64> {
+        api(py)?.stream_id(self.0.bind(py))
+    }
+
     /// Whether `close()` was called: one atomic load, no GIL.
     pub fn is_closed(&self) -> bool {
         self.fields().is_closed()

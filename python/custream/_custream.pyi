@@ -3,7 +3,7 @@
 from collections.abc import Generator
 from concurrent.futures import Future
 from types import TracebackType
-from typing import Any, Callable, Final, Literal, Protocol, final
+from typing import Any, Callable, Final, Literal, Protocol, Sequence, final
 
 __all__ = [
     "ABI_VERSION",
@@ -14,6 +14,7 @@ __all__ = [
     "CudaUnavailableError",
     "Event",
     "GreenContext",
+    "Lease",
     "Stream",
     "StreamPool",
     "as_stream",
@@ -103,7 +104,14 @@ class Stream:
         """The CUstream handle as an int (0, 1 and 2 are default-stream tokens)."""
     @property
     def device(self) -> int:
-        """The device ordinal; for default streams, that of the current context."""
+        """The device ordinal; for default streams, that of the current context. A wrapped
+        stream's is asked of the driver once (cuStreamGetDevice where the driver has it, else
+        the stream's context), never by changing the current context."""
+    @property
+    def id(self) -> int:
+        """The driver's id of the stream (cuStreamGetId): an int unique in the process while
+        the stream lives, the same for every Stream over one handle (CCCL's
+        ``stream_ref::id()``). A default stream's is that of the current context's."""
     @property
     def owned(self) -> bool:
         """True if custream created the stream and destroys it on close."""
@@ -274,14 +282,22 @@ class GreenContext:
 
 @final
 class StreamPool:
-    """A fixed set of owned streams, handed out round-robin.
+    """Tiers of owned streams, one per priority, made on first use, handed out round-robin or
+    leased.
 
-    ``StreamPool(size, *, device=None, non_blocking=True, priority=0, green_context=None)``
-    creates ``size`` streams in ``device``'s primary context (default: the current context's
-    device, else 0), or in ``green_context`` (a custream.GreenContext) when given.
-    ``get()`` hands them out in turn (thread-safe, no lock), ``pool[i]`` and ``len(pool)``
-    index them. A pool's stream is a plain custream.Stream to every consumer; it stays valid
-    while the pool is open, and only ``pool.close()`` (idempotent) closes it."""
+    ``StreamPool(size, *, device=None, non_blocking=True, priority=0, priorities=None,
+    green_context=None)`` holds ``size`` streams of each priority in ``priorities`` (or of the
+    one ``priority``), in ``device``'s primary context (default: the current context's device,
+    else 0), or in ``green_context`` (a custream.GreenContext) when given. No stream is made
+    (and no context touched) until one is asked for; the priorities are checked against the
+    device's range then, as ``Stream()`` checks its own (CudaError).
+    ``get(priority=None)`` hands a tier's streams out in turn (thread-safe, no lock);
+    ``lease(priority=None, timeout=None)`` holds one that no other lease gets until its block
+    ends, waiting (GIL released, Ctrl-C ends it) while all are leased. Without ``priority``
+    both take the first tier given. ``pool[i]`` and ``len(pool)`` index every stream, tier
+    after tier. A pool's stream is a plain custream.Stream to every consumer; it stays valid
+    while the pool is open, and only ``pool.close()`` (idempotent) closes it, once every lease
+    is given back."""
     def __new__(
         cls,
         size: int,
@@ -289,20 +305,65 @@ class StreamPool:
         device: int | None = None,
         non_blocking: bool = True,
         priority: int = 0,
+        priorities: Sequence[int] | None = None,
         green_context: GreenContext | None = None,
     ) -> StreamPool: ...
-    def get(self) -> Stream:
-        """The next stream, round-robin (thread-safe, no lock): one atomic add."""
+    def get(self, *, priority: int | None = None) -> Stream:
+        """The next stream of the tier of ``priority`` (None: the first tier given),
+        round-robin (thread-safe, no lock): one atomic add, once the stream is made. The
+        same stream may go to several callers; ``lease()`` holds one for one caller."""
+    def lease(self, *, priority: int | None = None, timeout: float | None = None) -> Lease:
+        """A custream.Lease of one stream of the tier of ``priority`` (None: the first tier
+        given) that no other lease holds until it is given back: ``with pool.lease() as s:``.
+        When every stream of the tier is leased it waits, with the GIL released and Ctrl-C
+        ending the wait, until one is given back, or raises TimeoutError after ``timeout``
+        seconds (None: no limit). A closed pool refuses at once (ValueError), and wakes
+        waiting leases with that error."""
     def __getitem__(self, index: int, /) -> Stream: ...
     def __len__(self) -> int: ...
     @property
     def device(self) -> int:
         """The device the pool's streams belong to."""
     @property
+    def priorities(self) -> tuple[int, ...]:
+        """The priority of each tier, in the order given."""
+    @property
     def closed(self) -> bool:
         """True once close() has been called."""
     def close(self) -> None:
-        """Close every stream of the pool; idempotent."""
+        """Close the pool: refuse ``get()`` and new leases at once, and close every stream once
+        the last lease is given back (now, when none is held); idempotent."""
+
+@final
+class Lease:
+    """One stream of a custream.StreamPool, held by one lease until it is given back.
+
+    ``pool.lease(*, priority=None, timeout=None)`` returns one; ``with pool.lease() as s:``
+    holds ``s`` for the block: no other lease gets it until the block ends (``pool.get()``,
+    round-robin, does not look at leases). Giving it back does not wait for the work queued on
+    it: the next holder's work follows it in stream order. After the block (or ``close()``)
+    the lease refuses to be used (ValueError); the stream stays the pool's."""
+    @property
+    def stream(self) -> Stream:
+        """The leased stream, while the lease is held."""
+    @property
+    def priority(self) -> int:
+        """The priority of the pool's tier the stream comes from."""
+    @property
+    def closed(self) -> bool:
+        """True once the lease was given back."""
+    def close(self) -> None:
+        """Give the stream back to the pool now (what the end of the ``with`` block does);
+        idempotent. Its queued work runs on."""
+    def __enter__(self) -> Stream:
+        """The leased stream."""
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        """Give the stream back; the block's exception, if any, propagates."""
 
 def current_stream() -> Stream:
     """The stream ``stream=None`` means: the innermost ``with s:`` block's stream in this

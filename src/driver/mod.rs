@@ -482,7 +482,7 @@ fn stream_priority_range(api: &Api) -> Result<(i32, i32)> {
 }
 
 /// Refuses a priority outside (least, greatest) by name: the driver would clamp it silently.
-fn check_priority(priority: i32, (least, greatest): (i32, i32)) -> Result<()> {
+pub fn check_priority(priority: i32, (least, greatest): (i32, i32)) -> Result<()> {
     if priority > least || priority < greatest {
         return Err(refused(
             code::INVALID_VALUE,
@@ -554,15 +554,43 @@ pub fn stream_context(h: StreamHandle) -> Result<Context> {
     unsafe { Context::from_raw(ctx.cast()) }.ok_or_else(|| failed(code::INVALID_CONTEXT))
 }
 
-/// The device of a stream's context, found without changing the current context.
-pub fn stream_device(h: StreamHandle) -> Result<i32> {
-    let api = init()?;
-    in_context(stream_context(h)?, || {
-        let mut d: CUdevice = 0;
-        // SAFETY: a valid out-pointer.
-        check(unsafe { (api.cuCtxGetDevice)(&mut d) })?;
-        Ok(d)
+/// The device of a stream, never by changing the calling thread's current context beyond the
+/// call: cuStreamGetDevice (CUDA 12.8) where the driver has it and the stream is not in a
+/// capture (some drivers refuse it there, and the refusal invalidates the capture: CCCL's
+/// `get_device_from_stream` notes so), else the device of its context (`ctx`, when the caller
+/// knows it, else cuStreamGetCtx).
+pub fn stream_device(h: StreamHandle, ctx: Option<Context>) -> Result<i32> {
+    if stream_capture_status(h)? == CaptureStatus::None {
+        if let Some(d) = stream_device_direct(h)? {
+            return Ok(d);
+        }
+    }
+    context_device(match ctx {
+        Some(c) => c,
+        None => stream_context(h)?,
     })
+}
+
+/// cuStreamGetDevice, or None where the driver lacks it.
+fn stream_device_direct(h: StreamHandle) -> Result<Option<i32>> {
+    init()?;
+    let Some(table) = libcuda::stream_device() else {
+        return Ok(None);
+    };
+    let mut d: CUdevice = 0;
+    // SAFETY: a valid out-pointer; the handle is live (the handle rule).
+    check(unsafe { (table.cuStreamGetDevice)(h.0, &mut d) })?;
+    Ok(Some(d))
+}
+
+/// cuStreamGetId: the driver's id of the stream, unique in the process (CUDA 12.0). A
+/// default-stream token answers for the current context's stream.
+pub fn stream_id(h: StreamHandle) -> Result<u64> {
+    let api = init()?;
+    let mut id: c_ulonglong = 0;
+    // SAFETY: a valid out-pointer; the handle is live (the handle rule).
+    check(unsafe { (api.cuStreamGetId)(h.0, &mut id) })?;
+    Ok(id)
 }
 
 /// Whether the stream was created with CU_STREAM_NON_BLOCKING.

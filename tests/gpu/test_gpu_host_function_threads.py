@@ -29,6 +29,7 @@ SECONDS = {seconds}
 cupy.cuda.Device(0).use()
 torch.cuda.init()
 pool = StreamPool(4, device=0)
+made = [pool[i] for i in range(4)]  # made on first use: made here, before the count
 base = custream.live_stream_count()  # the pool's four
 lock = threading.Lock()
 totals = dict(iterations=0, launched=0, ran=0, graphs=0)

@@ -197,10 +197,20 @@ CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) { (void)dev; *ctx = &fake
 CUresult cuCtxGetCurrent(void **ctx) { *ctx = &fake_context; return OK; }
 CUresult cuCtxGetDevice(int *d) { *d = 0; return OK; }
 CUresult cuCtxGetId(void *ctx, unsigned long long *id) { (void)ctx; *id = 1; return OK; }
+CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) { *least = 0; *greatest = -5; return OK; }
 CUresult cuCtxPopCurrent_v2(void **ctx) { *ctx = &fake_context; return OK; }
 CUresult cuStreamGetCtx(void *s, void **ctx) { (void)s; *ctx = &fake_context; return OK; }
+/* After fake_strict_stream_create(1), counted as "potentially unsafe" during a capture, as
+ * registering host memory is below: a stream made while a global capture is open, or a
+ * thread_local one on this thread, invalidates it unless the calling thread's mode is relaxed
+ * (what custream's pools make their streams in). Off by default: which calls a driver takes as
+ * unsafe varies, and this one is modelled for the pool's test only. */
+static int unsafe_during_capture(void);
+static int strict_create;
+void fake_strict_stream_create(int on) { strict_create = on; }
 CUresult cuStreamCreateWithPriority(void **s, unsigned flags, int prio) {
     (void)flags; (void)prio;
+    if (strict_create && unsafe_during_capture()) return CAPTURE_UNSUPPORTED;
     *s = calloc(1, sizeof(Stream));
     return OK;
 }
@@ -253,18 +263,21 @@ CUresult cuStreamBatchMemOp_v2(void *h, unsigned count, MemOp *ops, unsigned fla
 /* Host memory is the GPU's as it is: the device address is the host one (as with UVA).
  * Registering is "potentially unsafe" during a capture: unless the calling thread is relaxed
  * it invalidates a global capture, and a thread_local one begun on this thread. */
-CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned flags) {
-    (void)p; (void)bytes; (void)flags;
+static int unsafe_during_capture(void) {
     pthread_mutex_lock(&mu);
-    CUresult r = OK;
+    int refused = 0;
     for (int i = 0; i < 64; i++) {
         Stream *c = capturing[i];
         if (c && thread_mode != 2 && (c->mode == 0 || (c->mode == 1 && pthread_equal(c->thread, pthread_self())))) {
-            c->invalid = 1; invalidations++; r = CAPTURE_UNSUPPORTED;
+            c->invalid = 1; invalidations++; refused = 1;
         }
     }
     pthread_mutex_unlock(&mu);
-    return r;
+    return refused;
+}
+CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned flags) {
+    (void)p; (void)bytes; (void)flags;
+    return unsafe_during_capture() ? CAPTURE_UNSUPPORTED : OK;
 }
 CUresult cuMemHostGetDevicePointer_v2(unsigned long long *d, void *p, unsigned flags) {
     (void)flags;

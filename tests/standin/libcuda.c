@@ -22,7 +22,7 @@ typedef int CUresult;
 typedef int CUdevice;
 struct green;
 typedef struct ctx { unsigned long long id; int device; struct green *green; } *CUcontext;
-typedef struct stream { struct ctx *ctx; struct green *green; struct stream *next; } *CUstream;
+typedef struct stream { struct ctx *ctx; struct green *green; struct stream *next; unsigned long long id; } *CUstream;
 typedef void *CUevent;
 
 enum {
@@ -92,11 +92,21 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) { (void)d; BUMP(primary_retain
 static struct stream *streams;
 static int green_streams, detached_calls;
 
+/* Stream ids, unique in the process as the driver's (cuStreamGetId); made counts every stream
+ * ever made, id_calls every cuStreamGetId. */
+static unsigned long long next_stream_id = 40;
+static int made, id_calls, device_calls;
+int standin_streams_made(void) { return READ(made); }
+int standin_id_calls(void) { return READ(id_calls); }
+int standin_device_calls(void) { return READ(device_calls); }
+
 static CUstream new_stream(struct ctx *c, struct green *g) {
     CUstream s = calloc(1, sizeof *s);
     s->ctx = c;
     s->green = g;
+    BUMP(made, 1);
     pthread_mutex_lock(&mu);
+    s->id = ++next_stream_id;
     s->next = streams;
     streams = s;
     BUMP(live_streams, 1);
@@ -176,6 +186,34 @@ CUresult cuStreamGetCtx(CUstream s, CUcontext *c) {
     }
     return *c ? OK : INVALID_CONTEXT;
 }
+/* A default-stream token's id is its context's: 1000 * the context's id + the token. */
+CUresult cuStreamGetId(CUstream s, unsigned long long *id) {
+    BUMP(id_calls, 1);
+    if ((uintptr_t)s <= 2) {
+        if (!depth) return INVALID_CONTEXT;
+        *id = stack[depth - 1]->id * 1000 + (uintptr_t)s;
+        return OK;
+    }
+    CUstream k = known_stream(s);
+    if (!k) return INVALID_VALUE;
+    *id = k->id;
+    return OK;
+}
+/* CUDA 12.8: left out with -DSTANDIN_NO_STREAM_GET_DEVICE and omit=("cuStreamGetDevice",)
+ * (an older driver). */
+#ifndef STANDIN_NO_STREAM_GET_DEVICE
+CUresult cuStreamGetDevice(CUstream s, CUdevice *d) {
+    BUMP(device_calls, 1);
+    if ((uintptr_t)s <= 2) {
+        if (!depth) return INVALID_CONTEXT;
+        *d = stack[depth - 1]->device;
+        return OK;
+    }
+    CUstream k = known_stream(s);
+    *d = k ? k->ctx->device : 0;
+    return OK;
+}
+#endif
 CUresult cuStreamGetFlags(CUstream s, unsigned *f) { (void)s; *f = 1; return OK; }
 CUresult cuStreamGetPriority(CUstream s, int *p) { (void)s; *p = 0; return OK; }
 CUresult cuEventCreate(CUevent *e, unsigned f) { (void)f; *e = malloc(16); BUMP(live_events, 1); return OK; }

@@ -73,6 +73,12 @@ fn info(stream: Stream) -> (usize, Option<i32>, bool) {
     (stream.handle().as_usize(), stream.device(), stream.is_closed())
 }
 
+/// (id, device) through the C API's stream_id and stream_device (driver calls once).
+#[pyfunction]
+fn id_and_device(py: Python<'_>, stream: Stream) -> PyResult<(u64, i32)> {
+    Ok((stream.id(py)?, stream.resolve_device(py)?))
+}
+
 #[pyfunction]
 fn synchronize(py: Python<'_>, stream: Stream) -> PyResult<()> {
     stream.synchronize(py)
@@ -194,6 +200,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(is_default, m)?)?;
     m.add_function(wrap_pyfunction!(raw_round_trip, m)?)?;
     m.add_function(wrap_pyfunction!(take, m)?)?;
+    m.add_function(wrap_pyfunction!(id_and_device, m)?)?;
     m.add_function(wrap_pyfunction!(from_bound, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add_function(wrap_pyfunction!(synchronize, m)?)?;
