@@ -50,6 +50,9 @@ PRELUDE = textwrap.dedent(
             assert time.monotonic() < end, _pending_waits()
             time.sleep(0.005)
         assert custream._waits.pending_futures() == 0
+    # Python's own Ctrl-C handler, even where the parent left SIGINT ignored (a job started
+    # with `&` by a non-interactive shell: Python then installs none).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     def signal_after(seconds, sig=signal.SIGINT):
         threading.Timer(seconds, os.kill, (os.getpid(), sig)).start()
     """

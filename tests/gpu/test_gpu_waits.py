@@ -38,6 +38,10 @@ def settle(timeout=10):
         time.sleep(0.005)
     assert custream._waits.pending_futures() == 0
 
+# Python's own Ctrl-C handler, even where the parent left SIGINT ignored (a job started with
+# `&` by a non-interactive shell: Python then installs none).
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 def signal_after(seconds, sig=signal.SIGINT):
     sent = []
     def send():
