@@ -26,7 +26,7 @@ def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
     watch.restype, watch.argtypes = ctypes.c_double, [ctypes.c_void_p, ctypes.c_double]
     host = cp.cuda.runtime.hostAlloc(4, 2)  # cudaHostAllocMapped
     flag = ctypes.c_int.from_address(host)
-    dev = cp.cuda.runtime.hostGetDevicePointer(host, 0)
+    dev = host  # mapped, with unified addressing: the device sees it at the host address
     kernel = cp.RawKernel(KERNEL, "sleep_then_flag")
     s = custream.Stream(device=0)
     ext = cp.cuda.Stream.from_external(s)

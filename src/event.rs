@@ -171,14 +171,14 @@ impl Event {
     #[pyo3(signature = (timeout = None))]
     pub fn synchronize(&self, py: Python<'_>, timeout: Option<Bound<'_, PyAny>>) -> PyResult<()> {
         let deadline = timeout_arg(timeout.as_ref(), "Event.synchronize")?;
-        const WHAT: &str = "Event.synchronize()";
+        const WHAT: &str = "synchronize()";
         if deadline.is_never() && !deadline::on_main_thread() {
             return self.use_for_wait(py, WHAT, |ev, _| {
                 Ok(gil::detach(py, move || driver::event_synchronize(ev))?)
             });
         }
         self.use_for_wait(py, WHAT, |ev, ctx| {
-            waits::synchronize_event(py, ev, ctx, deadline, WHAT)
+            waits::synchronize_event(py, ev, ctx, deadline, "Event.synchronize()")
         })
     }
 

@@ -16,7 +16,7 @@ use pyo3::types::{PyInt, PyTuple};
 
 use crate::capture;
 use crate::deadline::{self, Deadline};
-use crate::driver::{self, CaptureMode, CaptureStatus, Context, OwnedStream, StreamHandle};
+use crate::driver::{self, capture_code, CaptureMode, CaptureStatus, Context, OwnedStream, StreamHandle};
 use crate::gil;
 use crate::green::{self, GreenContext};
 use crate::home::Home;
@@ -572,6 +572,18 @@ impl StreamObject<'_> {
     #[cold]
     #[inline(never)]
     fn learn_id<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        // The driver answers cuStreamGetId on a capturing stream with an error that also
+        // invalidates the capture: refused here first, the capture kept.
+        if !self.is_default() && self.is_capturing(py)? {
+            return Err(driver::refusal(
+                capture_code::NOT_PERMITTED,
+                "id of a stream that is capturing a CUDA graph: the driver refuses it then, and \
+                 its refusal would invalidate the capture; ask for s.id before begin_capture() \
+                 (it is kept) or after end_capture()"
+                    .to_owned(),
+            )
+            .into());
+        }
         let id = self.use_handle(py, "id", |h| gil::brief(py, move || driver::stream_id(h)))?;
         let id = PyInt::new(py, id).into_any();
         if self.is_default() {

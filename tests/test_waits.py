@@ -142,7 +142,6 @@ def test_ctrl_c_ends_a_wait_the_driver_would_not_end(fake):
             ("Stream.synchronize", lambda: s.synchronize(), (signal.SIGUSR1, Stop)),
             ("Stream.synchronize(timeout)", lambda: s.synchronize(timeout=30), sigint),
             ("Event.synchronize", lambda: s.record().synchronize(), sigint),
-            ("future().result", lambda: s.record().future().result(), sigint),
         ]:
             kernel(s, 1200)
             signal_after(0.1, sig)
