@@ -606,6 +606,10 @@ mod capture;
 pub use capture::*;
 mod green;
 pub use green::*;
+mod ipc;
+pub use ipc::*;
+mod memops;
+pub use memops::*;
 
 #[cfg(test)]
 mod tests {
