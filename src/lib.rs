@@ -47,6 +47,7 @@ mod host_thread;
 mod layout;
 mod libcuda;
 mod lifecycle;
+mod memops;
 mod owner_release;
 mod pool;
 mod process;
