@@ -44,6 +44,7 @@ mod green_type;
 mod home;
 mod host_semaphores;
 mod host_thread;
+mod ipc;
 mod layout;
 mod libcuda;
 mod lifecycle;
@@ -79,6 +80,7 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     protocol::init(py, &stream_type)?;
     m.add("Stream", stream_type)?;
     m.add_class::<event::Event>()?;
+    m.add_class::<ipc::IpcEventHandle>()?;
     m.add_class::<pool::StreamPool>()?;
     m.add_class::<green::GreenContext>()?;
     m.add("CudaError", py.get_type::<errors::CudaError>())?;

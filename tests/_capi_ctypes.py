@@ -38,6 +38,9 @@ class CAPI(ctypes.Structure):
         ("device_offset", ctypes.c_uint32),
         ("priority_offset", ctypes.c_uint32),
         ("reserved2", ctypes.c_uint32),
+        # Stream memory operations (appended).
+        ("write_value", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int)),
+        ("wait_value", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_int, ctypes.c_int)),
     ]
 
 

@@ -469,9 +469,9 @@ STREAM = custream.Stream.__basicsize__  # 104, or 120 where the object header is
         (0, 99, "custream C API version mismatch: pyo3-custream 0.1.0 was built against custream.h ABI 1 but the installed custream provides ABI 99"),
         (0, 0, "provides ABI 0"),
         (4, 64, "custream C API layout mismatch: pyo3-custream 0.1.0 was built against custream 0.1.0's table of "
-         f"152 bytes and Stream of {STREAM} bytes, the installed custream 0.1.0 has 64 and {STREAM} (older than this "
+         f"168 bytes and Stream of {STREAM} bytes, the installed custream 0.1.0 has 64 and {STREAM} (older than this "
          "crate); install custream 0.1.0 or newer"),
-        (8, 96, "the installed custream 0.1.0 has 152 and 96 (older than this crate)"),
+        (8, 96, "the installed custream 0.1.0 has 168 and 96 (older than this crate)"),
     ],
     ids=["newer-abi", "older-abi", "smaller-table", "smaller-struct"],
 )
@@ -485,7 +485,7 @@ def test_an_incompatible_custream_is_an_import_error(offset, value, message):
         new = ctypes.pythonapi.PyCapsule_New
         new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
         real = C._C_API
-        table = ctypes.create_string_buffer(ctypes.string_at(get(real, NAME), 152), 152)
+        table = ctypes.create_string_buffer(ctypes.string_at(get(real, NAME), 168), 168)
         struct.pack_into("<I", table, {offset}, {value})
         C._C_API = new(ctypes.addressof(table), NAME, None)
         for call in (lambda: rx.handle_of(custream.Stream.from_handle(5)), lambda: rx.give(5)):

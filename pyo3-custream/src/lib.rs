@@ -29,7 +29,7 @@ const _: () = {
     assert!(offset_of!(ffi::CustreamStream, handle) == HEAD);
     assert!(offset_of!(ffi::CustreamStream, context_id) == HEAD + 80);
     assert!(size_of::<ffi::CustreamStream>() == HEAD + 88);
-    assert!(size_of::<ffi::CustreamCAPI>() == 152);
+    assert!(size_of::<ffi::CustreamCAPI>() == 168);
 };
 mod stream;
 mod stream_ref;
