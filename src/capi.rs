@@ -16,11 +16,11 @@ use pyo3::types::PyCapsule;
 use crate::boundary::boundary;
 use crate::callback;
 use crate::current;
-use crate::memops;
 use crate::layout::{
     custream_deleter_t, custream_green_ctx_t, custream_handle_t, custream_host_fn_t, CustreamCAPI, CustreamStream,
     CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME, GROWTH, STREAM_SIZE,
 };
+use crate::memops;
 use crate::pool::StreamPool;
 use crate::protocol;
 use crate::raw_stream::{self, StreamObject};

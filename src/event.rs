@@ -213,7 +213,9 @@ impl Event {
         self.refuse_if_captured(py, "synchronize()")?;
         if let Some(side) = self.imported() {
             let never = crate::deadline::Deadline::NEVER;
-            return self.use_event(py, "synchronize()", |ev| side.synchronize(py, ev, never, "Event.synchronize()"));
+            return self.use_event(py, "synchronize()", |ev| {
+                side.synchronize(py, ev, never, "Event.synchronize()")
+            });
         }
         self.use_event(py, "synchronize()", |ev| {
             Ok(gil::detach(py, move || driver::event_synchronize(ev))?)
@@ -224,7 +226,9 @@ impl Event {
     pub fn query(&self, py: Python<'_>) -> PyResult<bool> {
         self.refuse_if_captured(py, "query()")?;
         if let Some(side) = self.imported() {
-            return self.use_event(py, "query()", |ev| Ok(gil::brief(py, || side.query(ev, "Event.query()"))?));
+            return self.use_event(py, "query()", |ev| {
+                Ok(gil::brief(py, || side.query(ev, "Event.query()"))?)
+            });
         }
         self.use_event(py, "query()", |ev| Ok(gil::brief(py, move || driver::event_query(ev))?))
     }
@@ -283,7 +287,9 @@ impl Event {
 
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         match &slf.get().ipc {
-            Some(side) => Ok(ipc::reduce(&slf.get_type(), side.handle())?.into_pyobject(slf.py())?.into_any()),
+            Some(side) => Ok(ipc::reduce(&slf.get_type(), side.handle())?
+                .into_pyobject(slf.py())?
+                .into_any()),
             None => Ok(closable::reduce(slf)?.into_bound(slf.py()).into_any()),
         }
     }

@@ -26,7 +26,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple, PyType};
 
 use crate::deadline::{self, Deadline};
-use crate::driver::{self, code, Context, DriverError, EventHandle, OwnedEvent, IPC_HANDLE_BYTES};
+use crate::driver::{self, Context, DriverError, EventHandle, OwnedEvent, IPC_HANDLE_BYTES};
 use crate::home::Home;
 
 /// The handle of an IPC event, for another process: ``e.ipc_handle()``.
@@ -95,15 +95,12 @@ impl IpcEventHandle {
 
     /// The error for a use of an event whose exporter has exited.
     fn exporter_gone(&self, what: &str) -> DriverError {
-        driver::refusal(
-            code::INVALID_HANDLE,
-            format!(
-                "{what}: the process that exported this IPC event (pid {}) has exited, and CUDA \
+        driver::invalid_handle(format!(
+            "{what}: the process that exported this IPC event (pid {}) has exited, and CUDA \
                  leaves the use of an IPC event after its exporter is gone undefined; the \
                  exporter must keep the event open until the importers are done with it",
-                self.pid
-            ),
-        )
+            self.pid
+        ))
     }
 }
 
@@ -302,14 +299,11 @@ pub fn import(py: Python<'_>, handle: &IpcEventHandle) -> PyResult<(Home, OwnedE
         return Err(handle.exporter_gone(WHAT).into());
     }
     let device = driver::device_with_uuid(&handle.uuid)?.ok_or_else(|| {
-        driver::refusal(
-            code::INVALID_DEVICE,
-            format!(
-                "{WHAT}: the exporter's device (its device {}) is not visible in this process; \
+        driver::invalid_device(format!(
+            "{WHAT}: the exporter's device (its device {}) is not visible in this process; \
                  the importer must see the same GPU (CUDA_VISIBLE_DEVICES)",
-                handle.device
-            ),
-        )
+            handle.device
+        ))
     })?;
     let raw = handle.handle;
     let (home, ev) = Home::make(py, device, None, move |ctx: Context| driver::ipc_open_event(ctx, &raw))?;

@@ -23,7 +23,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict, PyString, PyTuple};
 
 use crate::args::{bool_arg, int_repr, is_int_not_bool, short_repr, Signature};
-use crate::driver::{self, code, memory_type, MemOpSupport, WaitOp, Width};
+use crate::driver::{self, memory_type, MemOpSupport, WaitOp, Width};
 use crate::gil;
 use crate::raw_stream::{Fastcall, StreamObject};
 use crate::stream::closed_error;
@@ -111,7 +111,9 @@ pub fn wait(
         require(py, s, MemOpSupport::Flush, "wait_value() flush=True")?;
     }
     s.use_handle(py, WHAT, |h| {
-        gil::brief(py, move || driver::stream_wait_value(h, address, value, width, op, flush))
+        gil::brief(py, move || {
+            driver::stream_wait_value(h, address, value, width, op, flush)
+        })
     })
 }
 
@@ -153,7 +155,9 @@ fn width_c(width: i32, fname: &str) -> PyResult<Width> {
     match width {
         32 => Ok(Width::W32),
         64 => Ok(Width::W64),
-        other => Err(PyValueError::new_err(format!("{fname}() width must be 32 or 64, got {other}"))),
+        other => Err(PyValueError::new_err(format!(
+            "{fname}() width must be 32 or 64, got {other}"
+        ))),
     }
 }
 
@@ -320,15 +324,28 @@ fn from_array_interface(
         .ok_or_else(|| bad("has no 'typestr'"))?
         .extract()
         .map_err(|_| bad("'typestr' is not a str"))?;
-    let itemsize: u64 = typestr.get(2..).and_then(|n| n.parse().ok()).ok_or_else(|| bad("has a bad 'typestr'"))?;
+    let itemsize: u64 = typestr
+        .get(2..)
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| bad("has a bad 'typestr'"))?;
     let contiguous = iface.get_item("strides")?.is_none_or(|s| s.is_none());
     check_extent(pointer, &shape, itemsize, contiguous, width, fname)?;
     Ok(pointer)
 }
 
 /// Refuse an array that does not hold the word at its first byte.
-fn check_extent(pointer: u64, shape: &[u64], itemsize: u64, contiguous: bool, width: Width, fname: &str) -> PyResult<()> {
-    let count = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).unwrap_or(u64::MAX);
+fn check_extent(
+    pointer: u64,
+    shape: &[u64],
+    itemsize: u64,
+    contiguous: bool,
+    width: Width,
+    fname: &str,
+) -> PyResult<()> {
+    let count = shape
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d))
+        .unwrap_or(u64::MAX);
     let nbytes = count.saturating_mul(itemsize);
     if pointer == 0 || count == 0 {
         return Err(PyValueError::new_err(format!(
@@ -375,15 +392,15 @@ struct DlTensor {
 fn from_dlpack(obj: &Bound<'_, PyAny>, width: Width, fname: &str) -> PyResult<u64> {
     let py = obj.py();
     let kind = || obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-    let (device_type, _id): (i32, i32) = obj
-        .call_method0(intern!(py, "__dlpack_device__"))?
-        .extract()
-        .map_err(|_| {
-            PyTypeError::new_err(format!(
-                "{fname}() address: the {} object's __dlpack_device__() is not a (type, id) pair",
-                kind()
-            ))
-        })?;
+    let (device_type, _id): (i32, i32) =
+        obj.call_method0(intern!(py, "__dlpack_device__"))?
+            .extract()
+            .map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "{fname}() address: the {} object's __dlpack_device__() is not a (type, id) pair",
+                    kind()
+                ))
+            })?;
     match device_type {
         DL_CUDA | DL_CUDA_HOST => {}
         DL_CPU => {
@@ -439,7 +456,9 @@ fn from_dlpack(obj: &Bound<'_, PyAny>, width: Width, fname: &str) -> PyResult<u6
         let itemsize = (u64::from(t.dtype_bits) * u64::from(t.dtype_lanes)).div_ceil(8);
         (
             (t.data as u64).wrapping_add(t.byte_offset),
-            dims.into_iter().map(|d| u64::try_from(d).unwrap_or(0)).collect::<Vec<_>>(),
+            dims.into_iter()
+                .map(|d| u64::try_from(d).unwrap_or(0))
+                .collect::<Vec<_>>(),
             itemsize,
             contiguous,
         )
@@ -497,12 +516,9 @@ fn require(py: Python<'_>, s: StreamObject<'_>, support: MemOpSupport, what: &st
     if driver::supports(device, support)? {
         return Ok(());
     }
-    Err(driver::refusal(
-        code::NOT_SUPPORTED,
-        format!(
-            "{what} is not supported on device {device} ({} is 0)",
-            support.name()
-        ),
-    )
+    Err(driver::not_supported(format!(
+        "{what} is not supported on device {device} ({} is 0)",
+        support.name()
+    ))
     .into())
 }

@@ -11,7 +11,8 @@ pub const IPC_HANDLE_BYTES: usize = 64;
 /// `CU_EVENT_DISABLE_TIMING`.
 pub fn event_create_interprocess(ctx: Context) -> Result<OwnedEvent> {
     let api = init()?;
-    let flags = cu::CUevent_flags::CU_EVENT_INTERPROCESS as c_uint | cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint;
+    let flags =
+        cu::CUevent_flags::CU_EVENT_INTERPROCESS as c_uint | cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint;
     in_context(ctx, || {
         let mut ev: CUevent = null_mut();
         // SAFETY: a valid out-pointer; `ctx` is current.
@@ -64,4 +65,15 @@ pub fn device_with_uuid(uuid: &[u8; 16]) -> Result<Option<i32>> {
         }
     }
     Ok(None)
+}
+
+/// `CUDA_ERROR_INVALID_HANDLE` with custream's message: an IPC event whose exporter is gone
+/// (named here, not by the driver: the check is made before any driver call).
+pub fn invalid_handle(message: String) -> DriverError {
+    refused(code::INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", message)
+}
+
+/// `CUDA_ERROR_INVALID_DEVICE` with custream's message: the exporter's device is not here.
+pub fn invalid_device(message: String) -> DriverError {
+    refused(code::INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", message)
 }

@@ -58,7 +58,14 @@ pub fn stream_write_value(h: StreamHandle, address: u64, value: u64, width: Widt
 
 /// Queue on `h` a wait until the word at `address` meets `op` against `value` (a wait-value
 /// node, in a capture), followed by a flush of remote writes when `flush`.
-pub fn stream_wait_value(h: StreamHandle, address: u64, value: u64, width: Width, op: WaitOp, flush: bool) -> Result<()> {
+pub fn stream_wait_value(
+    h: StreamHandle,
+    address: u64,
+    value: u64,
+    width: Width,
+    op: WaitOp,
+    flush: bool,
+) -> Result<()> {
     let api = init()?;
     let flags = op as c_uint | if flush { WAIT_FLUSH } else { 0 };
     // SAFETY: as for `stream_write_value`: the GPU reads `address` when the wait runs.
@@ -177,4 +184,9 @@ pub fn supports(ordinal: i32, what: MemOpSupport) -> Result<bool> {
         c.store(if v != 0 { 2 } else { 1 }, Ordering::Relaxed);
     }
     Ok(v != 0)
+}
+
+/// `CUDA_ERROR_NOT_SUPPORTED` with custream's message, naming the attribute that said so.
+pub fn not_supported(message: String) -> DriverError {
+    refused(code::NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", message)
 }
