@@ -26,6 +26,8 @@ FLOORS = {
             "host_thread",
             "host_semaphores",
             "owner_release",
+            "ipc",
+            "memops",
         ],
         2,
     ),
