@@ -37,7 +37,7 @@ mod stream_ref;
 #[cfg(feature = "cudarc")]
 pub use cudarc_interop::from_cudarc;
 pub use handover::{share, to_python};
-pub use stream::{current_stream, Stream};
+pub use stream::{current_stream, Stream, WaitOp};
 pub use stream_ref::StreamRef;
 
 #[doc = include_str!("../docs/lifetime-rules.md")]
