@@ -163,6 +163,19 @@ PyObject *slice(PyObject *, PyObject *obj) {
     return Py_BuildValue("(NI)", PyLong_FromVoidPtr(static_cast<void *>(*g)), *n);
 }
 
+/* (stream, address, value, width, op): stream::write_value, then stream::wait_value with op
+ * (0 to 3, or any other int to see custream refuse it). */
+PyObject *semaphore(PyObject *, PyObject *args) {
+    PyObject *obj;
+    unsigned long long address, value;
+    int width, op;
+    if (!PyArg_ParseTuple(args, "OKKii", &obj, &address, &value, &width, &op)) return nullptr;
+    custream::stream s = custream::stream::from_python(obj);
+    if (!s || !s.write_value(address, value, width)) return nullptr;
+    if (!s.wait_value(address, value, width, static_cast<custream::stream::wait_op>(op))) return nullptr;
+    Py_RETURN_NONE;
+}
+
 PyObject *close(PyObject *, PyObject *obj) {
     custream::stream s = custream::stream::from_python(obj);
     if (!s || !s.close() || !s.close()) return nullptr;  // twice: close() is idempotent
@@ -389,6 +402,7 @@ PyMethodDef methods[] = {
     {"stream_state", stream_state, METH_O, "(ref().get(), is_closed()) of stream::from_python(obj)."},
     {"synchronize", synchronize, METH_O, "stream::synchronize()."},
     {"slice", slice, METH_O, "(stream::green_context(), stream::sm_count())."},
+    {"semaphore", semaphore, METH_VARARGS, "stream::write_value(), then stream::wait_value()."},
     {"close", close, METH_O, "stream::close() twice; is_closed() after."},
     {"empty_stream_calls", empty_stream_calls, METH_NOARGS, "close() and is_closed() of an empty stream."},
     {"wrap", wrap, METH_VARARGS, "from_handle(handle, device, owner)."},
