@@ -174,6 +174,47 @@ impl IpcEventHandle {
 pub struct IpcSide {
     handle: IpcEventHandle,
     imported: bool,
+    /// An importer's watch on the exporter, where one could be set up.
+    exporter: Option<Watch>,
+}
+
+/// The exporting process, watched from an importer in its pid namespace: a pidfd (Linux 5.3),
+/// which names that very process (never one that reuses its pid) and turns readable when it
+/// exits, so a look is one `poll` with no wait.
+struct Watch(std::os::fd::OwnedFd);
+
+impl Watch {
+    /// A watch on the process `handle` names, if it runs and the kernel has pidfds.
+    #[cfg(target_os = "linux")]
+    fn open(handle: &IpcEventHandle) -> Option<Watch> {
+        use std::os::fd::FromRawFd;
+        let pid = libc::pid_t::try_from(handle.pid).ok()?;
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1; no memory.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        let fd = std::os::fd::RawFd::try_from(fd).ok().filter(|&fd| fd >= 0)?;
+        // SAFETY: a descriptor the kernel just gave us, owned by nobody else.
+        let watch = Watch(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+        // The pid may have gone to another process before the pidfd was taken: check that it
+        // names the exporter (its start time), now that the pidfd holds on to it.
+        (handle.exporter_alive() == Some(true)).then_some(watch)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn open(_: &IpcEventHandle) -> Option<Watch> {
+        None
+    }
+
+    /// Whether the process has exited.
+    fn exited(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut pfd = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd, alive for the call; a timeout of 0 never blocks.
+        unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+    }
 }
 
 impl IpcSide {
@@ -185,9 +226,17 @@ impl IpcSide {
         self.imported
     }
 
-    /// Fails when the event was imported and its exporter is known to have exited.
+    /// The error to raise when the event was imported and its exporter is known to have
+    /// exited: one `poll` of the watch, or a look at /proc without one.
     fn exporter_gone(&self, what: &str) -> Option<DriverError> {
-        (self.imported && self.handle.exporter_alive() == Some(false)).then(|| self.handle.exporter_gone(what))
+        if !self.imported {
+            return None;
+        }
+        let gone = match &self.exporter {
+            Some(watch) => watch.exited(),
+            None => self.handle.exporter_alive() == Some(false),
+        };
+        gone.then(|| self.handle.exporter_gone(what))
     }
 
     /// `query()` of an imported event: the work not done and the exporter gone is an error,
@@ -288,6 +337,7 @@ pub fn export(py: Python<'_>, device: i32) -> PyResult<(Home, OwnedEvent, IpcSid
             start_time: start_time_of(pid).unwrap_or(0),
         },
         imported: false,
+        exporter: None,
     };
     Ok((home, ev, side))
 }
@@ -313,6 +363,7 @@ pub fn import(py: Python<'_>, handle: &IpcEventHandle) -> PyResult<(Home, OwnedE
         IpcSide {
             handle: handle.clone(),
             imported: true,
+            exporter: Watch::open(handle),
         },
     ))
 }

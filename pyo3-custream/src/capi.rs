@@ -211,7 +211,9 @@ impl Api {
     ) -> PyResult<()> {
         let f = self.0.wait_value.ok_or_else(|| missing("wait_value"))?;
         // SAFETY: attached and stream is alive; the rest are plain integers.
-        check_rc(stream.py(), unsafe { f(stream.as_ptr(), address, value, width, op, c_int::from(flush)) })
+        check_rc(stream.py(), unsafe {
+            f(stream.as_ptr(), address, value, width, op, c_int::from(flush))
+        })
     }
 
     pub(crate) fn current_stream(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
