@@ -8,7 +8,7 @@
 //! Arguments are checked before any driver call: the width (32 or 64), the value's range,
 //! the condition's name, and the address (an int, an object with `__cuda_array_interface__`,
 //! or a DLPack producer, whose device pointer is read from its capsule without importing any
-//! library: alignment, size, read-only arrays, CPU and managed memory). Then the driver is
+//! library: alignment, size, read-only arrays, managed memory, devices other than CUDA's). Then the driver is
 //! asked what it knows of the address (`cuPointerGetAttributes`: memory it does not know, or
 //! host memory not mapped for the GPU, is refused before anything is queued; mapped host
 //! memory is given to the GPU at its device address), and whether the device supports what
@@ -388,7 +388,8 @@ struct DlTensor {
 
 /// The first byte of a DLPack producer's tensor, read from the capsule `__dlpack__` returns
 /// (not consumed: its destructor gives the tensor back), after `__dlpack_device__` said it is
-/// GPU-accessible.
+/// CUDA memory or CPU memory (which the driver's check then accepts only page-locked and
+/// mapped for the GPU, as a pinned tensor is).
 fn from_dlpack(obj: &Bound<'_, PyAny>, width: Width, fname: &str) -> PyResult<u64> {
     let py = obj.py();
     let kind = || obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
@@ -402,14 +403,8 @@ fn from_dlpack(obj: &Bound<'_, PyAny>, width: Width, fname: &str) -> PyResult<u6
                 ))
             })?;
     match device_type {
-        DL_CUDA | DL_CUDA_HOST => {}
-        DL_CPU => {
-            return Err(PyValueError::new_err(format!(
-                "{fname}() address is not GPU-accessible: the {} array is in CPU memory (DLPack \
-                 device kDLCPU); use device memory, or host memory registered and mapped for the GPU",
-                kind()
-            )))
-        }
+        // CPU memory may be page-locked and mapped (a pinned tensor): the driver tells.
+        DL_CUDA | DL_CUDA_HOST | DL_CPU => {}
         DL_CUDA_MANAGED => return Err(managed_error(fname)),
         other => {
             return Err(PyValueError::new_err(format!(

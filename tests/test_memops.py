@@ -10,8 +10,6 @@ __cuda_array_interface__ and from a DLPack capsule, what the driver says of an a
 and capture into a graph. tests/gpu/test_gpu_memops.py checks the same on a real GPU.
 """
 
-import ctypes
-
 import pytest
 
 import custream
@@ -76,7 +74,6 @@ ALIGNED = 0x7F00_0000_0000
         (lambda s: s.wait_value(CAI(ALIGNED, shape=(4,), typestr="|u1", strides=(2,)), 1), ValueError, r"\(not contiguous\)"),
         (lambda s: s.write_value(CAI(ALIGNED + 1, typestr="|u1"), 1), ValueError, "not aligned to 4 bytes"),
         (lambda s: s.write_value(CAI(ALIGNED, typestr=5), 1), TypeError, "'typestr' is not a str"),
-        (lambda s: s.write_value(DLDevice(1), 1), ValueError, r"not GPU-accessible: the DLDevice array is in CPU memory \(DLPack device kDLCPU\)"),
         (lambda s: s.write_value(DLDevice(13), 1), ValueError, r"managed memory \(cuMemAllocManaged\)"),
         (lambda s: s.write_value(DLDevice(10), 1), ValueError, "DLPack device type is 10"),
         (lambda s: s.write_value(ALIGNED), TypeError, "missing required argument 'value'"),
@@ -128,6 +125,27 @@ mem = fake.fake_mem_alloc(64)
 u32 = (ctypes.c_uint32 * 16).from_address(mem)
 u64 = (ctypes.c_uint64 * 8).from_address(mem)
 from test_memops import CAI
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
+                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.c_void_p), ("byte_offset", ctypes.c_uint64)]
+class Managed(ctypes.Structure):
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+new = ctypes.pythonapi.PyCapsule_New
+new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+class Torchish:
+    # A DLPack producer, as torch and CuPy are: a legacy "dltensor" capsule of 2 int64s.
+    calls = []
+    def __init__(self, ptr, offset=0, device_type=2):
+        self.shape = (ctypes.c_int64 * 1)(2)
+        self.device_type = device_type
+        self.t = Managed(DLTensor(ptr, device_type, 0, 1, 1, 64, 1, self.shape, None, offset))
+    def __dlpack_device__(self):
+        return (self.device_type, 0)
+    def __dlpack__(self, stream=None):
+        self.calls.append(stream)
+        return new(ctypes.addressof(self.t), b"dltensor", None)
 def settle(s):
     time.sleep(0.02)
     return s.query()
@@ -168,29 +186,9 @@ assert u32[1] == 2
 
 def test_the_address_comes_from_an_array_or_a_dlpack_capsule(fake):
     standin.run(fake, PRELUDE + """
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
-                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.c_void_p), ("byte_offset", ctypes.c_uint64)]
-class Managed(ctypes.Structure):
-    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
-new = ctypes.pythonapi.PyCapsule_New
-new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-class Torchish:
-    # A DLPack producer, as torch and CuPy are: a legacy "dltensor" capsule.
-    calls = []
-    def __init__(self, offset):
-        self.shape = (ctypes.c_int64 * 1)(2)
-        self.t = Managed(DLTensor(mem, 2, 0, 1, 1, 64, 1, self.shape, None, offset))
-    def __dlpack_device__(self):
-        return (2, 0)
-    def __dlpack__(self, stream=None):
-        self.calls.append(stream)
-        return new(ctypes.addressof(self.t), b"dltensor", None)
 s = custream.Stream()
 s.write_value(CAI(mem + 16), 11)
-s.write_value(Torchish(24), 12, width=64)
+s.write_value(Torchish(mem, 24), 12, width=64)
 s.synchronize()
 assert u32[4] == 11 and u64[3] == 12
 assert Torchish.calls == [-1], "asked for no synchronization"
@@ -215,6 +213,8 @@ refused(lambda: s.write_value(ctypes.addressof(plain), 1), ValueError, "is not G
 pinned = (ctypes.c_uint32 * 1024)()
 fake.cuMemHostRegister_v2(ctypes.c_void_p(ctypes.addressof(pinned)), ctypes.c_size_t(4096), 0)
 refused(lambda: s.wait_value(ctypes.addressof(pinned), 1), ValueError, "page-locked host memory not mapped for the GPU")
+refused(lambda: s.write_value(Torchish(ctypes.addressof(plain), device_type=1), 1), ValueError,
+        "is not GPU-accessible: CUDA does not know it")
 managed = fake.fake_managed_alloc(64)
 refused(lambda: s.write_value(managed, 1), ValueError, "managed memory (cuMemAllocManaged)")
 refused(lambda: s.wait_value(mem, 1, flush=True), custream.CudaError,
@@ -223,8 +223,9 @@ refused(lambda: s.wait_value(mem, 1, flush=True), custream.CudaError,
 mapped = (ctypes.c_uint32 * 1024)()
 fake.cuMemHostRegister_v2(ctypes.c_void_p(ctypes.addressof(mapped)), ctypes.c_size_t(4096), 2)
 s.write_value(ctypes.addressof(mapped) + 8, 5)
+s.write_value(Torchish(ctypes.addressof(mapped) + 16, device_type=1), 6)   # a pinned CPU tensor, as torch's
 s.synchronize()
-assert mapped[2] == 5
+assert mapped[2] == 5 and mapped[4] == 6
 """)
     assert out.count("CUDA_ERROR_NOT_SUPPORTED") == 1, out
 
