@@ -37,9 +37,9 @@ def batches(stmt: str, ns: dict, sync, batch: int = 100):
     return run
 
 
-def rows(ns: dict, raw) -> list:
-    """capture.py's row tuples (name, target, mine, theirs, what theirs is): `ns` holds custream's stream `s` and
-    CuPy's array `x` on device 0."""
+def rows(ns: dict, raw):
+    """(capture.py's row tuples (name, target, mine, theirs, what theirs is), the exporter process to end once they
+    are timed, why the IPC rows are missing or None): `ns` holds custream's stream `s` and CuPy's array `x`."""
     import custream
     s, word = ns["s"], ns["x"].data.ptr  # a device word (CuPy's array), given as an int: the fast path
     ns.update(W=word, custream=custream)
@@ -49,7 +49,7 @@ def rows(ns: dict, raw) -> list:
                                 text=True)
     try:
         ours, theirs = exporter.stdout.readline().strip(), exporter.stdout.readline().strip()
-        if not ours or theirs.startswith("none") or not theirs:
+        if not ours or not theirs or theirs.startswith("none"):
             raise RuntimeError(f"no torch IPC event to compare with: {theirs or 'the exporter failed'}")
         import torch
         ns.update(h=custream.IpcEventHandle.from_bytes(bytes.fromhex(ours)), th=bytes.fromhex(theirs), torch=torch,
@@ -61,6 +61,8 @@ def rows(ns: dict, raw) -> list:
             ("IPC event wait (importer, opened once)", None, batches("t.wait(ev)", ns, ns["t"].synchronize),
              batches("tev.wait(ts)", ns, ns["ts"].synchronize), "torch Event.wait(stream)"),
         ]
-    finally:
+        return out, exporter, None
+    except Exception as e:
         exporter.stdin.close()
-    return out, exporter
+        exporter.wait(30)
+        return out, None, f"{type(e).__name__}: {e}"[:300]
