@@ -413,13 +413,18 @@ fn from_dlpack(obj: &Bound<'_, PyAny>, width: Width, fname: &str) -> PyResult<u6
             )))
         }
     }
-    // stream=-1: no synchronization is asked of the producer (the DLPack protocol's value).
-    let kwargs = PyDict::new(py);
-    kwargs.set_item("stream", -1)?;
-    let capsule = match obj.call_method(intern!(py, "__dlpack__"), (), Some(&kwargs)) {
-        Ok(c) => c,
-        Err(e) if e.is_instance_of::<PyTypeError>(py) => obj.call_method0(intern!(py, "__dlpack__"))?,
-        Err(e) => return Err(e),
+    // On CUDA, stream=-1: no synchronization is asked of the producer (the DLPack protocol's
+    // value); elsewhere the protocol wants no stream at all (torch refuses one for the CPU).
+    let capsule = if device_type == DL_CUDA {
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("stream", -1)?;
+        match obj.call_method(intern!(py, "__dlpack__"), (), Some(&kwargs)) {
+            Ok(c) => c,
+            Err(e) if e.is_instance_of::<PyTypeError>(py) => obj.call_method0(intern!(py, "__dlpack__"))?,
+            Err(e) => return Err(e),
+        }
+    } else {
+        obj.call_method0(intern!(py, "__dlpack__"))?
     };
     let capsule = capsule.cast::<PyCapsule>().map_err(|_| {
         PyTypeError::new_err(format!(

@@ -37,7 +37,7 @@ def need_torch():
 def test_an_ipc_event_orders_work_both_ways(need_torch):
     import _ipc_gpu_workers as w
 
-    t = torch.zeros(3, dtype=torch.int64, device="cuda:0")
+    t = torch.zeros(4, dtype=torch.int64, device="cuda:0")  # [ours, their copy, theirs, our copy]
     torch.cuda.synchronize()
     p, inbox, outbox = spawn("event_peer", t)
     try:
@@ -57,9 +57,9 @@ def test_an_ipc_event_orders_work_both_ways(need_torch):
         assert theirs.ipc and "ipc imported" in repr(theirs)
         s.wait(theirs)
         with torch.cuda.stream(w.torch_stream(s)):
-            t[1].copy_(t[2])
+            t[3].copy_(t[2])
         s.synchronize()
-        assert int(t[1].item()) == 9, "our copy ran before the child's write"
+        assert int(t[3].item()) == 9, "our copy ran before the child's write"
         assert theirs.query() is True
         theirs.synchronize()
         theirs.close()

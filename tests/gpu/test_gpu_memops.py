@@ -3,6 +3,7 @@ memory between two processes (both ways), the conditions, pinned host memory, wh
 driver refuses and what the device supports, and capture into a graph."""
 
 import ctypes
+import time
 
 import pytest
 
@@ -19,6 +20,24 @@ def need_torch():
     if torch is None:
         pytest.skip("torch is not installed")
     return torch
+
+
+def settle(s, seconds=10):
+    """Wait for `s` by polling, so that a wait whose value never comes fails the test instead of
+    hanging the run."""
+    end = time.monotonic() + seconds
+    while not s.query():
+        assert time.monotonic() < end, "the stream is still waiting"
+        time.sleep(0.001)
+
+
+def release(words, value, width=32):
+    """Write `value` to every word of `words` from a stream of its own."""
+    rescue = custream.Stream()
+    for i in range(words.numel()):
+        rescue.write_value(words.data_ptr() + i * words.element_size(), value, width=width)
+    rescue.synchronize()
+    rescue.close()
 
 
 class DLPackOnly:
@@ -48,7 +67,7 @@ def test_a_wait_holds_a_stream_until_another_writes(need_torch):
         words[1].fill_(5)
     a.write_value(DLPackOnly(words), 1, width=64)  # the same word, through DLPack
     assert not b.query(), "b waits for a's write"
-    b.synchronize()
+    settle(b)
     assert words.tolist()[:3] == [1, 5, 5]
     a.close()
     b.close()
@@ -58,7 +77,8 @@ def test_a_semaphore_in_ipc_memory_orders_two_processes_both_ways(need_torch):
     import _ipc_gpu_workers as w
     from _ipc_gpu_workers import finish, spawn
 
-    t = torch.zeros(3, dtype=torch.int64, device="cuda:0")
+    # t: [ours, the child's copy of it, theirs, our copy of it]
+    t = torch.zeros(4, dtype=torch.int64, device="cuda:0")
     words = torch.zeros(2, dtype=torch.int32, device="cuda:0")  # [released, answered]
     torch.cuda.synchronize()
     p, inbox, outbox = spawn("semaphore_peer", t, words)
@@ -70,17 +90,17 @@ def test_a_semaphore_in_ipc_memory_orders_two_processes_both_ways(need_torch):
         s.write_value(words, 1)  # the release, after the write the sleep delays
         s.wait_value(words[1:], 1, op="eq")  # our stream waits for the child's answer
         with torch.cuda.stream(w.torch_stream(s)):
-            t[1].fill_(0)
-            t[1].copy_(t[2])
+            t[3].copy_(t[2])
         assert outbox.get(timeout=60) == ("done", 7), "the child's copy ran before our write"
-        s.synchronize()
-        assert int(t[1].item()) == 9, "our copy ran before the child's answer"
+        settle(s)
+        assert int(t[3].item()) == 9, "our copy ran before the child's answer"
         inbox.put("bye")
         finish(p)
         s.close()
     finally:
         if p.is_alive():
             p.kill()
+        release(words, 1)  # a failure leaves no stream of ours waiting for the rest of the run
 
 
 def test_the_conditions_and_pinned_host_memory(need_torch):
@@ -99,7 +119,7 @@ def test_the_conditions_and_pinned_host_memory(need_torch):
         except custream.CudaError as e:  # a device without NOR says so by name
             assert op == "nor" and e.name == "CUDA_ERROR_NOT_SUPPORTED" and "NOR" in str(e), e
             continue
-        s.synchronize()  # met already: returns
+        settle(s)  # met already
     s.close()
 
 
@@ -133,6 +153,15 @@ def test_the_operations_are_captured_into_a_graph(need_torch):
     words = torch.zeros(4, dtype=torch.int64, device="cuda:0")
     torch.cuda.synchronize()
     s, other = custream.Stream(), custream.Stream()
+    try:
+        capture_modes(s, other, words)
+    finally:
+        release(words, 1, width=64)
+    s.close()
+    other.close()
+
+
+def capture_modes(s, other, words):
     for mode in ("thread_local", "global", "relaxed"):
         words.zero_()
         torch.cuda.synchronize()
@@ -148,8 +177,6 @@ def test_the_operations_are_captured_into_a_graph(need_torch):
             g.launch(s)
             assert not s.query(), "the graph's wait holds the stream"
             other.write_value(words, 1, width=64)
-            s.synchronize()
+            settle(s)
             assert words.tolist()[1:3] == [2**40, 3], mode
         g.close()
-    s.close()
-    other.close()
