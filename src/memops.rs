@@ -77,7 +77,7 @@ pub fn write(py: Python<'_>, s: StreamObject<'_>, address: u64, value: u64, widt
     if s.is_closed() {
         return Err(closed_error(WHAT));
     }
-    let address = gpu_address(address, width, "write_value")?;
+    let address = gpu_address(py, s, address, width, "write_value")?;
     if width == Width::W64 {
         require(py, s, MemOpSupport::SixtyFourBit, "write_value() width=64")?;
     }
@@ -100,7 +100,7 @@ pub fn wait(
     if s.is_closed() {
         return Err(closed_error(WHAT));
     }
-    let address = gpu_address(address, width, "wait_value")?;
+    let address = gpu_address(py, s, address, width, "wait_value")?;
     if width == Width::W64 {
         require(py, s, MemOpSupport::SixtyFourBit, "wait_value() width=64")?;
     }
@@ -478,8 +478,16 @@ fn managed_error(fname: &str) -> PyErr {
 
 /// The address the GPU reaches `address` at, after asking the driver what it is: memory it
 /// does not know, managed memory, and host memory not mapped for the GPU are refused.
-fn gpu_address(address: u64, width: Width, fname: &str) -> PyResult<u64> {
-    let info = driver::pointer_info(address)?;
+fn gpu_address(py: Python<'_>, s: StreamObject<'_>, address: u64, width: Width, fname: &str) -> PyResult<u64> {
+    // The driver answers in the calling thread's context; a thread with none asks in the
+    // primary context of the stream's device (0 while it is not known), as the runtime would.
+    let info = match driver::current_context()? {
+        Some(_) => driver::pointer_info(address)?,
+        None => {
+            let device = s.known_device().unwrap_or(0);
+            gil::brief(py, move || driver::in_primary_context(device, || driver::pointer_info(address)))?
+        }
+    };
     if info.managed {
         return Err(managed_error(fname));
     }

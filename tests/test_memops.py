@@ -15,6 +15,7 @@ import pytest
 import custream
 import standin
 from custream import Stream
+from standin import standin_lib  # noqa: F401  (a fixture)
 
 HAS_DRIVER = custream.is_available()
 
@@ -290,4 +291,17 @@ for mode in ("thread_local", "global"):
     s.synchronize()
     assert u32[1] == 2 and u64[1] == 2**33
     g.close()
+""")
+
+
+def test_a_thread_with_no_current_context_asks_in_the_streams(standin_lib):
+    """libcuda.c answers pointer attributes only in a context, and no context is current in
+    this process: custream makes the stream device's primary context current for the call."""
+    standin.run(standin_lib, """
+s = custream.Stream()
+before = standin.standin_pushes()
+s.write_value(0x7F00_0000_0000, 1)
+s.wait_value(0x7F00_0000_0008, 2**40, width=64, op="and")
+assert standin.standin_pushes() > before
+assert standin.standin_primary_retains() == 2, "the stream's and custream's own, nothing leaked"
 """)

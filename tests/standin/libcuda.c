@@ -220,6 +220,19 @@ CUresult cuIpcOpenEventHandle(CUevent *e, CUipcEventHandle h) {
     BUMP(imported_events, 1);
     return OK;
 }
+/* Stream memory operations' addresses: any is device memory of device 0, as the driver
+ * answers only in a context (with none current: CUDA_ERROR_INVALID_CONTEXT, as a driver may). */
+CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, unsigned long long ptr) {
+    (void)ptr;
+    if (!depth) return INVALID_CONTEXT;
+    for (unsigned i = 0; i < n; i++) {
+        if (attrs[i] == 2) *(unsigned *)data[i] = 2;            /* MEMORY_TYPE: device */
+        else if (attrs[i] == 8) *(unsigned char *)data[i] = 0;  /* IS_MANAGED */
+        else if (attrs[i] == 3) *(unsigned long long *)data[i] = ptr;
+        else if (attrs[i] == 9) *(int *)data[i] = 0;
+    }
+    return OK;
+}
 CUresult cuDeviceGetUuid_v2(unsigned char *uuid, CUdevice d) {
     const char *base = getenv("STANDIN_UUID_BASE");
     if (d < 0 || d >= devices()) return INVALID_DEVICE;
