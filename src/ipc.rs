@@ -395,3 +395,51 @@ pub fn timing_refused() -> PyErr {
          timing (CU_EVENT_INTERPROCESS needs CU_EVENT_DISABLE_TIMING)",
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handle(pid: u32, start_time: u64) -> IpcEventHandle {
+        IpcEventHandle {
+            handle: std::array::from_fn(|i| i as u8),
+            pid,
+            device: 3,
+            uuid: [7; 16],
+            pid_namespace: pid_namespace(),
+            start_time,
+        }
+    }
+
+    #[test]
+    fn bytes_round_trip_and_refuse_anything_else() {
+        let h = handle(4242, 99);
+        let packed = h.pack();
+        assert_eq!(packed.len(), PACKED);
+        assert_eq!(IpcEventHandle::unpack(&packed), Some(h));
+        assert_eq!(IpcEventHandle::unpack(&packed[1..]), None);
+        let mut wrong = packed.clone();
+        wrong[0] = b'X';
+        assert_eq!(IpcEventHandle::unpack(&wrong), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_exporter_is_known_alive_or_gone_in_our_pid_namespace() {
+        let me = std::process::id();
+        let started = start_time_of(me).expect("this process's start time");
+        assert_eq!(handle(me, started).exporter_alive(), Some(true));
+        assert_eq!(
+            handle(me, started + 1).exporter_alive(),
+            Some(false),
+            "another process with our pid"
+        );
+        let mut child = std::process::Command::new("true").spawn().expect("a child");
+        let gone = child.id();
+        child.wait().expect("it exits");
+        assert_eq!(handle(gone, 1).exporter_alive(), Some(false));
+        let mut elsewhere = handle(me, started);
+        elsewhere.pid_namespace ^= 1;
+        assert_eq!(elsewhere.exporter_alive(), None, "another pid namespace: unknown");
+    }
+}

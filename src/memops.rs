@@ -479,14 +479,17 @@ fn managed_error(fname: &str) -> PyErr {
 /// The address the GPU reaches `address` at, after asking the driver what it is: memory it
 /// does not know, managed memory, and host memory not mapped for the GPU are refused.
 fn gpu_address(py: Python<'_>, s: StreamObject<'_>, address: u64, width: Width, fname: &str) -> PyResult<u64> {
-    // The driver answers in the calling thread's context; a thread with none asks in the
-    // primary context of the stream's device (0 while it is not known), as the runtime would.
-    let info = match driver::current_context()? {
-        Some(_) => driver::pointer_info(address)?,
-        None => {
+    // The driver answers in the calling thread's context; a thread with none (the driver says
+    // so) asks in the primary context of the stream's device (0 while it is not known), as the
+    // runtime would. The usual case is one call.
+    let info = match driver::pointer_info(address) {
+        Err(driver::DriverError::Cuda { code, .. }) if code == driver::code::INVALID_CONTEXT => {
             let device = s.known_device().unwrap_or(0);
-            gil::brief(py, move || driver::in_primary_context(device, || driver::pointer_info(address)))?
+            gil::brief(py, move || {
+                driver::in_primary_context(device, || driver::pointer_info(address))
+            })?
         }
+        other => other?,
     };
     if info.managed {
         return Err(managed_error(fname));
