@@ -1,6 +1,7 @@
-"""Host functions and graph capture beside CuPy and raw_driver.c's C loops, timed in turn, once a GPU run."""
+"""Host functions and graph capture beside CuPy and raw_driver.c's C loops, timed in turn, once a GPU run; and
+ipc.py's rows (stream memory operations, IPC events)."""
 
-import custream, timing
+import custream, ipc, timing
 
 def cupy_on(s) -> dict:
     """CuPy on device 0 with custream's stream `s` (`ext`), its kernel loaded outside any capture."""
@@ -42,9 +43,13 @@ def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
         ("capture 100 CuPy kernels (custream)", None,
          timer(f"s.begin_capture('relaxed')\nwith ext:{kernels(100)}s.end_capture().close()"),
          timer(f"cs.begin_capture(mode=relaxed)\nwith cs:{kernels(100)}cs.end_capture()"), "CuPy begin/end_capture")]
-    out = {}
-    for name, target, mine, theirs, vs in rows:
+    more, exporter, why = ipc.rows(ns, raw)  # its exporter process lives until its rows are timed
+    out = {"IPC rows": {"error": why}} if why else {}
+    for name, target, mine, theirs, vs in rows + more:
         r = timing.paired(mine, theirs, **cfg)
         out[name] = {"ns": r["ns"], "vs_ns": r["raw_ns"], "ratio": r["ratio"], "vs": vs, "target": target}
+    if exporter:
+        exporter.stdin.close()
+        exporter.wait(30)
     g.close()
     return out

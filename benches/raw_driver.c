@@ -1,6 +1,7 @@
 /* raw_driver.c: the driver calls timed in C loops (dlsym, no CUDA header), device 0's primary context current:
  * worker.py calls raw_init() once, then raw_time(op, n, ...) in turn with a Python loop. floor_ext.c includes it. */
 #include <dlfcn.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 
@@ -10,7 +11,9 @@ typedef void *CUstream;
 #define ENTRY_POINTS(X) X(cuInit, (unsigned)) X(cuDeviceGet, (int *, int)) X(cuCtxSetCurrent, (void *)) \
     X(cuDevicePrimaryCtxRetain, (void **, int)) X(cuStreamCreate, (CUstream *, unsigned)) \
     X(cuStreamDestroy_v2, (CUstream)) X(cuStreamSynchronize, (CUstream)) X(cuStreamQuery, (CUstream)) \
-    X(cuLaunchHostFunc, (CUstream, void (*)(void *), void *)) X(cuGraphLaunch, (void *, CUstream))
+    X(cuLaunchHostFunc, (CUstream, void (*)(void *), void *)) X(cuGraphLaunch, (void *, CUstream)) \
+    X(cuStreamWriteValue32_v2, (CUstream, unsigned long long, unsigned, unsigned)) \
+    X(cuStreamWaitValue32_v2, (CUstream, unsigned long long, unsigned, unsigned))
 #define DECLARE(name, args) static CUresult(*name) args;
 ENTRY_POINTS(DECLARE)
 
@@ -45,7 +48,8 @@ static double now_ns(void) {
 static void nothing(void *user) { (void)user; }
 
 /* The ns that n executions of `key` take, -1 once a call has failed: on an idle stream, or in the green context `g`;
- * capture.py's on its stream `s`, launches of its graph `g` with an untimed synchronize every `batch`. */
+ * capture.py's on its stream `s`, launches of its graph `g` (or, for memops, a write and a wait of the 32-bit word at
+ * the device address `g`) with an untimed synchronize every `batch`. */
 double raw_time(const char *key, long n, CUstream s, void *g, long batch) {
     double t = now_ns(), untimed = 0;
     int green = strcmp(key, "green_create_destroy") == 0; /* non-blocking, as a green context's must be */
@@ -64,9 +68,16 @@ double raw_time(const char *key, long n, CUstream s, void *g, long batch) {
             CALL(cuLaunchHostFunc(s, nothing, NULL));
             CALL(cuStreamSynchronize(s));
         }
-    else if (strcmp(key, "graph_launch") == 0)
+    else if (strcmp(key, "graph_launch") == 0 || strcmp(key, "memops") == 0)
         for (long done = 0; done < n; done += batch) {
-            for (long i = 0; i < batch && done + i < n; i++) CALL(cuGraphLaunch(g, s));
+            int memops = key[0] == 'm';
+            unsigned long long word = (unsigned long long)(uintptr_t)g;
+            for (long i = 0; i < batch && done + i < n; i++)
+                if (memops) {
+                    CALL(cuStreamWriteValue32_v2(s, word, 1, 0));
+                    CALL(cuStreamWaitValue32_v2(s, word, 1, 0 /* geq */));
+                } else
+                    CALL(cuGraphLaunch(g, s));
             double u = now_ns();
             CALL(cuStreamSynchronize(s));
             untimed += now_ns() - u;

@@ -124,6 +124,8 @@ def table(results: dict) -> str:
     notes = [f"  {x}" for x in results.get("round_errors", [])] + [f"  {n}: {e}" for n, e in errors.items()]
     notes += [f"  {n}: {x['error']}" for n, x in (("capture.py", cap), ("scale.py", scale), ("waits.py", waits))
               if "error" in x]
+    notes += [f"  {n}: {x['error']}" for n, x in (("capture.py", cap), ("scale.py", scale)) if "error" in x]
+    notes += [f"  capture.py / {n}: {r['error']}" for n, r in cap.items() if isinstance(r, dict) and "error" in r]
     notes += [f"  {n} / {o['title']}: {what}" for o in opsd.values() for n, r in o["results"].items() if n not in errors
               for what in (r.get("na") not in quiet and f"n/a: {r['na']}", r.get("note")) if what]
     return "\n".join(out + (["", "notes:", *notes] if notes else []))
@@ -162,6 +164,8 @@ def groups(results: dict) -> dict:
     # capture.py's rows, as ratios to what each was timed in turn with: a main row, then its peers' ("  CuPy ...")
     cap = results.get("capture", {})
     for name, r in ({} if "error" in cap else cap).items():
+        if "error" in r:  # a row that could not be made (ipc.py's, without torch): a note
+            continue
         lib = next((n for n in COLORS if name.strip().startswith(n)), name.strip()) if name[0] == " " else "custream"
         if lib == "custream" or not panels["ratio"] or panels["ratio"][-1].get("rows") != "capture":
             verdict = f"; <= {r['target']}x: {'pass' if r['ratio'] <= r['target'] else 'MISS'}" if r["target"] else ""

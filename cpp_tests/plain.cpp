@@ -182,6 +182,19 @@ PyObject *id_and_device(PyObject *, PyObject *obj) {
     return Py_BuildValue("(Ki)", *id, *d);
 }
 
+/* (stream, address, value, width, op): stream::write_value, then stream::wait_value with op
+ * (0 to 3, or any other int to see custream refuse it). */
+PyObject *semaphore(PyObject *, PyObject *args) {
+    PyObject *obj;
+    unsigned long long address, value;
+    int width, op;
+    if (!PyArg_ParseTuple(args, "OKKii", &obj, &address, &value, &width, &op)) return nullptr;
+    custream::stream s = custream::stream::from_python(obj);
+    if (!s || !s.write_value(address, value, width)) return nullptr;
+    if (!s.wait_value(address, value, width, static_cast<custream::stream::wait_op>(op))) return nullptr;
+    Py_RETURN_NONE;
+}
+
 PyObject *close(PyObject *, PyObject *obj) {
     custream::stream s = custream::stream::from_python(obj);
     if (!s || !s.close() || !s.close()) return nullptr;  // twice: close() is idempotent
@@ -410,6 +423,7 @@ PyMethodDef methods[] = {
     {"slice", slice, METH_O, "(stream::green_context(), stream::sm_count())."},
     {"sync_timeout", sync_timeout, METH_VARARGS, "stream::synchronize(seconds)."},
     {"id_and_device", id_and_device, METH_O, "(stream::id(), stream::device()); the device first."},
+    {"semaphore", semaphore, METH_VARARGS, "stream::write_value(), then stream::wait_value()."},
     {"close", close, METH_O, "stream::close() twice; is_closed() after."},
     {"empty_stream_calls", empty_stream_calls, METH_NOARGS, "close() and is_closed() of an empty stream."},
     {"wrap", wrap, METH_VARARGS, "from_handle(handle, device, owner)."},

@@ -101,6 +101,20 @@ def test_synchronize_with_seconds_reports_the_python_error(plain):
         plain.sync_timeout(s, 1.0)
 
 
+def test_stream_memory_operations_report_the_python_error(plain):
+    s = Stream.from_handle(0x1000)
+    with pytest.raises(ValueError, match=r"Custream_WriteValue\(\) width must be 32 or 64, got 16"):
+        plain.semaphore(s, 0x7F00_0000_0000, 1, 16, 0)
+    with pytest.raises(ValueError, match="not aligned to 4 bytes"):
+        plain.semaphore(s, 0x7F00_0000_0002, 1, 32, 0)
+    if not custream.is_available():
+        with pytest.raises(custream.CudaUnavailableError):
+            plain.semaphore(s, 0x7F00_0000_0000, 1, 64, 1)
+    s.close()
+    with pytest.raises(ValueError, match=r"write_value\(\) on a closed custream.Stream"):
+        plain.semaphore(s, 0x7F00_0000_0000, 1, 32, 1)
+
+
 def test_from_handle_borrows_and_keeps_the_owner(plain):
     owner = Producer(0)
     s = plain.wrap(0x5000, 3, owner)

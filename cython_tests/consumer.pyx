@@ -1,7 +1,7 @@
 # cython: language_level=3
 """A Cython consumer of custream, cimporting it as a downstream library would."""
 
-from libc.stdint cimport int32_t, uint32_t, uintptr_t
+from libc.stdint cimport int32_t, uint32_t, uint64_t, uintptr_t
 
 cimport custream
 from custream cimport (
@@ -27,6 +27,9 @@ from custream cimport (
     stream_priority,
     synchronize,
     synchronize_timeout,
+    wait_value,
+    write_value,
+    CUSTREAM_WAIT_EQ,
 )
 
 
@@ -163,6 +166,16 @@ def id_and_device(Stream s not None):
 def slice_of(Stream s not None):
     """(green_context(s), sm_count(s)), as a Cython library sizing a grid asks."""
     return (<uintptr_t>green_context(s), sm_count(s))
+
+
+def release(Stream s not None, uint64_t address, uint64_t value, int width=32):
+    """write_value(s, ...): a semaphore's release, as a Cython library queues it."""
+    write_value(s, address, value, width)
+
+
+def acquire(Stream s not None, uint64_t address, uint64_t value, int width=32, int op=CUSTREAM_WAIT_EQ):
+    """wait_value(s, ...), the condition as custream.h numbers it (EQ by default here)."""
+    wait_value(s, address, value, width, op)
 
 
 # ---- a C owner's deleter: counts calls per slot (ctx is the slot number) ---------------

@@ -201,6 +201,24 @@ def test_synchronize_timeout_reaches_custreams_checks(cy):
         cy.sync_timeout(s, 1.0)
 
 
+def test_stream_memory_operations_check_their_arguments_first(cy):
+    s = custream.Stream.from_handle(0x1000)
+    for call, exc, match in [
+        (lambda: cy.release(s, 0x7F00_0000_0000, 1, 16), ValueError, r"Custream_WriteValue\(\) width must be 32 or 64, got 16"),
+        (lambda: cy.release(s, 0x7F00_0000_0000, 2**32), ValueError, "out of range for width=32"),
+        (lambda: cy.acquire(s, 0x7F00_0000_0004, 1, 64), ValueError, "not aligned to 8 bytes"),
+        (lambda: cy.acquire(s, 0x7F00_0000_0000, 1, 32, 7), ValueError, r"op must be CUSTREAM_WAIT_GEQ, _EQ, _AND or _NOR \(0 to 3\), got 7"),
+    ]:
+        with pytest.raises(exc, match=match):
+            call()
+    if not custream.is_available():
+        with pytest.raises(custream.CudaUnavailableError):
+            cy.release(s, 0x7F00_0000_0000, 1)
+    s.close()
+    with pytest.raises(ValueError, match=r"^wait_value\(\) on a closed custream.Stream$"):
+        cy.acquire(s, 0x7F00_0000_0000, 1)
+
+
 def test_deleter_called_once_on_close(cy):
     s = cy.wrap_with_deleter(0x5000, 1)
     assert cy.deleter_record(1) == (0, 0)

@@ -26,6 +26,8 @@ Names:
   ``synchronize_timeout``,
   ``handle_checked``, ``is_closed``, ``is_stream``, ``launch_host_func``, ``is_capturing``,
   ``sm_count``, ``green_context``, ``id_of``, ``device_of``: the C API with Cython signatures.
+  ``sm_count``, ``green_context``, ``write_value``, ``wait_value``: the C API with Cython
+  signatures.
 * ``stream_handle`` and its siblings: the fields through the table's offsets (above).
 * ``Custream_*`` and ``custream_import``: the C functions exactly as custream.h has them.
 
@@ -35,7 +37,7 @@ freethreading_compatible=True``) once your own code is.
 """
 
 from cpython.object cimport PyObject
-from libc.stdint cimport int32_t, uint32_t
+from libc.stdint cimport int32_t, uint32_t, uint64_t
 
 
 cdef extern from "custream.h":
@@ -113,6 +115,13 @@ cdef extern from "custream.h":
     int Custream_SynchronizeTimeout(object stream, double timeout) except -1
     int Custream_StreamId(object stream, unsigned long long *out) except -1
     int Custream_StreamDevice(object stream, int *out) except -1
+    int CUSTREAM_WAIT_GEQ
+    int CUSTREAM_WAIT_EQ
+    int CUSTREAM_WAIT_AND
+    int CUSTREAM_WAIT_NOR
+    int Custream_WriteValue(object stream, uint64_t address, uint64_t value, int width) except -1
+    int Custream_WaitValue(object stream, uint64_t address, uint64_t value, int width, int op,
+                           int flush) except -1
 
 
 cdef inline Stream as_stream(object obj):
@@ -231,6 +240,21 @@ cdef inline int device_of(Stream s) except -1:
     cdef int d = -1
     Custream_StreamDevice(s, &d)
     return d
+
+
+cdef inline int write_value(Stream s, uint64_t address, uint64_t value, int width=32) except -1:
+    """Queue a write of the ``width``-bit (32 or 64) ``value`` to the GPU address ``address``
+    once the work queued before it is done (``s.write_value``): checked as the method checks,
+    before anything is queued. One call, no Python call."""
+    return Custream_WriteValue(s, address, value, width)
+
+
+cdef inline int wait_value(Stream s, uint64_t address, uint64_t value, int width=32,
+                           int op=CUSTREAM_WAIT_GEQ, bint flush=False) except -1:
+    """Make the work queued after this wait until the word at ``address`` meets ``op``
+    (``CUSTREAM_WAIT_GEQ``, ``_EQ``, ``_AND``, ``_NOR``) against ``value`` (``s.wait_value``);
+    the caller does not wait. One call, no Python call."""
+    return Custream_WaitValue(s, address, value, width, op, flush)
 
 
 cdef inline custream_handle_t stream_handle(Stream s) noexcept nogil:

@@ -177,6 +177,10 @@ typedef struct CustreamCAPI {
     /* Stream ids and devices (appended). Each returns 0, or -1 with an exception set. */
     int (*stream_id)(PyObject *stream, unsigned long long *out); /* the driver's id */
     int (*stream_device)(PyObject *stream, int *out); /* the device, asked of the driver if unknown */
+    /* Stream memory operations (appended). Each returns 0, or -1 with an exception set. */
+    int (*write_value)(PyObject *stream, uint64_t address, uint64_t value, int width);
+    int (*wait_value)(PyObject *stream, uint64_t address, uint64_t value, int width, int op,
+                      int flush);
 } CustreamCAPI;
 
 /* Acquire loads and release stores: the table pointer below is published by whichever
@@ -403,6 +407,31 @@ static inline int Custream_StreamId(PyObject *stream, unsigned long long *out) {
 static inline int Custream_StreamDevice(PyObject *stream, int *out) {
     CUSTREAM_API_OR(-1);
     return api_->stream_device(stream, out);
+}
+
+/* Stream memory operations: the conditions of Custream_WaitValue (CUstreamWaitValue_flags'
+ * values). GEQ is (int32_t)(*addr - value) >= 0 (int64_t for 64 bits), a greater-or-equal
+ * that survives a counter's wrap; AND is (*addr & value) != 0; NOR is ~(*addr | value) != 0. */
+#define CUSTREAM_WAIT_GEQ 0
+#define CUSTREAM_WAIT_EQ 1
+#define CUSTREAM_WAIT_AND 2
+#define CUSTREAM_WAIT_NOR 3
+/* Queue on the stream a write of `value` to the `width`-bit word (32 or 64) at the GPU address
+ * `address` (cuStreamWriteValue32/64_v2), once the work before it is done: device memory, or
+ * host memory mapped for the GPU, aligned to the width. Checked as s.write_value() checks
+ * (width, range, alignment, what the driver knows of the address) before anything is queued.
+ * A node of the graph during a capture. 0 on success; -1 with an exception set. */
+static inline int Custream_WriteValue(PyObject *stream, uint64_t address, uint64_t value, int width) {
+    CUSTREAM_API_OR(-1);
+    return api_->write_value(stream, address, value, width);
+}
+/* Queue on the stream a wait until the word at `address` meets `op` (CUSTREAM_WAIT_*) against
+ * `value` (cuStreamWaitValue32/64_v2); a non-zero `flush` adds CU_STREAM_WAIT_VALUE_FLUSH. The
+ * work queued after it waits; the caller does not. 0 on success; -1 with an exception set. */
+static inline int Custream_WaitValue(PyObject *stream, uint64_t address, uint64_t value, int width,
+                                     int op, int flush) {
+    CUSTREAM_API_OR(-1);
+    return api_->wait_value(stream, address, value, width, op, flush);
 }
 
 #undef CUSTREAM_API_OR

@@ -335,6 +335,29 @@ class stream {
         return g;
     }
 
+    /* The conditions of wait_value (custream.h's CUSTREAM_WAIT_*). */
+    enum class wait_op : int {
+        geq = CUSTREAM_WAIT_GEQ, /* (int)(*addr - value) >= 0: survives the counter's wrap */
+        eq = CUSTREAM_WAIT_EQ,
+        and_ = CUSTREAM_WAIT_AND, /* (*addr & value) != 0 */
+        nor = CUSTREAM_WAIT_NOR,  /* ~(*addr | value) != 0, where the device supports it */
+    };
+
+    /* Queue a write of the `width`-bit (32 or 64) `value` to the GPU address `address` once the
+     * work queued before it is done (Custream_WriteValue; checked as s.write_value() checks).
+     * False, with a Python error set, on failure. Needs the GIL. */
+    bool write_value(std::uint64_t address, std::uint64_t value, int width = 32) const noexcept {
+        return Custream_WriteValue(obj_, address, value, width) == 0;
+    }
+
+    /* The work queued after this waits until the word at `address` meets `op` against `value`
+     * (Custream_WaitValue); the caller does not wait. False, with a Python error set, on
+     * failure. Needs the GIL. */
+    bool wait_value(std::uint64_t address, std::uint64_t value, int width = 32, wait_op op = wait_op::geq,
+                    bool flush = false) const noexcept {
+        return Custream_WaitValue(obj_, address, value, width, static_cast<int>(op), flush ? 1 : 0) == 0;
+    }
+
     /* Stream.close(): idempotent; runs a C++ owner's release if this is the first close.
      * Needs the GIL. */
     bool close() const noexcept {

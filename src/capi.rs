@@ -21,6 +21,7 @@ use crate::layout::{
     custream_deleter_t, custream_green_ctx_t, custream_handle_t, custream_host_fn_t, CustreamCAPI, CustreamStream,
     CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME, GROWTH, STREAM_SIZE,
 };
+use crate::memops;
 use crate::pool::StreamPool;
 use crate::protocol;
 use crate::raw_stream::{self, StreamObject};
@@ -272,6 +273,39 @@ fn stream_device_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<
     })
 }
 
+unsafe extern "C" fn write_value(obj: *mut ffi::PyObject, address: u64, value: u64, width: c_int) -> c_int {
+    // SAFETY: the C API's contract.
+    unsafe {
+        raw_stream::function_o(obj, |py, obj| {
+            boundary(|_| {
+                let s = stream_arg(obj.as_deref(), "Custream_WriteValue")?;
+                memops::write_c(py, s, address, value, width)?;
+                Ok(0)
+            })
+        })
+    }
+}
+
+unsafe extern "C" fn wait_value(
+    obj: *mut ffi::PyObject,
+    address: u64,
+    value: u64,
+    width: c_int,
+    op: c_int,
+    flush: c_int,
+) -> c_int {
+    // SAFETY: the C API's contract.
+    unsafe {
+        raw_stream::function_o(obj, |py, obj| {
+            boundary(|_| {
+                let s = stream_arg(obj.as_deref(), "Custream_WaitValue")?;
+                memops::wait_c(py, s, address, value, width, op, flush != 0)?;
+                Ok(0)
+            })
+        })
+    }
+}
+
 /// The capsule holding the table; the table lives for the process.
 pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     let table = TABLE.get_or_init(|| {
@@ -305,6 +339,8 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
                 synchronize_timeout: Some(synchronize_timeout),
                 stream_id: Some(stream_id),
                 stream_device: Some(stream_device),
+                write_value: Some(write_value),
+                wait_value: Some(wait_value),
             },
             [0; GROWTH],
         )

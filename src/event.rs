@@ -9,7 +9,7 @@ use std::sync::{Mutex, PoisonError};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyTuple, PyType};
+use pyo3::types::PyTuple;
 
 use crate::args::{bool_arg, device_arg};
 use crate::capture;
@@ -18,6 +18,7 @@ use crate::deadline::{self, timeout_arg};
 use crate::driver::{self, capture_code, Context, EventHandle, OwnedEvent};
 use crate::gil;
 use crate::home::Home;
+use crate::ipc::{self, IpcEventHandle, IpcSide};
 use crate::lifecycle::{self, DriverObject, Made};
 use crate::protocol;
 use crate::raw_stream::StreamObject;
@@ -25,9 +26,11 @@ use crate::waits::{self, PyBell, Signal};
 
 /// A CUDA event, created in a device's primary context.
 ///
-/// ``Event(*, device=None, timing=False)``: ``device`` defaults to the current context's
-/// device, else 0. Events are made without timing unless ``timing=True``, which
-/// ``elapsed_time`` needs. ``close()`` destroys the event; so does deallocation.
+/// ``Event(*, device=None, timing=False, ipc=False)``: ``device`` defaults to the current
+/// context's device, else 0. Events are made without timing unless ``timing=True``, which
+/// ``elapsed_time`` needs. ``ipc=True`` makes an event other processes can open
+/// (``ipc_handle()``, ``Event.from_ipc_handle()``; timing must stay off), which pickles to
+/// its handle. ``close()`` destroys the event; so does deallocation.
 #[pyclass(module = "custream", frozen)]
 pub struct Event {
     event: Made<OwnedEvent>,
@@ -35,6 +38,8 @@ pub struct Event {
     /// Set while the event's last record was made in a capture (src/capture.rs).
     captured: AtomicBool,
     capture: Mutex<Option<CaptureMark>>,
+    /// An IPC event's handle, exported or imported (src/ipc.rs).
+    ipc: Option<IpcSide>,
 }
 
 impl Event {
@@ -42,12 +47,23 @@ impl Event {
     /// recorded on) when given.
     fn create(py: Python<'_>, context: Option<driver::Context>, device: i32, timing: bool) -> PyResult<Event> {
         let (home, handle) = Home::make(py, device, context, move |ctx| driver::event_create(ctx, timing))?;
-        Ok(Event {
+        Ok(Event::adopt(home, handle, timing, None))
+    }
+
+    /// An Event over `handle`, made in `home`.
+    fn adopt(home: Home, handle: OwnedEvent, timing: bool, ipc: Option<IpcSide>) -> Event {
+        Event {
             event: Made::new(home, handle),
             timing,
             captured: AtomicBool::new(false),
             capture: Mutex::new(None),
-        })
+            ipc,
+        }
+    }
+
+    /// The IPC side of an event opened from another process's handle.
+    pub fn imported(&self) -> Option<&IpcSide> {
+        self.ipc.as_ref().filter(|side| side.imported())
     }
 
     /// `Event(device=..., timing=...)`: the device defaults to the current context's, else 0.
@@ -142,11 +158,57 @@ impl Event {
 #[pymethods]
 impl Event {
     #[new]
-    #[pyo3(signature = (*, device = None, timing = None), text_signature = "(*, device=None, timing=False)")]
-    fn py_new(py: Python<'_>, device: Option<Bound<'_, PyAny>>, timing: Option<Bound<'_, PyAny>>) -> PyResult<Event> {
+    #[pyo3(signature = (*, device = None, timing = None, ipc = None), text_signature = "(*, device=None, timing=False, ipc=False)")]
+    fn py_new(
+        py: Python<'_>,
+        device: Option<Bound<'_, PyAny>>,
+        timing: Option<Bound<'_, PyAny>>,
+        ipc: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Event> {
         let timing = bool_arg(timing.as_ref(), "Event", "timing", false)?;
         let device = device_arg(device.as_ref(), "Event")?;
+        if bool_arg(ipc.as_ref(), "Event", "ipc", false)? {
+            if timing {
+                return Err(ipc::timing_refused());
+            }
+            let device = match device {
+                Some(d) => d,
+                None => driver::current_device()?.unwrap_or(0),
+            };
+            let (home, handle, side) = ipc::export(py, device)?;
+            return Ok(Event::adopt(home, handle, false, Some(side)));
+        }
         Event::new(py, device, timing)
+    }
+
+    /// The handle another process opens this IPC event with (``Event.from_ipc_handle``): a
+    /// small picklable custream.IpcEventHandle. Raises ValueError for an event made without
+    /// ``ipc=True``.
+    fn ipc_handle(&self) -> PyResult<IpcEventHandle> {
+        match &self.ipc {
+            Some(side) => Ok(side.handle()),
+            None => Err(PyValueError::new_err(
+                "Event.ipc_handle() needs an event made with Event(ipc=True)",
+            )),
+        }
+    }
+
+    /// Open the IPC event another process exported (``e.ipc_handle()``), on the same GPU.
+    /// Its ``wait()`` (from a stream), ``record()``, ``synchronize()`` and ``query()`` work;
+    /// ``close()`` ends this process's use and leaves the exporter's event as it is. The
+    /// exporter must keep the event open while importers use it: a use after it exited raises
+    /// CudaError (see the Python guide's lifetime rule).
+    #[staticmethod]
+    fn from_ipc_handle(py: Python<'_>, handle: &Bound<'_, PyAny>) -> PyResult<Event> {
+        let handle = ipc::handle_arg(handle)?;
+        let (home, ev, side) = ipc::import(py, handle.get())?;
+        Ok(Event::adopt(home, ev, false, Some(side)))
+    }
+
+    /// True for an IPC event, made with ``ipc=True`` or opened from a handle.
+    #[getter]
+    fn ipc(&self) -> bool {
+        self.ipc.is_some()
     }
 
     /// Record the event on ``stream`` (a custream.Stream or any ``__cuda_stream__`` object).
@@ -172,6 +234,11 @@ impl Event {
     pub fn synchronize(&self, py: Python<'_>, timeout: Option<Bound<'_, PyAny>>) -> PyResult<()> {
         let deadline = timeout_arg(timeout.as_ref(), "Event.synchronize")?;
         const WHAT: &str = "synchronize()";
+        if let Some(side) = self.imported() {
+            // Another process's event: its own wait, which also watches the exporter.
+            self.refuse_if_captured(py, WHAT)?;
+            return self.use_event(py, WHAT, |ev| side.synchronize(py, ev, deadline, "Event.synchronize()"));
+        }
         if deadline.is_never() && !deadline::on_main_thread() {
             return self.use_for_wait(py, WHAT, |ev, _| {
                 Ok(gil::detach(py, move || driver::event_synchronize(ev))?)
@@ -216,6 +283,11 @@ impl Event {
     /// True if the work recorded before the event is done.
     pub fn query(&self, py: Python<'_>) -> PyResult<bool> {
         self.refuse_if_captured(py, "query()")?;
+        if let Some(side) = self.imported() {
+            return self.use_event(py, "query()", |ev| {
+                Ok(gil::brief(py, || side.query(ev, "Event.query()"))?)
+            });
+        }
         self.use_event(py, "query()", |ev| Ok(gil::brief(py, move || driver::event_query(ev))?))
     }
 
@@ -237,7 +309,12 @@ impl Event {
 
     fn __repr__(&self) -> String {
         let state = if self.is_closed() { " closed" } else { "" };
-        let timing = if self.timing() { " timing" } else { "" };
+        let timing = match (self.timing(), &self.ipc) {
+            (true, _) => " timing",
+            (false, Some(side)) if side.imported() => " ipc imported",
+            (false, Some(_)) => " ipc",
+            (false, None) => "",
+        };
         format!(
             "<custream.Event handle={:#x} device={}{timing}{state}>",
             self.handle_value(),
@@ -266,8 +343,13 @@ impl Event {
         closable::exit(self, py)
     }
 
-    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<Py<PyType>> {
-        closable::reduce(slf)
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        match &slf.get().ipc {
+            Some(side) => Ok(ipc::reduce(&slf.get_type(), side.handle())?
+                .into_pyobject(slf.py())?
+                .into_any()),
+            None => Ok(closable::reduce(slf)?.into_bound(slf.py()).into_any()),
+        }
     }
 }
 
@@ -303,6 +385,9 @@ impl DriverObject for OwnedEvent {
 /// Make later work on `stream` wait for `event`.
 pub fn wait_event(py: Python<'_>, stream: StreamObject<'_>, event: &Event) -> PyResult<()> {
     event.use_event(py, "wait()", |ev| {
+        if let Some(side) = event.imported() {
+            gil::brief(py, || side.before_wait(ev, "wait()"))?;
+        }
         stream.use_handle(py, "wait()", |h| {
             gil::brief(py, move || driver::stream_wait_event(h, ev))
         })

@@ -24,6 +24,7 @@ use crate::event::{self, Event};
 use crate::graph::Graph;
 use crate::green::green_context_arg;
 use crate::layout::{CustreamStream, STREAM_SIZE};
+use crate::memops;
 use crate::protocol::{self, handle_from_int};
 use crate::raw_stream::{self, entry, Fastcall, StreamObject, TupleDict};
 use crate::stream::{self, closed_error, Parts};
@@ -351,6 +352,14 @@ fn capture_mode(mode: Option<&Bound<'_, PyAny>>) -> PyResult<CaptureMode> {
         })
 }
 
+fn write_value(s: StreamObject<'_>, py: Python<'_>, args: Fastcall<'_, '_>) -> *mut ffi::PyObject {
+    boundary(|_| memops::write_value(py, s, &args).map(|()| none(py)))
+}
+
+fn wait_value(s: StreamObject<'_>, py: Python<'_>, args: Fastcall<'_, '_>) -> *mut ffi::PyObject {
+    boundary(|_| memops::wait_value(py, s, &args).map(|()| none(py)))
+}
+
 fn end_capture(s: StreamObject<'_>, py: Python<'_>, _: Option<Borrowed<'_, '_, PyAny>>) -> *mut ffi::PyObject {
     boundary(|_| Ok(Bound::new(py, Graph::end_capture(py, s)?)?.into_ptr()))
 }
@@ -475,6 +484,10 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
             c"begin_capture($self, /, mode='thread_local')\n--\n\nBegin capturing the work queued on this stream into a CUDA graph; ``mode`` is\n'thread_local', 'global' or 'relaxed' (CUDA's capture modes). End it with\nend_capture(). While it is open, synchronize() and query() on the stream raise\nCudaError instead of invalidating the capture."),
         method(c"end_capture", M { PyCFunction: entry!(method, end_capture) }, noargs,
             c"end_capture($self, /)\n--\n\nEnd the capture begun on this stream and return the instantiated custream.Graph."),
+        method(c"write_value", M { PyCFunctionFastWithKeywords: entry!(fastcall, write_value) }, ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+            c"write_value($self, /, address, value, *, width=32)\n--\n\nWrite ``value`` (a ``width``-bit unsigned int, 32 or 64) to the word at ``address`` once\nthe work queued on the stream before it is done (``cuStreamWriteValue32/64``). ``address``\nis an int GPU address or an array with ``__cuda_array_interface__`` or ``__dlpack__``\n(CuPy, PyTorch, Numba; its first element): device memory, or host memory mapped for the\nGPU, aligned to the width. The building block of a semaphore another stream, device or\nprocess waits on with ``wait_value()``. A node of the graph in a capture."),
+        method(c"wait_value", M { PyCFunctionFastWithKeywords: entry!(fastcall, wait_value) }, ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+            c"wait_value($self, /, address, value, *, width=32, op='geq', flush=False)\n--\n\nMake the work queued on the stream after this wait until the word at ``address``\nmeets ``op`` against ``value`` (``cuStreamWaitValue32/64``): 'geq' (``(int)(word - value)\n>= 0``, a greater-or-equal that survives the counter wrapping), 'eq', 'and' (``word & value\n!= 0``) or 'nor' (``~(word | value) != 0``). ``flush=True`` follows the wait with a flush\nof remote writes (``CU_STREAM_WAIT_VALUE_FLUSH``, where the platform supports it). The\nhost does not wait. ``address`` as for ``write_value()``. A node of the graph in a capture."),
         ffi::PyMethodDef::zeroed(),
     ]);
     let getset = leak(vec![

@@ -28,6 +28,8 @@ FLOORS = {
             "host_semaphores",
             "owner_release",
             "waits",
+            "ipc",
+            "memops",
         ],
         2,
     ),

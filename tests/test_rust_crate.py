@@ -262,6 +262,36 @@ def test_synchronize_and_close_on_the_standin_driver(standin_lib):
     """)
 
 
+@pytest.fixture(scope="module")
+def capture_lib(tmp_path_factory):
+    return standin.build("capture.c", tmp_path_factory.mktemp("rust-memops"))
+
+
+def test_stream_memory_operations_go_through_the_c_api(capture_lib):
+    load_ext()
+    standin.run(capture_lib, """
+        import custream_rust_ext as rx
+        standin.fake_mem_alloc.restype, standin.fake_mem_alloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+        mem = standin.fake_mem_alloc(16)
+        words = (ctypes.c_uint32 * 4).from_address(mem)
+        s = custream.Stream()
+        rx.wait_value(s, mem, 0, 32, "eq")
+        rx.write_value(s, mem + 8, 2**40, 64)
+        s.synchronize()
+        assert ctypes.c_uint64.from_address(mem + 8).value == 2**40
+        for call, match in [
+            (lambda: rx.write_value(s, mem, 1, 16), "Custream_WriteValue() width must be 32 or 64, got 16"),
+            (lambda: rx.wait_value(s, mem + 4, 1, 64, "geq"), "not aligned to 8 bytes"),
+        ]:
+            try:
+                call()
+            except ValueError as e:
+                assert match in str(e), e
+            else:
+                raise AssertionError(match)
+    """)
+
+
 standin_lib = standin.standin_lib  # the session fixture, for the test above
 
 

@@ -102,6 +102,15 @@ fn owned<'py>(py: Python<'py>, ptr: *mut pyo3::ffi::PyObject) -> PyResult<Bound<
     unsafe { Bound::from_owned_ptr_or_err(py, ptr) }
 }
 
+/// A C-API call's result: 0, or -1 with a Python exception set.
+fn check_rc(py: Python<'_>, rc: c_int) -> PyResult<()> {
+    if rc < 0 {
+        Err(PyErr::fetch(py))
+    } else {
+        Ok(())
+    }
+}
+
 /// A missing entry: only an incomplete table (checked at import for the ones every caller
 /// needs) can have one.
 fn missing(name: &str) -> PyErr {
@@ -222,6 +231,30 @@ impl Api {
         } else {
             Ok(out)
         }
+    }
+
+    /// `Stream.write_value(address, value, width=)`: custream checks every argument.
+    pub(crate) fn write_value(self, stream: &Bound<'_, PyAny>, address: u64, value: u64, width: c_int) -> PyResult<()> {
+        let f = self.0.write_value.ok_or_else(|| missing("write_value"))?;
+        // SAFETY: attached and stream is alive; the rest are plain integers.
+        check_rc(stream.py(), unsafe { f(stream.as_ptr(), address, value, width) })
+    }
+
+    /// `Stream.wait_value(...)`, `op` one of `CUSTREAM_WAIT_*`.
+    pub(crate) fn wait_value(
+        self,
+        stream: &Bound<'_, PyAny>,
+        address: u64,
+        value: u64,
+        width: c_int,
+        op: c_int,
+        flush: bool,
+    ) -> PyResult<()> {
+        let f = self.0.wait_value.ok_or_else(|| missing("wait_value"))?;
+        // SAFETY: attached and stream is alive; the rest are plain integers.
+        check_rc(stream.py(), unsafe {
+            f(stream.as_ptr(), address, value, width, op, c_int::from(flush))
+        })
     }
 
     pub(crate) fn current_stream(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {

@@ -18,6 +18,10 @@ pub const CUSTREAM_STATE_CLOSED: u32 = 2147483648;
 pub const CUSTREAM_STATE_RELEASED: u32 = 1073741824;
 pub const CUSTREAM_STATE_USERS: u32 = 1073741823;
 pub const CUSTREAM_DEVICE_UNKNOWN: i32 = -1;
+pub const CUSTREAM_WAIT_GEQ: u32 = 0;
+pub const CUSTREAM_WAIT_EQ: u32 = 1;
+pub const CUSTREAM_WAIT_AND: u32 = 2;
+pub const CUSTREAM_WAIT_NOR: u32 = 3;
 #[repr(C)]
 #[derive(Debug)]
 pub struct CUstream_st {
@@ -111,5 +115,23 @@ pub struct CustreamCAPI {
     >,
     pub stream_device: ::std::option::Option<
         unsafe extern "C" fn(stream: *mut PyObject, out: *mut ::std::os::raw::c_int) -> ::std::os::raw::c_int,
+    >,
+    pub write_value: ::std::option::Option<
+        unsafe extern "C" fn(
+            stream: *mut PyObject,
+            address: u64,
+            value: u64,
+            width: ::std::os::raw::c_int,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub wait_value: ::std::option::Option<
+        unsafe extern "C" fn(
+            stream: *mut PyObject,
+            address: u64,
+            value: u64,
+            width: ::std::os::raw::c_int,
+            op: ::std::os::raw::c_int,
+            flush: ::std::os::raw::c_int,
+        ) -> ::std::os::raw::c_int,
     >,
 }

@@ -30,7 +30,7 @@ const _: () = {
     assert!(offset_of!(ffi::CustreamStream, context_id) == HEAD + 80);
     assert!(offset_of!(ffi::CustreamStream, stream_id) == HEAD + 88);
     assert!(size_of::<ffi::CustreamStream>() == HEAD + 96);
-    assert!(size_of::<ffi::CustreamCAPI>() == 176);
+    assert!(size_of::<ffi::CustreamCAPI>() == 192);
 };
 mod stream;
 mod stream_ref;
@@ -38,7 +38,7 @@ mod stream_ref;
 #[cfg(feature = "cudarc")]
 pub use cudarc_interop::from_cudarc;
 pub use handover::{share, to_python};
-pub use stream::{current_stream, Stream};
+pub use stream::{current_stream, Stream, WaitOp};
 pub use stream_ref::StreamRef;
 
 #[doc = include_str!("../docs/lifetime-rules.md")]

@@ -1,6 +1,7 @@
 //! `Stream`: one owned reference to a Python `custream.Stream`, and `current_stream`.
 
 use std::convert::Infallible;
+use std::ffi::c_int;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -8,7 +9,7 @@ use pyo3::types::PyString;
 use pyo3::Borrowed;
 
 use crate::capi::{api, Fields};
-use crate::ffi::CUSTREAM_DEVICE_UNKNOWN;
+use crate::ffi::{self, CUSTREAM_DEVICE_UNKNOWN};
 use crate::stream_ref::{as_stream, type_name, StreamRef};
 
 /// One reference to a Python `custream.Stream`, owned by Rust: what custream.hpp's
@@ -138,6 +139,48 @@ impl Stream {
         api(py)?.synchronize_timeout(self.0.bind(py), seconds)
     }
 
+    /// `Stream.write_value(address, value, width=width)`: queue a write of the `width`-bit (32
+    /// or 64) `value` to the GPU address `address` once the work queued before it is done
+    /// (`cuStreamWriteValue32/64_v2`). custream checks the width, the value's range, the
+    /// alignment and what the driver knows of the address before anything is queued (a
+    /// ValueError names what is wrong).
+    ///
+    /// ```no_run
+    /// use pyo3::prelude::*;
+    /// use pyo3_custream::{Stream, WaitOp};
+    ///
+    /// /// Release a counter another process's stream waits on, after this stream's work.
+    /// #[pyfunction]
+    /// fn release(py: Python<'_>, stream: Stream, counter: u64, n: u64) -> PyResult<()> {
+    ///     stream.write_value(py, counter, n, 64)
+    /// }
+    ///
+    /// /// Hold this stream's later work until the counter reaches `n`.
+    /// #[pyfunction]
+    /// fn acquire(py: Python<'_>, stream: Stream, counter: u64, n: u64) -> PyResult<()> {
+    ///     stream.wait_value(py, counter, n, 64, WaitOp::Geq, false)
+    /// }
+    /// ```
+    pub fn write_value(&self, py: Python<'_>, address: u64, value: u64, width: u32) -> PyResult<()> {
+        api(py)?.write_value(self.0.bind(py), address, value, width_arg(width))
+    }
+
+    /// `Stream.wait_value(address, value, width=, op=, flush=)`: the work queued after this
+    /// waits until the word at `address` meets `op` against `value`
+    /// (`cuStreamWaitValue32/64_v2`); the caller does not wait. Checked as
+    /// [`write_value`](Self::write_value) is.
+    pub fn wait_value(
+        &self,
+        py: Python<'_>,
+        address: u64,
+        value: u64,
+        width: u32,
+        op: WaitOp,
+        flush: bool,
+    ) -> PyResult<()> {
+        api(py)?.wait_value(self.0.bind(py), address, value, width_arg(width), op as c_int, flush)
+    }
+
     /// `Stream.close()`: idempotent and thread-safe; the first close releases what the Stream
     /// holds (its owner, or a release given to [`to_python`](crate::to_python)).
     pub fn close(&self, py: Python<'_>) -> PyResult<()> {
@@ -164,6 +207,25 @@ impl Stream {
     pub fn into_py_any(self) -> Py<PyAny> {
         self.0
     }
+}
+
+/// A width as the C API takes it: one custream refuses stays one (never a wrapped value).
+fn width_arg(width: u32) -> c_int {
+    c_int::try_from(width).unwrap_or(c_int::MAX)
+}
+
+/// The condition of [`Stream::wait_value`] (custream.h's `CUSTREAM_WAIT_*`, CUDA's
+/// `CUstreamWaitValue_flags`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum WaitOp {
+    /// `(int)(*addr - value) >= 0`: a greater-or-equal that survives the counter wrapping.
+    Geq = ffi::CUSTREAM_WAIT_GEQ as isize,
+    /// `*addr == value`.
+    Eq = ffi::CUSTREAM_WAIT_EQ as isize,
+    /// `(*addr & value) != 0`.
+    And = ffi::CUSTREAM_WAIT_AND as isize,
+    /// `~(*addr | value) != 0`, where the device supports it.
+    Nor = ffi::CUSTREAM_WAIT_NOR as isize,
 }
 
 impl std::fmt::Debug for Stream {

@@ -33,6 +33,7 @@ from custream._custream import (
     priority_range,
 )
 from custream._custream import Graph, check_foreign_captures
+from custream._custream import IpcEventHandle
 
 # The version has one source, Cargo.toml: the extension is built with it. No module
 # __getattr__ here: a module that defines one loses CPython's fast path for every
@@ -63,6 +64,7 @@ __all__ = [
     "priority_range",
     "Graph",
     "check_foreign_captures",
+    "IpcEventHandle",
 ]
 
 

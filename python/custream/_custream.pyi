@@ -34,6 +34,7 @@ __all__ = [
     "Graph",
     "HostFunction",
     "check_foreign_captures",
+    "IpcEventHandle",
 ]
 
 ABI_VERSION: Final[int]
@@ -170,6 +171,28 @@ class Stream:
         CudaError instead of invalidating the capture."""
     def end_capture(self) -> Graph:
         """End the capture begun on this stream and return the instantiated custream.Graph."""
+    def write_value(self, address: int | object, value: int, *, width: Literal[32, 64] = 32) -> None:
+        """Write ``value`` (a ``width``-bit unsigned int, 32 or 64) to the word at ``address`` once
+        the work queued on the stream before it is done (``cuStreamWriteValue32/64``). ``address``
+        is an int GPU address or an array with ``__cuda_array_interface__`` or ``__dlpack__``
+        (CuPy, PyTorch, Numba; its first element): device memory, or host memory mapped for the
+        GPU, aligned to the width. The building block of a semaphore another stream, device or
+        process waits on with ``wait_value()``. A node of the graph in a capture."""
+    def wait_value(
+        self,
+        address: int | object,
+        value: int,
+        *,
+        width: Literal[32, 64] = 32,
+        op: Literal["geq", "eq", "and", "nor"] = "geq",
+        flush: bool = False,
+    ) -> None:
+        """Make the work queued on the stream after this wait until the word at ``address``
+        meets ``op`` against ``value`` (``cuStreamWaitValue32/64``): 'geq' (``(int)(word - value)
+        >= 0``, a greater-or-equal that survives the counter wrapping), 'eq', 'and' (``word & value
+        != 0``) or 'nor' (``~(word | value) != 0``). ``flush=True`` follows the wait with a flush
+        of remote writes (``CU_STREAM_WAIT_VALUE_FLUSH``, where the platform supports it). The
+        host does not wait. ``address`` as for ``write_value()``. A node of the graph in a capture."""
     @property
     def is_capturing(self) -> bool:
         """True while the stream is capturing a CUDA graph (whoever began the capture)."""
@@ -186,11 +209,27 @@ class Stream:
 class Event:
     """A CUDA event, created in a device's primary context.
 
-    ``Event(*, device=None, timing=False)``: ``device`` defaults to the current context's
-    device, else 0. Events are made without timing unless ``timing=True``, which
-    ``elapsed_time`` needs. ``close()`` destroys the event; so does deallocation."""
+    ``Event(*, device=None, timing=False, ipc=False)``: ``device`` defaults to the current
+    context's device, else 0. Events are made without timing unless ``timing=True``, which
+    ``elapsed_time`` needs. ``ipc=True`` makes an event other processes can open
+    (``ipc_handle()``, ``Event.from_ipc_handle()``; timing must stay off), which pickles to
+    its handle. ``close()`` destroys the event; so does deallocation."""
 
-    def __new__(cls, *, device: int | None = None, timing: bool = False) -> Event: ...
+    def __new__(cls, *, device: int | None = None, timing: bool = False, ipc: bool = False) -> Event: ...
+    def ipc_handle(self) -> IpcEventHandle:
+        """The handle another process opens this IPC event with (``Event.from_ipc_handle``): a
+        small picklable custream.IpcEventHandle. Raises ValueError for an event made without
+        ``ipc=True``."""
+    @staticmethod
+    def from_ipc_handle(handle: IpcEventHandle) -> Event:
+        """Open the IPC event another process exported (``e.ipc_handle()``), on the same GPU.
+        Its ``wait()`` (from a stream), ``record()``, ``synchronize()`` and ``query()`` work;
+        ``close()`` ends this process's use and leaves the exporter's event as it is. The
+        exporter must keep the event open while importers use it: a use after it exited raises
+        CudaError (see the Python guide's lifetime rule)."""
+    @property
+    def ipc(self) -> bool:
+        """True for an IPC event, made with ``ipc=True`` or opened from a handle."""
     def record(self, stream: Stream | CudaStreamProducer) -> None:
         """Record the event on ``stream`` (a custream.Stream or any ``__cuda_stream__`` object)."""
     def synchronize(self, timeout: float | None = None) -> None:
@@ -225,6 +264,33 @@ class Event:
         """Destroy the event; idempotent."""
     def __enter__(self) -> Event: ...
     def __exit__(self, *exc: object) -> bool: ...
+
+@final
+class IpcEventHandle:
+    """The handle of an IPC event, for another process: ``e.ipc_handle()``.
+
+    Small and picklable (``multiprocessing`` queues and pipes carry it, as they carry the
+    IPC event itself); ``bytes(h)`` and ``IpcEventHandle.from_bytes(b)`` send it over any other
+    channel. ``Event.from_ipc_handle(h)`` opens the event in another process. ``pid`` and
+    ``device`` are the exporter's (the device is found again by its UUID in the importer,
+    whose ordinals may differ); ``handle`` is the driver's 64 bytes."""
+
+    @property
+    def pid(self) -> int:
+        """The exporting process's pid."""
+    @property
+    def device(self) -> int:
+        """The exporter's device ordinal (in the exporter's numbering)."""
+    @property
+    def handle(self) -> bytes:
+        """The driver's handle (``CUipcEventHandle``): 64 bytes."""
+    def __bytes__(self) -> bytes:
+        """The handle as bytes, for ``IpcEventHandle.from_bytes``."""
+    @staticmethod
+    def from_bytes(data: bytes) -> IpcEventHandle:
+        """The handle ``bytes(h)`` gave."""
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
 
 @final
 class GreenContext:

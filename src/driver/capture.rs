@@ -248,22 +248,16 @@ pub unsafe fn host_register_mapped(ctx: Context, page: *mut c_void, bytes: usize
 }
 
 /// Queue on `h` a wait until the 32-bit word at the GPU address `word` equals `value` (a
-/// wait-value node, in a capture).
+/// wait-value node, in a capture). The caller keeps `word` mapped (src/host_semaphores.rs
+/// never unmaps a page).
 pub fn stream_wait_value32(h: StreamHandle, word: u64, value: u32) -> Result<()> {
-    let api = init()?;
-    let eq = cu::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as c_uint;
-    // SAFETY: `h` is live (the handle rule); the GPU reads `word` when the wait runs, and
-    // the caller keeps it mapped (src/host_semaphores.rs never unmaps a page).
-    check(unsafe { (api.cuStreamWaitValue32_v2)(h.0, word, value, eq) })
+    stream_wait_value(h, word, u64::from(value), Width::W32, WaitOp::Eq, false)
 }
 
 /// Queue on `h` a write of `value` to the 32-bit word at the GPU address `word` (a
-/// write-value node, in a capture).
+/// write-value node, in a capture); as for the wait, `word` stays mapped.
 pub fn stream_write_value32(h: StreamHandle, word: u64, value: u32) -> Result<()> {
-    let api = init()?;
-    let default = cu::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as c_uint;
-    // SAFETY: `h` is live (the handle rule); as for the wait, `word` stays mapped.
-    check(unsafe { (api.cuStreamWriteValue32_v2)(h.0, word, value, default) })
+    stream_write_value(h, word, u64::from(value), Width::W32)
 }
 
 /// Queue on `h`, in one call: a write of 1 to the 32-bit word at `ready` once the work before

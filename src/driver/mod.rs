@@ -47,6 +47,7 @@ pub mod code {
     pub const NO_DEVICE: Status = R::CUDA_ERROR_NO_DEVICE as Status;
     pub const INVALID_DEVICE: Status = R::CUDA_ERROR_INVALID_DEVICE as Status;
     pub const INVALID_CONTEXT: Status = R::CUDA_ERROR_INVALID_CONTEXT as Status;
+    pub const INVALID_HANDLE: Status = R::CUDA_ERROR_INVALID_HANDLE as Status;
     pub const NOT_READY: Status = R::CUDA_ERROR_NOT_READY as Status;
     pub const CONTEXT_IS_DESTROYED: Status = R::CUDA_ERROR_CONTEXT_IS_DESTROYED as Status;
     pub const NOT_SUPPORTED: Status = R::CUDA_ERROR_NOT_SUPPORTED as Status;
@@ -661,6 +662,10 @@ mod capture;
 pub use capture::*;
 mod green;
 pub use green::*;
+mod ipc;
+pub use ipc::*;
+mod memops;
+pub use memops::*;
 
 #[cfg(test)]
 mod tests {

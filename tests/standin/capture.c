@@ -8,8 +8,16 @@
  * The model:
  * - One worker thread, like the driver's host-function thread, runs queued items in order:
  *   host functions, "kernels" (fake_kernel(stream, ms): the worker sleeps) standing in for
- *   GPU work, and the stream memory operations (a wait until a 32-bit word equals a value,
- *   a write of one; alone or in a batch). A stream is idle when none of its items is queued or running.
+ *   GPU work, and the stream memory operations (a wait until a 32- or 64-bit word meets a
+ *   condition: GEQ, the cyclic compare, EQ, AND and NOR, as CUDA defines them; a write of one;
+ *   alone or in a batch). A stream is idle when none of its items is queued or running.
+ * - Memory the stream memory operations may use, as cuPointerGetAttributes reports it:
+ *   fake_mem_alloc (device memory), fake_managed_alloc (managed, which the operations refuse),
+ *   and host memory registered with cuMemHostRegister (mapped for the GPU with
+ *   CU_MEMHOSTREGISTER_DEVICEMAP, at the same address); any other address is unknown to CUDA.
+ *   Device memory is host memory here, so a test reads what the "GPU" wrote.
+ * - The device supports 64-bit operations and NOR, not the flush of remote writes (as on most
+ *   x86 machines); FAKE_NO_64BIT=1 plays a device without 64-bit operations.
  * - The worker holds a lock of the driver's while it runs a host function, and query,
  *   record, capture status, launches and capture calls take that lock: as a real driver's
  *   locks do, this deadlocks a host function that waits for the GIL against a thread that
@@ -40,7 +48,7 @@
 typedef int CUresult;
 typedef void (*hostfn)(void *);
 enum {
-    OK = 0, INVALID_VALUE = 1, NOT_READY = 600, ILLEGAL_STATE = 401, NOT_PERMITTED = 800,
+    OK = 0, INVALID_VALUE = 1, NOT_READY = 600, ILLEGAL_STATE = 401, NOT_PERMITTED = 800, NOT_SUPPORTED = 801,
     CAPTURE_UNSUPPORTED = 900, CAPTURE_INVALIDATED = 901, CAPTURED_EVENT = 907,
 };
 
@@ -52,6 +60,7 @@ typedef struct Event { Stream *captured_in; long ticket; } Event;
 struct Item {
     Stream *s; hostfn fn; void *user; int ms; UObj *release;
     volatile uint32_t *wait, *write; uint32_t value;  /* a stream memory operation */
+    int wide, op; uint64_t value64;                     /* 64 bits when wide; op: CUDA's condition */
 };
 #define GRAPH_ITEMS 256
 
@@ -83,6 +92,19 @@ static void sleep_ms(int ms) {
 
 static void release_locked(UObj *o, int n);
 
+/* CUstreamWaitValue_flags' conditions, on the word's width. */
+static int wait_met(const Item *it) {
+    uint64_t w = it->wide ? __atomic_load_n((volatile uint64_t *)it->wait, __ATOMIC_ACQUIRE)
+                          : __atomic_load_n(it->wait, __ATOMIC_ACQUIRE);
+    uint64_t v = it->wide ? it->value64 : it->value;
+    switch (it->op) {
+    case 0: return it->wide ? (int64_t)(w - v) >= 0 : (int32_t)((uint32_t)w - (uint32_t)v) >= 0;
+    case 1: return w == v;
+    case 2: return (w & v) != 0;
+    default: return it->wide ? ~(w | v) != 0 : (uint32_t)~(w | v) != 0;
+    }
+}
+
 static void *worker(void *arg) {
     (void)arg;
     pthread_mutex_lock(&mu);
@@ -96,8 +118,9 @@ static void *worker(void *arg) {
             it.fn(it.user);
             pthread_mutex_unlock(&host_lock);
         }
-        if (it.wait) while (__atomic_load_n(it.wait, __ATOMIC_ACQUIRE) != it.value) usleep(20);
-        if (it.write) __atomic_store_n(it.write, it.value, __ATOMIC_RELEASE);
+        if (it.wait) while (!wait_met(&it)) usleep(20);
+        if (it.write && it.wide) __atomic_store_n((volatile uint64_t *)it.write, it.value64, __ATOMIC_RELEASE);
+        else if (it.write) __atomic_store_n(it.write, it.value, __ATOMIC_RELEASE);
         pthread_mutex_lock(&mu);
         if (it.release && --it.release->refs == 0) {
             pthread_mutex_unlock(&mu);
@@ -185,6 +208,7 @@ CUresult cuGetErrorName(CUresult e, const char **s) {
     case CAPTURED_EVENT: *s = "CUDA_ERROR_CAPTURED_EVENT"; break;
     case ILLEGAL_STATE: *s = "CUDA_ERROR_ILLEGAL_STATE"; break;
     case NOT_PERMITTED: *s = "CUDA_ERROR_NOT_PERMITTED"; break;
+    case NOT_SUPPORTED: *s = "CUDA_ERROR_NOT_SUPPORTED"; break;
     case 906: *s = "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT"; break;
     default: *s = "CUDA_ERROR_FAKE"; break;
     }
@@ -239,13 +263,72 @@ CUresult cuStreamDestroy_v2(void *h) {
 CUresult cuLaunchHostFunc(void *h, hostfn fn, void *user) {
     return queue_or_capture(h, (Item){.fn = fn, .user = user});
 }
+/* The checks the driver makes: a known condition, the flush only where supported, the word
+ * aligned to its width. Every operation is counted (fake_memops). */
+static int memops;
+static CUresult wait_value(void *h, unsigned long long addr, uint64_t value, unsigned flags, int wide) {
+    unsigned op = flags & ~(1u << 30);
+    if (op > 3 || (flags & (1u << 30)) || addr % (wide ? 8 : 4)) return INVALID_VALUE;
+    __atomic_add_fetch(&memops, 1, __ATOMIC_RELAXED);
+    return queue_or_capture(h, (Item){.wait = (volatile uint32_t *)(uintptr_t)addr, .value = (uint32_t)value,
+                                      .value64 = value, .wide = wide, .op = (int)op});
+}
+static CUresult write_value(void *h, unsigned long long addr, uint64_t value, unsigned flags, int wide) {
+    if (flags || addr % (wide ? 8 : 4)) return INVALID_VALUE;  /* the _v2 API has no flag */
+    __atomic_add_fetch(&memops, 1, __ATOMIC_RELAXED);
+    return queue_or_capture(h, (Item){.write = (volatile uint32_t *)(uintptr_t)addr, .value = (uint32_t)value,
+                                      .value64 = value, .wide = wide});
+}
 CUresult cuStreamWaitValue32_v2(void *h, unsigned long long addr, uint32_t value, unsigned flags) {
-    if (flags != 1) return INVALID_VALUE;  /* custream waits for equality only */
-    return queue_or_capture(h, (Item){.wait = (volatile uint32_t *)(uintptr_t)addr, .value = value});
+    return wait_value(h, addr, value, flags, 0);
+}
+CUresult cuStreamWaitValue64_v2(void *h, unsigned long long addr, uint64_t value, unsigned flags) {
+    return getenv("FAKE_NO_64BIT") ? NOT_SUPPORTED : wait_value(h, addr, value, flags, 1);
 }
 CUresult cuStreamWriteValue32_v2(void *h, unsigned long long addr, uint32_t value, unsigned flags) {
-    (void)flags;
-    return queue_or_capture(h, (Item){.write = (volatile uint32_t *)(uintptr_t)addr, .value = value});
+    return write_value(h, addr, value, flags, 0);
+}
+CUresult cuStreamWriteValue64_v2(void *h, unsigned long long addr, uint64_t value, unsigned flags) {
+    return getenv("FAKE_NO_64BIT") ? NOT_SUPPORTED : write_value(h, addr, value, flags, 1);
+}
+int fake_memops(void) { return __atomic_load_n(&memops, __ATOMIC_RELAXED); }
+
+/* ---- memory as cuPointerGetAttributes sees it -------------------------------------------- */
+typedef struct { uintptr_t start; size_t bytes; int type, managed, mapped; } Range;
+static Range ranges[256];
+static int nranges;
+static void add_range(void *p, size_t bytes, int type, int managed, int mapped) {
+    pthread_mutex_lock(&mu);
+    if (nranges < 256) ranges[nranges++] = (Range){(uintptr_t)p, bytes, type, managed, mapped};
+    pthread_mutex_unlock(&mu);
+}
+/* Device memory (CU_MEMORYTYPE_DEVICE) and managed memory, zeroed, never freed. */
+void *fake_mem_alloc(size_t bytes) { void *p = calloc(1, bytes + 64); add_range(p, bytes, 2, 0, 0); return p; }
+void *fake_managed_alloc(size_t bytes) { void *p = calloc(1, bytes + 64); add_range(p, bytes, 2, 1, 0); return p; }
+enum { ATTR_MEMORY_TYPE = 2, ATTR_DEVICE_POINTER = 3, ATTR_IS_MANAGED = 8, ATTR_DEVICE_ORDINAL = 9 };
+CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, unsigned long long ptr) {
+    Range found = {0};
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nranges; i++)
+        if (ptr >= ranges[i].start && ptr < ranges[i].start + ranges[i].bytes) found = ranges[i];
+    pthread_mutex_unlock(&mu);
+    for (unsigned i = 0; i < n; i++) {
+        switch (attrs[i]) {
+        case ATTR_MEMORY_TYPE: *(unsigned *)data[i] = (unsigned)found.type; break;
+        case ATTR_IS_MANAGED: *(unsigned char *)data[i] = (unsigned char)found.managed; break;
+        case ATTR_DEVICE_POINTER: *(unsigned long long *)data[i] = found.type == 1 && !found.mapped ? 0 : found.type ? ptr : 0; break;
+        case ATTR_DEVICE_ORDINAL: *(int *)data[i] = found.type ? 0 : -2; break;
+        default: return INVALID_VALUE;
+        }
+    }
+    return OK;
+}
+enum { ATTR_CAN_FLUSH_REMOTE_WRITES = 98, ATTR_64_BIT_MEM_OPS = 122, ATTR_WAIT_VALUE_NOR = 123 };
+CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
+    (void)dev;
+    *v = attr == ATTR_64_BIT_MEM_OPS ? !getenv("FAKE_NO_64BIT") : attr == ATTR_WAIT_VALUE_NOR ? 1
+       : attr == ATTR_CAN_FLUSH_REMOTE_WRITES ? 0 : 9;
+    return OK;
 }
 /* The batch custream queues (src/driver/capture.rs): 32-bit waits for equality and writes. */
 typedef struct { uint32_t operation; uint64_t address; uint64_t value; uint32_t flags; uint64_t alias, pad; } MemOp;
@@ -276,7 +359,7 @@ static int unsafe_during_capture(void) {
     return refused;
 }
 CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned flags) {
-    (void)p; (void)bytes; (void)flags;
+    add_range(p, bytes, 1, 0, (flags & 2) != 0);  /* CU_MEMHOSTREGISTER_DEVICEMAP */
     return unsafe_during_capture() ? CAPTURE_UNSUPPORTED : OK;
 }
 CUresult cuMemHostGetDevicePointer_v2(unsigned long long *d, void *p, unsigned flags) {

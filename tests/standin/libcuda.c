@@ -11,19 +11,28 @@
  * CU_STREAM_NON_BLOCKING; a stream made while a context converted from a green one is current
  * belongs to that green context (cuStreamGetGreenCtx). What a real driver leaves undefined is
  * counted instead: calls on a destroyed green context (standin_green_misuse), and streams a
- * green context's destroy left detached (standin_detached_streams). */
+ * green context's destroy left detached (standin_detached_streams).
+ *
+ * IPC events as CUDA documents them: CU_EVENT_INTERPROCESS needs CU_EVENT_DISABLE_TIMING; only
+ * such an event has a handle (cuIpcGetEventHandle); opening one (cuIpcOpenEventHandle) makes
+ * an event of this process that stands for the exporter's (standin_imported_events counts
+ * them), and its destroy closes only that. A handle is the exporter's pid and the event's
+ * number; STANDIN_IMPORTED_PENDING=1 leaves the work recorded on an imported event never done
+ * (an exporter that exits before its work completes). Device UUIDs (cuDeviceGetUuid_v2) are per physical device: STANDIN_UUID_BASE=n
+ * plays a process whose device 0 is the machine's device n (CUDA_VISIBLE_DEVICES). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef int CUdevice;
 struct green;
 typedef struct ctx { unsigned long long id; int device; struct green *green; } *CUcontext;
 typedef struct stream { struct ctx *ctx; struct green *green; struct stream *next; unsigned long long id; } *CUstream;
-typedef void *CUevent;
+typedef struct event { unsigned flags; int imported; unsigned serial; unsigned pid; } *CUevent;
 
 enum {
     OK = 0, INVALID_VALUE = 1, INVALID_DEVICE = 101, INVALID_CONTEXT = 201, NOT_READY = 600,
@@ -216,8 +225,67 @@ CUresult cuStreamGetDevice(CUstream s, CUdevice *d) {
 #endif
 CUresult cuStreamGetFlags(CUstream s, unsigned *f) { (void)s; *f = 1; return OK; }
 CUresult cuStreamGetPriority(CUstream s, int *p) { (void)s; *p = 0; return OK; }
-CUresult cuEventCreate(CUevent *e, unsigned f) { (void)f; *e = malloc(16); BUMP(live_events, 1); return OK; }
-CUresult cuEventDestroy_v2(CUevent e) { free(e); BUMP(live_events, -1); return sticky; }
+enum { EVENT_DISABLE_TIMING = 2, EVENT_INTERPROCESS = 4 };
+static unsigned event_serial;
+static int imported_events;
+int standin_imported_events(void) { return READ(imported_events); }
+CUresult cuEventCreate(CUevent *e, unsigned f) {
+    if ((f & EVENT_INTERPROCESS) && !(f & EVENT_DISABLE_TIMING)) return INVALID_VALUE;
+    *e = calloc(1, sizeof **e);
+    (*e)->flags = f;
+    (*e)->serial = BUMP(event_serial, 1);
+    BUMP(live_events, 1);
+    return OK;
+}
+CUresult cuEventDestroy_v2(CUevent e) {
+    if (e->imported) BUMP(imported_events, -1);
+    free(e);
+    BUMP(live_events, -1);
+    return sticky;
+}
+typedef struct { char reserved[64]; } CUipcEventHandle;
+CUresult cuIpcGetEventHandle(CUipcEventHandle *h, CUevent e) {
+    if (!(e->flags & EVENT_INTERPROCESS) || e->imported) return INVALID_VALUE;
+    memset(h, 0, sizeof *h);
+    unsigned pid = (unsigned)getpid();
+    memcpy(h->reserved, "standin-ipc-event", 17);
+    memcpy(h->reserved + 32, &pid, sizeof pid);
+    memcpy(h->reserved + 36, &e->serial, sizeof e->serial);
+    return OK;
+}
+CUresult cuIpcOpenEventHandle(CUevent *e, CUipcEventHandle h) {
+    if (memcmp(h.reserved, "standin-ipc-event", 17)) return INVALID_VALUE;
+    if (!depth) return INVALID_CONTEXT;
+    *e = calloc(1, sizeof **e);
+    (*e)->flags = EVENT_INTERPROCESS | EVENT_DISABLE_TIMING;
+    (*e)->imported = 1;
+    memcpy(&(*e)->pid, h.reserved + 32, sizeof (*e)->pid);
+    memcpy(&(*e)->serial, h.reserved + 36, sizeof (*e)->serial);
+    BUMP(live_events, 1);
+    BUMP(imported_events, 1);
+    return OK;
+}
+/* Stream memory operations' addresses: any is device memory of device 0, as the driver
+ * answers only in a context (with none current: CUDA_ERROR_INVALID_CONTEXT, as a driver may). */
+CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, unsigned long long ptr) {
+    (void)ptr;
+    if (!depth) return INVALID_CONTEXT;
+    for (unsigned i = 0; i < n; i++) {
+        if (attrs[i] == 2) *(unsigned *)data[i] = 2;            /* MEMORY_TYPE: device */
+        else if (attrs[i] == 8) *(unsigned char *)data[i] = 0;  /* IS_MANAGED */
+        else if (attrs[i] == 3) *(unsigned long long *)data[i] = ptr;
+        else if (attrs[i] == 9) *(int *)data[i] = 0;
+    }
+    return OK;
+}
+CUresult cuDeviceGetUuid_v2(unsigned char *uuid, CUdevice d) {
+    const char *base = getenv("STANDIN_UUID_BASE");
+    if (d < 0 || d >= devices()) return INVALID_DEVICE;
+    memset(uuid, 0, 16);
+    memcpy(uuid, "standin", 7);
+    uuid[15] = (unsigned char)(d + (base ? atoi(base) : 0));
+    return OK;
+}
 CUresult cuEventRecord(CUevent e, CUstream s) { (void)e; return on(s); }
 /* standin_hold(1): events stay pending (cuEventQuery: NOT_READY) and host functions are never
  * run, as when the GPU hangs; a sticky fault then ends it (a faulted driver runs no host
@@ -225,7 +293,11 @@ CUresult cuEventRecord(CUevent e, CUstream s) { (void)e; return on(s); }
 static int hold;
 void standin_hold(int on) { hold = on; }
 CUresult cuEventSynchronize(CUevent e) { (void)e; return sticky; }
-CUresult cuEventQuery(CUevent e) { (void)e; return sticky ? sticky : hold ? NOT_READY : OK; }
+/* STANDIN_IMPORTED_PENDING=1: the work an exporter recorded never completes here. */
+CUresult cuEventQuery(CUevent e) {
+    if (sticky) return sticky;
+    return hold || (e->imported && getenv("STANDIN_IMPORTED_PENDING")) ? NOT_READY : OK;
+}
 /* No GPU work here: a host function runs at once, on the calling thread. */
 typedef void (*hostfn)(void *);
 CUresult cuLaunchHostFunc(CUstream s, hostfn fn, void *user) {

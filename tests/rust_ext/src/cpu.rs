@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use pyo3::prelude::*;
-use pyo3_custream::{current_stream, share, to_python, Stream, StreamRef};
+use pyo3_custream::{current_stream, share, to_python, Stream, StreamRef, WaitOp};
 
 /// The handles released, in order, by the releases `give` made.
 static RELEASED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
@@ -89,6 +89,24 @@ fn synchronize(py: Python<'_>, stream: Stream) -> PyResult<()> {
 #[pyo3(signature = (stream, seconds=None))]
 fn synchronize_timeout(py: Python<'_>, stream: Stream, seconds: Option<f64>) -> PyResult<()> {
     stream.synchronize_timeout(py, seconds.map(std::time::Duration::from_secs_f64))
+}
+
+/// Stream::write_value.
+#[pyfunction]
+fn write_value(py: Python<'_>, stream: Stream, address: u64, value: u64, width: u32) -> PyResult<()> {
+    stream.write_value(py, address, value, width)
+}
+
+/// Stream::wait_value, the condition by name.
+#[pyfunction]
+fn wait_value(py: Python<'_>, stream: Stream, address: u64, value: u64, width: u32, op: &str) -> PyResult<()> {
+    let op = match op {
+        "geq" => WaitOp::Geq,
+        "eq" => WaitOp::Eq,
+        "and" => WaitOp::And,
+        _ => WaitOp::Nor,
+    };
+    stream.wait_value(py, address, value, width, op, false)
 }
 
 #[pyfunction]
@@ -206,6 +224,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(synchronize_timeout, m)?)?;
     m.add_function(wrap_pyfunction!(close, m)?)?;
+    m.add_function(wrap_pyfunction!(write_value, m)?)?;
+    m.add_function(wrap_pyfunction!(wait_value, m)?)?;
     m.add_function(wrap_pyfunction!(from_handle, m)?)?;
     m.add_function(wrap_pyfunction!(current, m)?)?;
     m.add_function(wrap_pyfunction!(give, m)?)?;
