@@ -120,6 +120,15 @@ pub fn before_sync(h: StreamHandle, what: &str) -> driver::Result<Option<Capture
         .transpose()
 }
 
+/// The calling thread relaxed while a capture begun through custream is open (as
+/// `before_sync` does), for a query of an event of custream's own between the slices of a
+/// wait: in "global" mode the driver takes such a query as unsafe.
+pub fn relaxed_while_ours_open() -> driver::Result<Option<CaptureModeScope>> {
+    (GUARD.load(Ordering::Acquire) & !FOREIGN != 0)
+        .then(|| CaptureModeScope::enter(CaptureMode::Relaxed))
+        .transpose()
+}
+
 fn refuse(what: &str, h: StreamHandle, capture: &str) -> DriverError {
     driver::refusal(
         capture_code::UNSUPPORTED,

@@ -26,6 +26,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyList;
 
+use crate::capture;
 use crate::deadline::{self, Deadline};
 use crate::driver::{self, Context, DriverError, EventHandle, OwnedEvent, OwnedStream, StreamHandle};
 use crate::gil;
@@ -265,6 +266,13 @@ fn queue(notifier: Notifier, behind: Behind, signal: Signal) -> Result<(), (Driv
     })
 }
 
+/// Between slices: whether the event was reached, asked of the driver (relaxed while a
+/// capture of custream's is open, which an event query would otherwise invalidate).
+fn asked(ev: EventHandle) -> driver::Result<bool> {
+    let _relaxed = capture::relaxed_while_ours_open()?;
+    driver::event_query(ev)
+}
+
 /// `Event.synchronize(timeout=)`, and a plain one on the main thread (where a signal's
 /// handler must run): for `ev`, a live event of `ctx` that the caller holds open throughout.
 pub fn synchronize_event(
@@ -279,9 +287,7 @@ pub fn synchronize_event(
     }
     let done = Arc::new(Done::default());
     arm(py, ev, ctx, Signal::thread(&done))?;
-    deadline::wait(py, deadline, what, move |slice| {
-        Ok(done.wait(slice) || driver::event_query(ev)?)
-    })
+    deadline::wait(py, deadline, what, move |slice| Ok(done.wait(slice) || asked(ev)?))
 }
 
 /// A stream's synchronize through a notifier: `new` leases one in the stream's context,
@@ -317,9 +323,7 @@ impl StreamWait {
             give_back(n); // never queued (the caller's use failed first)
             return Ok(());
         }
-        deadline::wait(py, deadline, what, move |slice| {
-            Ok(done.wait(slice) || driver::event_query(own)?)
-        })
+        deadline::wait(py, deadline, what, move |slice| Ok(done.wait(slice) || asked(own)?))
     }
 }
 
