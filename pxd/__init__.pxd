@@ -119,7 +119,8 @@ cdef extern from "custream.h":
     int CUSTREAM_WAIT_EQ
     int CUSTREAM_WAIT_AND
     int CUSTREAM_WAIT_NOR
-    int Custream_WriteValue(object stream, uint64_t address, uint64_t value, int width) except -1
+    int Custream_WriteValue(object stream, uint64_t address, uint64_t value, int width,
+                            int flush) except -1
     int Custream_WaitValue(object stream, uint64_t address, uint64_t value, int width, int op,
                            int flush) except -1
 
@@ -242,11 +243,12 @@ cdef inline int device_of(Stream s) except -1:
     return d
 
 
-cdef inline int write_value(Stream s, uint64_t address, uint64_t value, int width=32) except -1:
+cdef inline int write_value(Stream s, uint64_t address, uint64_t value, int width=32,
+                            bint flush=False) except -1:
     """Queue a write of the ``width``-bit (32 or 64) ``value`` to the GPU address ``address``
     once the work queued before it is done (``s.write_value``): checked as the method checks,
     before anything is queued. One call, no Python call."""
-    return Custream_WriteValue(s, address, value, width)
+    return Custream_WriteValue(s, address, value, width, flush)
 
 
 cdef inline int wait_value(Stream s, uint64_t address, uint64_t value, int width=32,

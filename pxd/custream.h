@@ -178,7 +178,7 @@ typedef struct CustreamCAPI {
     int (*stream_id)(PyObject *stream, unsigned long long *out); /* the driver's id */
     int (*stream_device)(PyObject *stream, int *out); /* the device, asked of the driver if unknown */
     /* Stream memory operations (appended). Each returns 0, or -1 with an exception set. */
-    int (*write_value)(PyObject *stream, uint64_t address, uint64_t value, int width);
+    int (*write_value)(PyObject *stream, uint64_t address, uint64_t value, int width, int flush);
     int (*wait_value)(PyObject *stream, uint64_t address, uint64_t value, int width, int op,
                       int flush);
 } CustreamCAPI;
@@ -420,10 +420,12 @@ static inline int Custream_StreamDevice(PyObject *stream, int *out) {
  * `address` (cuStreamWriteValue32/64_v2), once the work before it is done: device memory, or
  * host memory mapped for the GPU, aligned to the width. Checked as s.write_value() checks
  * (width, range, alignment, what the driver knows of the address) before anything is queued.
+ * A non-zero `flush` flushes the remote writes that reached the device first
+ * (CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES, in one batch with the write), where the device can.
  * A node of the graph during a capture. 0 on success; -1 with an exception set. */
-static inline int Custream_WriteValue(PyObject *stream, uint64_t address, uint64_t value, int width) {
+static inline int Custream_WriteValue(PyObject *stream, uint64_t address, uint64_t value, int width, int flush) {
     CUSTREAM_API_OR(-1);
-    return api_->write_value(stream, address, value, width);
+    return api_->write_value(stream, address, value, width, flush);
 }
 /* Queue on the stream a wait until the word at `address` meets `op` (CUSTREAM_WAIT_*) against
  * `value` (cuStreamWaitValue32/64_v2); a non-zero `flush` adds CU_STREAM_WAIT_VALUE_FLUSH. The

@@ -345,9 +345,10 @@ class stream {
 
     /* Queue a write of the `width`-bit (32 or 64) `value` to the GPU address `address` once the
      * work queued before it is done (Custream_WriteValue; checked as s.write_value() checks).
-     * False, with a Python error set, on failure. Needs the GIL. */
-    bool write_value(std::uint64_t address, std::uint64_t value, int width = 32) const noexcept {
-        return Custream_WriteValue(obj_, address, value, width) == 0;
+     * `flush` flushes the remote writes that reached the device first, where it can. False,
+     * with a Python error set, on failure. Needs the GIL. */
+    bool write_value(std::uint64_t address, std::uint64_t value, int width = 32, bool flush = false) const noexcept {
+        return Custream_WriteValue(obj_, address, value, width, flush ? 1 : 0) == 0;
     }
 
     /* The work queued after this waits until the word at `address` meets `op` against `value`

@@ -273,13 +273,19 @@ fn stream_device_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<
     })
 }
 
-unsafe extern "C" fn write_value(obj: *mut ffi::PyObject, address: u64, value: u64, width: c_int) -> c_int {
+unsafe extern "C" fn write_value(
+    obj: *mut ffi::PyObject,
+    address: u64,
+    value: u64,
+    width: c_int,
+    flush: c_int,
+) -> c_int {
     // SAFETY: the C API's contract.
     unsafe {
         raw_stream::function_o(obj, |py, obj| {
             boundary(|_| {
                 let s = stream_arg(obj.as_deref(), "Custream_WriteValue")?;
-                memops::write_c(py, s, address, value, width)?;
+                memops::write_c(py, s, address, value, width, flush != 0)?;
                 Ok(0)
             })
         })

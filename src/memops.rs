@@ -31,7 +31,7 @@ use crate::stream::closed_error;
 static WRITE_SIG: Signature = Signature {
     name: "write_value",
     positional: &["address", "value"],
-    keyword_only: &["width"],
+    keyword_only: &["width", "flush"],
     required: 2,
 };
 
@@ -49,14 +49,15 @@ enum Access {
     Read,
 }
 
-/// `s.write_value(address, value, *, width=32)`.
+/// `s.write_value(address, value, *, width=32, flush=False)`.
 pub fn write_value(py: Python<'_>, s: StreamObject<'_>, args: &Fastcall<'_, '_>) -> PyResult<()> {
     const F: &str = "write_value";
-    let [address, value, width] = WRITE_SIG.parse_fastcall::<3>(args)?;
+    let [address, value, width, flush] = WRITE_SIG.parse_fastcall::<4>(args)?;
     let width = width_arg(width.as_ref(), F)?;
     let value = value_arg(value.as_ref(), width, F)?;
+    let flush = bool_arg(flush.as_ref(), F, "flush", false)?;
     let address = address_arg(address.as_ref(), width, Access::Write, F)?;
-    write(py, s, address, value, width)
+    write(py, s, address, value, width, flush)
 }
 
 /// `s.wait_value(address, value, *, width=32, op="geq", flush=False)`.
@@ -72,7 +73,7 @@ pub fn wait_value(py: Python<'_>, s: StreamObject<'_>, args: &Fastcall<'_, '_>) 
 }
 
 /// The write, once its arguments are known good.
-pub fn write(py: Python<'_>, s: StreamObject<'_>, address: u64, value: u64, width: Width) -> PyResult<()> {
+pub fn write(py: Python<'_>, s: StreamObject<'_>, address: u64, value: u64, width: Width, flush: bool) -> PyResult<()> {
     const WHAT: &str = "write_value()";
     if s.is_closed() {
         return Err(closed_error(WHAT));
@@ -81,8 +82,11 @@ pub fn write(py: Python<'_>, s: StreamObject<'_>, address: u64, value: u64, widt
     if width == Width::W64 {
         require(py, s, MemOpSupport::SixtyFourBit, "write_value() width=64")?;
     }
+    if flush {
+        require(py, s, MemOpSupport::Flush, "write_value() flush=True")?;
+    }
     s.use_handle(py, WHAT, |h| {
-        gil::brief(py, move || driver::stream_write_value(h, address, value, width))
+        gil::brief(py, move || driver::stream_write_value(h, address, value, width, flush))
     })
 }
 
@@ -118,10 +122,10 @@ pub fn wait(
 }
 
 /// The C API's write: the same checks, for arguments that come as C integers.
-pub fn write_c(py: Python<'_>, s: StreamObject<'_>, address: u64, value: u64, width: i32) -> PyResult<()> {
+pub fn write_c(py: Python<'_>, s: StreamObject<'_>, address: u64, value: u64, width: i32, flush: bool) -> PyResult<()> {
     let width = width_c(width, "Custream_WriteValue")?;
     check_c(address, value, width, "Custream_WriteValue")?;
-    write(py, s, address, value, width)
+    write(py, s, address, value, width, flush)
 }
 
 /// The C API's wait; `op` is `CUstreamWaitValue_flags`'s value of the condition (0 to 3).

@@ -42,7 +42,7 @@ class CAPI(ctypes.Structure):
         ("stream_id", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_ulonglong))),
         ("stream_device", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_int))),
         # Stream memory operations (appended).
-        ("write_value", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int)),
+        ("write_value", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_int)),
         ("wait_value", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_int, ctypes.c_int)),
     ]
 

@@ -58,6 +58,7 @@ ALIGNED = 0x7F00_0000_0000
         (lambda s: s.wait_value(ALIGNED, 1, op="gt"), ValueError, r"op must be 'geq', 'eq', 'and' or 'nor', got 'gt'"),
         (lambda s: s.wait_value(ALIGNED, 1, op=1), TypeError, r"op must be a str .*, got int"),
         (lambda s: s.wait_value(ALIGNED, 1, flush=1), TypeError, "flush must be True or False, got int"),
+        (lambda s: s.write_value(ALIGNED, 1, flush="yes"), TypeError, "flush must be True or False, got str"),
         (lambda s: s.write_value(ALIGNED, -1), ValueError, r"value -1 is out of range for width=32: it must be in \[0, 2\*\*32\)"),
         (lambda s: s.write_value(ALIGNED, 2**32), ValueError, "value 4294967296 is out of range for width=32"),
         (lambda s: s.wait_value(ALIGNED, 2**64, width=64), ValueError, r"out of range for width=64: it must be in \[0, 2\*\*64\)"),
@@ -220,6 +221,8 @@ managed = fake.fake_managed_alloc(64)
 refused(lambda: s.write_value(managed, 1), ValueError, "managed memory (cuMemAllocManaged)")
 refused(lambda: s.wait_value(mem, 1, flush=True), custream.CudaError,
         "wait_value() flush=True is not supported on device 0 (CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES is 0)")
+refused(lambda: s.write_value(mem, 1, flush=True), custream.CudaError,
+        "write_value() flush=True is not supported on device 0 (CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES is 0)")
 # Host memory registered and mapped is the GPU's at its device address.
 mapped = (ctypes.c_uint32 * 1024)()
 fake.cuMemHostRegister_v2(ctypes.c_void_p(ctypes.addressof(mapped)), ctypes.c_size_t(4096), 2)
@@ -228,7 +231,24 @@ s.write_value(Torchish(ctypes.addressof(mapped) + 16, device_type=1), 6)   # a p
 s.synchronize()
 assert mapped[2] == 5 and mapped[4] == 6
 """)
-    assert out.count("CUDA_ERROR_NOT_SUPPORTED") == 1, out
+    assert out.count("CUDA_ERROR_NOT_SUPPORTED") == 2, out
+
+
+def test_a_flushing_write_flushes_first_in_one_batch(fake):
+    """write_value(flush=True) where the device can flush: one batch, the flush then the write."""
+    out = standin.run(fake, "import os; os.environ['FAKE_CAN_FLUSH'] = '1'\n" + PRELUDE + """
+s = custream.Stream()
+mapped = (ctypes.c_uint64 * 512)()
+fake.cuMemHostRegister_v2(ctypes.c_void_p(ctypes.addressof(mapped)), ctypes.c_size_t(4096), 2)
+s.write_value(ctypes.addressof(mapped), 7, flush=True)
+s.write_value(ctypes.addressof(mapped) + 8, 2**40, width=64, flush=True)
+s.write_value(ctypes.addressof(mapped) + 16, 9)
+s.synchronize()
+assert fake.fake_flushes() == 2, fake.fake_flushes()
+assert mapped[0] & 0xFFFFFFFF == 7 and mapped[1] == 2**40 and mapped[2] & 0xFFFFFFFF == 9
+print("ok")
+""")
+    assert out.strip().endswith("ok"), out
 
 
 def test_a_device_without_64_bit_operations_refuses_them_by_name(fake):
@@ -253,16 +273,17 @@ def test_the_c_api_entries_check_as_the_methods_do(fake):
 from _capi_ctypes import capi
 table = capi()
 s = custream.Stream()
-assert table.write_value(s, mem + 12, 9, 32) == 0
+assert table.write_value(s, mem + 12, 9, 32, 0) == 0
 assert table.wait_value(s, mem + 12, 9, 32, 1, 0) == 0   # CUSTREAM_WAIT_EQ
 s.synchronize()
 assert u32[3] == 9
 for call, exc, match in [
-    (lambda: table.write_value(s, mem, 1, 16), ValueError, "Custream_WriteValue() width must be 32 or 64, got 16"),
-    (lambda: table.write_value(s, mem, 2**32, 32), ValueError, "value 4294967296 is out of range for width=32"),
+    (lambda: table.write_value(s, mem, 1, 16, 0), ValueError, "Custream_WriteValue() width must be 32 or 64, got 16"),
+    (lambda: table.write_value(s, mem, 2**32, 32, 0), ValueError, "value 4294967296 is out of range for width=32"),
     (lambda: table.wait_value(s, mem + 4, 1, 64, 0, 0), ValueError, "not aligned to 8 bytes"),
     (lambda: table.wait_value(s, mem, 1, 32, 4, 0), ValueError, "op must be CUSTREAM_WAIT_GEQ, _EQ, _AND or _NOR (0 to 3), got 4"),
-    (lambda: table.write_value(None, mem, 1, 32), TypeError, "Custream_WriteValue() expected a custream.Stream, got NoneType"),
+    (lambda: table.write_value(None, mem, 1, 32, 0), TypeError, "Custream_WriteValue() expected a custream.Stream, got NoneType"),
+    (lambda: table.write_value(s, mem, 1, 32, 1), custream.CudaError, "write_value() flush=True is not supported on device 0"),
 ]:
     try:
         call()

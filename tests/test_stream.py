@@ -198,7 +198,7 @@ def test_signatures_are_introspectable():
     assert str(inspect.signature(Stream)) == "(*, device=None, non_blocking=True, priority=0, green_context=None)"
     assert str(inspect.signature(Stream.from_handle)) == "(handle, *, owner=None, device=None)"
     assert str(inspect.signature(custream.Event)) == "(*, device=None, timing=False, ipc=False)"
-    assert str(inspect.signature(Stream.write_value)) == "(self, /, address, value, *, width=32)"
+    assert str(inspect.signature(Stream.write_value)) == "(self, /, address, value, *, width=32, flush=False)"
     assert str(inspect.signature(Stream.wait_value)) == "(self, /, address, value, *, width=32, op='geq', flush=False)"
     assert str(inspect.signature(custream.GreenContext)) == "(sm_count, *, device=None)"
     assert str(inspect.signature(custream.GreenContext.split)) == "(sm_count, *, device=None)"

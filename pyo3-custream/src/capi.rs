@@ -234,10 +234,19 @@ impl Api {
     }
 
     /// `Stream.write_value(address, value, width=)`: custream checks every argument.
-    pub(crate) fn write_value(self, stream: &Bound<'_, PyAny>, address: u64, value: u64, width: c_int) -> PyResult<()> {
+    pub(crate) fn write_value(
+        self,
+        stream: &Bound<'_, PyAny>,
+        address: u64,
+        value: u64,
+        width: c_int,
+        flush: bool,
+    ) -> PyResult<()> {
         let f = self.0.write_value.ok_or_else(|| missing("write_value"))?;
         // SAFETY: attached and stream is alive; the rest are plain integers.
-        check_rc(stream.py(), unsafe { f(stream.as_ptr(), address, value, width) })
+        check_rc(stream.py(), unsafe {
+            f(stream.as_ptr(), address, value, width, c_int::from(flush))
+        })
     }
 
     /// `Stream.wait_value(...)`, `op` one of `CUSTREAM_WAIT_*`.

@@ -122,6 +122,7 @@ pub struct CustreamCAPI {
             address: u64,
             value: u64,
             width: ::std::os::raw::c_int,
+            flush: ::std::os::raw::c_int,
         ) -> ::std::os::raw::c_int,
     >,
     pub wait_value: ::std::option::Option<

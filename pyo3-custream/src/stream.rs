@@ -139,11 +139,12 @@ impl Stream {
         api(py)?.synchronize_timeout(self.0.bind(py), seconds)
     }
 
-    /// `Stream.write_value(address, value, width=width)`: queue a write of the `width`-bit (32
-    /// or 64) `value` to the GPU address `address` once the work queued before it is done
-    /// (`cuStreamWriteValue32/64_v2`). custream checks the width, the value's range, the
-    /// alignment and what the driver knows of the address before anything is queued (a
-    /// ValueError names what is wrong).
+    /// `Stream.write_value(address, value, width=width, flush=flush)`: queue a write of the
+    /// `width`-bit (32 or 64) `value` to the GPU address `address` once the work queued before
+    /// it is done (`cuStreamWriteValue32/64_v2`; with `flush`, the remote writes that reached
+    /// the device are flushed first, where it can). custream checks the width, the value's
+    /// range, the alignment and what the driver knows of the address before anything is queued
+    /// (a ValueError names what is wrong).
     ///
     /// ```no_run
     /// use pyo3::prelude::*;
@@ -152,7 +153,7 @@ impl Stream {
     /// /// Release a counter another process's stream waits on, after this stream's work.
     /// #[pyfunction]
     /// fn release(py: Python<'_>, stream: Stream, counter: u64, n: u64) -> PyResult<()> {
-    ///     stream.write_value(py, counter, n, 64)
+    ///     stream.write_value(py, counter, n, 64, false)
     /// }
     ///
     /// /// Hold this stream's later work until the counter reaches `n`.
@@ -161,8 +162,8 @@ impl Stream {
     ///     stream.wait_value(py, counter, n, 64, WaitOp::Geq, false)
     /// }
     /// ```
-    pub fn write_value(&self, py: Python<'_>, address: u64, value: u64, width: u32) -> PyResult<()> {
-        api(py)?.write_value(self.0.bind(py), address, value, width_arg(width))
+    pub fn write_value(&self, py: Python<'_>, address: u64, value: u64, width: u32, flush: bool) -> PyResult<()> {
+        api(py)?.write_value(self.0.bind(py), address, value, width_arg(width), flush)
     }
 
     /// `Stream.wait_value(address, value, width=, op=, flush=)`: the work queued after this

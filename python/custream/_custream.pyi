@@ -171,13 +171,15 @@ class Stream:
         CudaError instead of invalidating the capture."""
     def end_capture(self) -> Graph:
         """End the capture begun on this stream and return the instantiated custream.Graph."""
-    def write_value(self, address: int | object, value: int, *, width: Literal[32, 64] = 32) -> None:
+    def write_value(self, address: int | object, value: int, *, width: Literal[32, 64] = 32, flush: bool = False) -> None:
         """Write ``value`` (a ``width``-bit unsigned int, 32 or 64) to the word at ``address`` once
         the work queued on the stream before it is done (``cuStreamWriteValue32/64``). ``address``
         is an int GPU address or an array with ``__cuda_array_interface__`` or ``__dlpack__``
         (CuPy, PyTorch, Numba; its first element): device memory, or host memory mapped for the
         GPU, aligned to the width. The building block of a semaphore another stream, device or
-        process waits on with ``wait_value()``. A node of the graph in a capture."""
+        process waits on with ``wait_value()``. ``flush=True`` first flushes the remote writes that
+        reached the device (``CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES``, where the platform supports it).
+        A node of the graph in a capture."""
     def wait_value(
         self,
         address: int | object,

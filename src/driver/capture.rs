@@ -257,7 +257,7 @@ pub fn stream_wait_value32(h: StreamHandle, word: u64, value: u32) -> Result<()>
 /// Queue on `h` a write of `value` to the 32-bit word at the GPU address `word` (a
 /// write-value node, in a capture); as for the wait, `word` stays mapped.
 pub fn stream_write_value32(h: StreamHandle, word: u64, value: u32) -> Result<()> {
-    stream_write_value(h, word, u64::from(value), Width::W32)
+    stream_write_value(h, word, u64::from(value), Width::W32, false)
 }
 
 /// Queue on `h`, in one call: a write of 1 to the 32-bit word at `ready` once the work before

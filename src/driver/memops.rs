@@ -41,10 +41,18 @@ pub enum WaitOp {
 const WAIT_FLUSH: c_uint = cu::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_FLUSH as c_uint;
 
 /// Queue on `h` a write of `value` to the word at the GPU address `address` (a write-value
-/// node, in a capture). The _v2 API has one flag, the default.
-pub fn stream_write_value(h: StreamHandle, address: u64, value: u64, width: Width) -> Result<()> {
+/// node, in a capture). The _v2 API has one flag, the default. With `flush`, a flush of the
+/// remote writes that reached the device (`CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES`) goes first,
+/// in one batch: what RDMA peers wrote before is visible to whoever sees the value.
+pub fn stream_write_value(h: StreamHandle, address: u64, value: u64, width: Width, flush: bool) -> Result<()> {
     let api = init()?;
     let flags = cu::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as c_uint;
+    if flush {
+        let mut ops = [flush_op(), write_op(address, value, width)];
+        // SAFETY: two initialized operations that outlive the call (the driver copies them);
+        // `h` is live (the handle rule); the address is checked as below.
+        return check(unsafe { (api.cuStreamBatchMemOp_v2)(h.0, ops.len() as c_uint, ops.as_mut_ptr(), 0) });
+    }
     // SAFETY: `h` is live (the handle rule). The GPU writes `address` when the stream gets
     // there; no host memory is touched by the call, and the caller has checked that the
     // driver knows the address (a wrong one faults the GPU's context, not this process).
@@ -54,6 +62,38 @@ pub fn stream_write_value(h: StreamHandle, address: u64, value: u64, width: Widt
             Width::W64 => (api.cuStreamWriteValue64_v2)(h.0, address, value, flags),
         }
     })
+}
+
+fn flush_op() -> cu::CUstreamBatchMemOpParams {
+    let mut op = cu::CUstreamBatchMemOpParams { pad: [0; 6] };
+    op.flushRemoteWrites = cu::CUstreamBatchMemOpParams_union_CUstreamMemOpFlushRemoteWritesParams_st {
+        operation: cu::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES,
+        flags: 0,
+    };
+    op
+}
+
+fn write_op(address: u64, value: u64, width: Width) -> cu::CUstreamBatchMemOpParams {
+    use cu::CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindgen_ty_1 as V;
+    let (operation, value) = match width {
+        Width::W32 => (
+            cu::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_32,
+            V { value: value as u32 },
+        ),
+        Width::W64 => (
+            cu::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_64,
+            V { value64: value },
+        ),
+    };
+    let mut op = cu::CUstreamBatchMemOpParams { pad: [0; 6] };
+    op.writeValue = cu::CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st {
+        operation,
+        address,
+        __bindgen_anon_1: value,
+        flags: cu::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as c_uint,
+        alias: 0,
+    };
+    op
 }
 
 /// Queue on `h` a wait until the word at `address` meets `op` against `value` (a wait-value

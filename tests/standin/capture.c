@@ -327,17 +327,28 @@ enum { ATTR_CAN_FLUSH_REMOTE_WRITES = 98, ATTR_64_BIT_MEM_OPS = 122, ATTR_WAIT_V
 CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
     (void)dev;
     *v = attr == ATTR_64_BIT_MEM_OPS ? !getenv("FAKE_NO_64BIT") : attr == ATTR_WAIT_VALUE_NOR ? 1
-       : attr == ATTR_CAN_FLUSH_REMOTE_WRITES ? 0 : 9;
+       : attr == ATTR_CAN_FLUSH_REMOTE_WRITES ? getenv("FAKE_CAN_FLUSH") != NULL : 9;
     return OK;
 }
 /* The batch custream queues (src/driver/capture.rs): 32-bit waits for equality and writes. */
 typedef struct { uint32_t operation; uint64_t address; uint64_t value; uint32_t flags; uint64_t alias, pad; } MemOp;
 _Static_assert(sizeof(MemOp) == 48, "CUstreamBatchMemOpParams is 48 bytes");
+/* CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES: nothing to flush here; counted, and refused as a
+ * driver refuses it where the device cannot (FAKE_CAN_FLUSH=1 plays one that can). */
+static int flushes;
+int fake_flushes(void) { return __atomic_load_n(&flushes, __ATOMIC_RELAXED); }
+static CUresult flush_remote_writes(void) {
+    if (!getenv("FAKE_CAN_FLUSH")) return NOT_SUPPORTED;
+    __atomic_add_fetch(&flushes, 1, __ATOMIC_RELAXED);
+    return OK;
+}
 CUresult cuStreamBatchMemOp_v2(void *h, unsigned count, MemOp *ops, unsigned flags) {
     if (flags) return INVALID_VALUE;
     for (unsigned i = 0; i < count; i++) {
         CUresult r = ops[i].operation == 1 ? cuStreamWaitValue32_v2(h, ops[i].address, (uint32_t)ops[i].value, ops[i].flags)
                    : ops[i].operation == 2 ? cuStreamWriteValue32_v2(h, ops[i].address, (uint32_t)ops[i].value, ops[i].flags)
+                   : ops[i].operation == 5 ? cuStreamWriteValue64_v2(h, ops[i].address, ops[i].value, ops[i].flags)
+                   : ops[i].operation == 3 ? flush_remote_writes()
                    : INVALID_VALUE;
         if (r) return r;
     }

@@ -93,8 +93,9 @@ fn synchronize_timeout(py: Python<'_>, stream: Stream, seconds: Option<f64>) -> 
 
 /// Stream::write_value.
 #[pyfunction]
-fn write_value(py: Python<'_>, stream: Stream, address: u64, value: u64, width: u32) -> PyResult<()> {
-    stream.write_value(py, address, value, width)
+#[pyo3(signature = (stream, address, value, width, flush=false))]
+fn write_value(py: Python<'_>, stream: Stream, address: u64, value: u64, width: u32, flush: bool) -> PyResult<()> {
+    stream.write_value(py, address, value, width, flush)
 }
 
 /// Stream::wait_value, the condition by name.
