@@ -376,7 +376,10 @@ def test_a_waiting_lease_gets_the_stream_given_back(standin_lib):
 
 def test_ctrl_c_ends_a_waiting_lease(standin_lib):
     out = run(standin_lib, """
-        import _thread, threading, time
+        import _thread, signal, threading, time
+        # Python's Ctrl-C handler even where the parent left SIGINT ignored (a background job):
+        # interrupt_main() does nothing for an ignored signal.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         pool = custream.StreamPool(1)
         held = pool.lease()
         threading.Timer(0.2, _thread.interrupt_main).start()
