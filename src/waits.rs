@@ -28,7 +28,9 @@ use pyo3::types::PyList;
 
 use crate::capture;
 use crate::deadline::{self, Deadline};
-use crate::driver::{self, Context, DriverError, EventHandle, OwnedEvent, OwnedStream, StreamHandle};
+use crate::driver::{
+    self, CaptureMode, CaptureModeScope, Context, DriverError, EventHandle, OwnedEvent, OwnedStream, StreamHandle,
+};
 use crate::gil;
 use crate::host_thread::{self, After};
 
@@ -63,8 +65,10 @@ fn lease(py: Python<'_>, ctx: Context) -> PyResult<Notifier> {
     if let Some(n) = idle {
         return Ok(n);
     }
-    // Without the GIL: making a stream takes the driver's locks.
+    // Without the GIL: making a stream takes the driver's locks. Relaxed: a capture open on
+    // this thread (custream's or another library's) would take the creation as unsafe.
     let made = gil::detach(py, move || {
+        let _relaxed = CaptureModeScope::enter(CaptureMode::Relaxed)?;
         let current = driver::current_context()?;
         let stream = driver::create_stream(ctx, current, true, 0)?;
         match driver::event_create(ctx, false) {
