@@ -24,6 +24,7 @@ use crate::layout::{
 use crate::memops;
 use crate::pool::StreamPool;
 use crate::protocol;
+use crate::raw_call;
 use crate::raw_stream::{self, StreamObject};
 use crate::stream::{self, Parts};
 
@@ -54,12 +55,12 @@ fn stream_arg<'a>(obj: Option<&'a Bound<'_, PyAny>>, fname: &str) -> PyResult<St
     StreamObject::of(obj, &format!("{fname}()"))
 }
 
-// Every entry below is one call of `raw_stream::function_o`, whose contract is the C API's
+// Every entry below is one call of `raw_call::function_o`, whose contract is the C API's
 // (custream.h): the GIL is held and every `PyObject *` is NULL or alive.
 
 unsafe extern "C" fn as_stream(obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
     // SAFETY: the C API's contract.
-    unsafe { raw_stream::function_o(obj, |_, obj| boundary(|_| as_stream_of(obj.as_deref()))) }
+    unsafe { raw_call::function_o(obj, |_, obj| boundary(|_| as_stream_of(obj.as_deref()))) }
 }
 
 fn as_stream_of(obj: Option<&Bound<'_, PyAny>>) -> PyResult<*mut ffi::PyObject> {
@@ -74,7 +75,7 @@ unsafe extern "C" fn from_handle(
 ) -> *mut ffi::PyObject {
     // SAFETY: the C API's contract.
     unsafe {
-        raw_stream::function_o(owner, |py, owner| {
+        raw_call::function_o(owner, |py, owner| {
             boundary(|_| from_handle_of(py, handle, device, owner.as_deref()))
         })
     }
@@ -108,7 +109,7 @@ unsafe extern "C" fn from_handle_with_deleter(
 unsafe extern "C" fn check(obj: *mut ffi::PyObject) -> c_int {
     // SAFETY: the C API's contract.
     unsafe {
-        raw_stream::function_o(obj, |_, obj| {
+        raw_call::function_o(obj, |_, obj| {
             c_int::from(obj.is_some_and(|o| raw_stream::is_stream(&o)))
         })
     }
@@ -117,7 +118,7 @@ unsafe extern "C" fn check(obj: *mut ffi::PyObject) -> c_int {
 unsafe extern "C" fn synchronize(obj: *mut ffi::PyObject) -> c_int {
     // SAFETY: the C API's contract.
     unsafe {
-        raw_stream::function_o(obj, |py, obj| {
+        raw_call::function_o(obj, |py, obj| {
             boundary(|_| {
                 stream_arg(obj.as_deref(), "Custream_Synchronize")?.synchronize_until(py, Deadline::NEVER)?;
                 Ok(0)
@@ -128,7 +129,7 @@ unsafe extern "C" fn synchronize(obj: *mut ffi::PyObject) -> c_int {
 
 unsafe extern "C" fn synchronize_timeout(obj: *mut ffi::PyObject, timeout: f64) -> c_int {
     // SAFETY: the C API's contract.
-    unsafe { raw_stream::function_o(obj, |py, obj| synchronize_timeout_of(py, obj.as_deref(), timeout)) }
+    unsafe { raw_call::function_o(obj, |py, obj| synchronize_timeout_of(py, obj.as_deref(), timeout)) }
 }
 
 fn synchronize_timeout_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, timeout: f64) -> c_int {
@@ -145,7 +146,7 @@ fn synchronize_timeout_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, timeou
 
 unsafe extern "C" fn handle_checked(obj: *mut ffi::PyObject, out: *mut custream_handle_t) -> c_int {
     // SAFETY: the C API's contract; `out` is NULL or a place for one handle (custream.h).
-    unsafe { raw_stream::function_o(obj, |_, obj| handle_checked_of(obj.as_deref(), out.as_mut())) }
+    unsafe { raw_call::function_o(obj, |_, obj| handle_checked_of(obj.as_deref(), out.as_mut())) }
 }
 
 fn handle_checked_of(obj: Option<&Bound<'_, PyAny>>, out: Option<&mut custream_handle_t>) -> c_int {
@@ -171,7 +172,7 @@ unsafe extern "C" fn default_stream(token: custream_handle_t) -> *mut ffi::PyObj
 
 unsafe extern "C" fn pool_get(pool: *mut ffi::PyObject) -> *mut ffi::PyObject {
     // SAFETY: the C API's contract.
-    unsafe { raw_stream::function_o(pool, |py, pool| boundary(|_| pool_get_of(py, pool.as_deref()))) }
+    unsafe { raw_call::function_o(pool, |py, pool| boundary(|_| pool_get_of(py, pool.as_deref()))) }
 }
 
 fn pool_get_of(py: Python<'_>, pool: Option<&Bound<'_, PyAny>>) -> PyResult<*mut ffi::PyObject> {
@@ -189,7 +190,7 @@ fn pool_get_of(py: Python<'_>, pool: Option<&Bound<'_, PyAny>>) -> PyResult<*mut
 unsafe extern "C" fn launch_host_func(obj: *mut ffi::PyObject, f: custream_host_fn_t, user: *mut c_void) -> c_int {
     // SAFETY: the C API's contract.
     unsafe {
-        raw_stream::function_o(obj, |py, obj| {
+        raw_call::function_o(obj, |py, obj| {
             boundary(|_| {
                 let s = stream_arg(obj.as_deref(), "Custream_LaunchHostFunc")?;
                 let f = f.ok_or_else(|| PyValueError::new_err("Custream_LaunchHostFunc() fn is NULL"))?;
@@ -203,7 +204,7 @@ unsafe extern "C" fn launch_host_func(obj: *mut ffi::PyObject, f: custream_host_
 unsafe extern "C" fn is_capturing(obj: *mut ffi::PyObject) -> c_int {
     // SAFETY: the C API's contract.
     unsafe {
-        raw_stream::function_o(obj, |py, obj| {
+        raw_call::function_o(obj, |py, obj| {
             boundary(|_| {
                 Ok(c_int::from(
                     stream_arg(obj.as_deref(), "Custream_IsCapturing")?.is_capturing(py)?,
@@ -215,7 +216,7 @@ unsafe extern "C" fn is_capturing(obj: *mut ffi::PyObject) -> c_int {
 
 unsafe extern "C" fn green_context(obj: *mut ffi::PyObject, out: *mut custream_green_ctx_t) -> c_int {
     // SAFETY: the C API's contract; `out` is NULL or a place for one handle (custream.h).
-    unsafe { raw_stream::function_o(obj, |py, obj| green_context_of(py, obj.as_deref(), out.as_mut())) }
+    unsafe { raw_call::function_o(obj, |py, obj| green_context_of(py, obj.as_deref(), out.as_mut())) }
 }
 
 fn green_context_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut custream_green_ctx_t>) -> c_int {
@@ -230,7 +231,7 @@ fn green_context_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<
 
 unsafe extern "C" fn sm_count(obj: *mut ffi::PyObject, out: *mut c_uint) -> c_int {
     // SAFETY: the C API's contract; `out` is NULL or a place for one unsigned int (custream.h).
-    unsafe { raw_stream::function_o(obj, |py, obj| sm_count_of(py, obj.as_deref(), out.as_mut())) }
+    unsafe { raw_call::function_o(obj, |py, obj| sm_count_of(py, obj.as_deref(), out.as_mut())) }
 }
 
 fn sm_count_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut c_uint>) -> c_int {
@@ -245,7 +246,7 @@ fn sm_count_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut 
 
 unsafe extern "C" fn stream_id(obj: *mut ffi::PyObject, out: *mut std::ffi::c_ulonglong) -> c_int {
     // SAFETY: the C API's contract; `out` is NULL or a place for one id (custream.h).
-    unsafe { raw_stream::function_o(obj, |py, obj| stream_id_of(py, obj.as_deref(), out.as_mut())) }
+    unsafe { raw_call::function_o(obj, |py, obj| stream_id_of(py, obj.as_deref(), out.as_mut())) }
 }
 
 fn stream_id_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut std::ffi::c_ulonglong>) -> c_int {
@@ -260,7 +261,7 @@ fn stream_id_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut
 
 unsafe extern "C" fn stream_device(obj: *mut ffi::PyObject, out: *mut c_int) -> c_int {
     // SAFETY: the C API's contract; `out` is NULL or a place for one int (custream.h).
-    unsafe { raw_stream::function_o(obj, |py, obj| stream_device_of(py, obj.as_deref(), out.as_mut())) }
+    unsafe { raw_call::function_o(obj, |py, obj| stream_device_of(py, obj.as_deref(), out.as_mut())) }
 }
 
 fn stream_device_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut c_int>) -> c_int {
@@ -282,7 +283,7 @@ unsafe extern "C" fn write_value(
 ) -> c_int {
     // SAFETY: the C API's contract.
     unsafe {
-        raw_stream::function_o(obj, |py, obj| {
+        raw_call::function_o(obj, |py, obj| {
             boundary(|_| {
                 let s = stream_arg(obj.as_deref(), "Custream_WriteValue")?;
                 memops::write_c(py, s, address, value, width, flush != 0)?;
@@ -302,7 +303,7 @@ unsafe extern "C" fn wait_value(
 ) -> c_int {
     // SAFETY: the C API's contract.
     unsafe {
-        raw_stream::function_o(obj, |py, obj| {
+        raw_call::function_o(obj, |py, obj| {
             boundary(|_| {
                 let s = stream_arg(obj.as_deref(), "Custream_WaitValue")?;
                 memops::wait_c(py, s, address, value, width, op, flush != 0)?;

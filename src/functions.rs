@@ -15,6 +15,7 @@ use crate::host_thread;
 use crate::libcuda::LoadError;
 use crate::process;
 use crate::protocol;
+use crate::raw_call;
 use crate::raw_stream::{self, entry, StreamObject};
 use crate::stream;
 use crate::waits;
@@ -31,7 +32,7 @@ fn as_stream_o(_: Python<'_>, obj: Option<Borrowed<'_, '_, PyAny>>) -> *mut ffi:
 
 /// The `as_stream` builtin, bound to module `m`.
 pub fn as_stream<'py>(m: &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
-    raw_stream::builtin(
+    raw_call::builtin(
         m,
         ffi::PyMethodDef {
             ml_name: c"as_stream".as_ptr(),

@@ -8,8 +8,8 @@
 //!   (the mapped words a host function's stream waits on), `owner_release` (giving back a
 //!   borrowed stream's owner), `waits` (timed and interruptible waits, `await`, futures)
 //! - capture: `capture` (what a capture is to custream, by handle)
-//! - base: `raw_stream` (the one module that touches Python objects raw), `lifecycle`,
-//!   `state_word`, `home` (where a driver object lives; the primary-context policy),
+//! - base: `raw_stream` (a Stream's memory, raw), `raw_call` (CPython's calling
+//!   conventions), `lifecycle`, `state_word`, `home` (where a driver object lives; the primary-context policy),
 //!   `deferred_release` (releases a host function asked for), `closable` (what closable
 //!   classes share), `errors`, `args`, `deadline` (timeouts, and waits that
 //!   signals end), `boundary`, `gil`
@@ -55,6 +55,7 @@ mod owner_release;
 mod pool;
 mod process;
 mod protocol;
+mod raw_call;
 mod raw_stream;
 mod state_word;
 mod stream;

@@ -25,7 +25,8 @@ use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict, PyString, PyTuple};
 use crate::args::{bool_arg, int_repr, is_int_not_bool, short_repr, Signature};
 use crate::driver::{self, memory_type, MemOpSupport, WaitOp, Width};
 use crate::gil;
-use crate::raw_stream::{Fastcall, StreamObject};
+use crate::raw_call::Fastcall;
+use crate::raw_stream::StreamObject;
 use crate::stream::closed_error;
 
 static WRITE_SIG: Signature = Signature {

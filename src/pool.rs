@@ -18,7 +18,9 @@ use crate::deadline::timeout_arg;
 use crate::driver::{self, CaptureMode, CaptureModeScope};
 use crate::green::{green_context_arg, GreenContext};
 use crate::lease::{CloseNow, Lease, Leases, Made};
-use crate::raw_stream::{self, entry, Fastcall, StreamObject};
+use crate::raw_call;
+use crate::raw_call::Fastcall;
+use crate::raw_stream::{entry, StreamObject};
 use crate::stream;
 
 /// The most streams one pool makes: far above any use (rmm's default is 16), low enough
@@ -268,7 +270,7 @@ fn get_method(pool: &Bound<'_, StreamPool>, args: Option<Fastcall<'_, '_>>) -> *
 
 /// Add `get` to the StreamPool type (the module's init, src/lib.rs).
 pub fn install(tp: &Bound<'_, PyType>) -> PyResult<()> {
-    raw_stream::add_method(
+    raw_call::add_method(
         tp,
         pyo3::ffi::PyMethodDef {
             ml_name: c"get".as_ptr(),

@@ -26,7 +26,8 @@ use crate::green::green_context_arg;
 use crate::layout::{CustreamStream, STREAM_SIZE};
 use crate::memops;
 use crate::protocol::{self, handle_from_int};
-use crate::raw_stream::{self, entry, Fastcall, StreamObject, TupleDict};
+use crate::raw_call::{Fastcall, TupleDict};
+use crate::raw_stream::{self, entry, StreamObject};
 use crate::stream::{self, closed_error, Parts};
 
 const DOC: &CStr = c"Stream(*, device=None, non_blocking=True, priority=0, green_context=None)

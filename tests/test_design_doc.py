@@ -37,6 +37,7 @@ FLOORS = {
     **dict.fromkeys(
         [
             "raw_stream",
+            "raw_call",
             "lifecycle",
             "state_word",
             "home",
