@@ -283,10 +283,11 @@ def test_future_completes_from_custreams_thread_and_may_be_cancelled(fake):
         kernel(s, 150)
         f = s.record().future()
         assert isinstance(f, concurrent.futures.Future) and not f.done()
-        ran = []
-        f.add_done_callback(lambda fut: ran.append(threading.current_thread().name))
+        ran, called = [], threading.Event()
+        f.add_done_callback(lambda fut: (ran.append(threading.current_thread().name), called.set()))
         assert f.result(timeout=5) is None
-        assert ran and ran[0] != threading.current_thread().name, ran
+        # Callbacks run after the result is set, on the completing thread: wait for it.
+        assert called.wait(5) and ran[0] != threading.current_thread().name, ran
         assert s.record().future().done()  # idle: done at once
         kernel(s, 150)
         g = s.record().future()
