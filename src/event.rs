@@ -251,8 +251,8 @@ impl Event {
 
     /// ``await event``: in a coroutine, until the work recorded before the event is done
     /// (``await stream.record()`` waits for the work queued on the stream so far). The event
-    /// loop runs meanwhile; no thread and no CPU is spent on the wait (the driver signals an
-    /// eventfd the loop watches); cancelling the awaiting task cancels the wait.
+    /// loop runs meanwhile; the wait takes no thread of its own and no CPU (the driver
+    /// signals an eventfd the loop watches); cancelling the awaiting task cancels the wait.
     fn __await__<'py>(slf: &Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         slf.get().use_for_wait(py, "await", |ev, ctx| {
             if gil::brief(py, move || driver::event_query(ev))? {
