@@ -8,8 +8,8 @@
 //! the completion of a `concurrent.futures.Future` to custream's own thread
 //! (src/host_thread.rs), which takes the GIL there. So the driver's thread never waits for
 //! the GIL, and a pending wait takes no thread of its own and no CPU. A notifier stream is
-//! given back by `ring`; one per pending wait, since a stream runs its waits in order and events complete
-//! in any order.
+//! given back by `ring`; one per pending wait, since a stream runs its waits in order and
+//! events complete in any order.
 //!
 //! A thread waits in slices (src/deadline.rs): between them it asks the driver about the
 //! event, so a context that died (a sticky fault: host functions no longer run) ends the
