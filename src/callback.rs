@@ -33,7 +33,8 @@ use crate::capture;
 use crate::driver::{self, CaptureStatus, StreamHandle};
 use crate::gil;
 use crate::host_semaphores::{self, Flag};
-use crate::host_thread;
+use crate::host_thread::{self, After};
+use crate::launch::{self, Gil};
 use crate::lifecycle;
 use crate::process::{self, HostFunctionScope};
 use crate::raw_stream::StreamObject;
@@ -210,7 +211,7 @@ pub fn launch(
         device: stream.known_device(),
         generation: process::fork_generation(),
     });
-    stream.use_handle(py, "launch_host_func()", |h| {
+    stream.use_handle_py(py, "launch_host_func()", |h| {
         // Asked before the call is made, so that no error leaves it behind.
         let (capturing, context, context_id) = gil::brief(py, move || -> driver::Result<_> {
             let capturing = driver::stream_capture_status(h)? == CaptureStatus::Active;
@@ -226,33 +227,49 @@ pub fn launch(
         // A capture replays the call at every launch of its graph: the call must outlive
         // them all, so a user object that the graph holds owns it.
         if capturing {
-            return launch_in_capture(py, h, call);
+            return Ok(launch_in_capture(py, h, call)?);
         }
         let ready = match host_semaphores::take(py, context, context_id) {
             Ok(ready) => ready,
             Err(e) => {
                 host_semaphores::give_back(call.flag);
-                return Err(e);
+                return Err(e.into());
             }
         };
         let (ready_word, done_word) = (ready.device_address(), call.flag.device_address());
         // Without the GIL: the driver call can wait for room in the stream's queue. The call
         // is handed to custream's thread here too, so that a thread parked at exit (src/gil.rs)
-        // never leaves the stream waiting for a call nobody watches.
-        let launched = gil::detach(py, move || match driver::stream_hand_off(h, ready_word, done_word) {
-            Ok(()) => {
-                host_thread::post_when_raised(ready, Box::new(move |py| call.run_once(py)));
-                Ok(())
-            }
-            Err(e) => Err((e, call, ready)),
-        });
-        launched.map_err(|(e, call, ready)| {
-            let Call { payload, flag, .. } = *call;
-            drop(payload);
-            host_semaphores::give_back(flag);
-            host_semaphores::give_back(ready);
-            e
-        })
+        // never leaves the stream waiting for a call nobody watches. The launch may outlive
+        // this caller (src/launch.rs): a failed one leaves its call to custream's thread.
+        launch::run(
+            py,
+            stream,
+            h,
+            Gil::Detached,
+            |_| true,
+            move || {
+                match driver::stream_hand_off(h, ready_word, done_word) {
+                    Ok(()) => {
+                        host_thread::post_when_raised(ready, Box::new(move |py| call.run_once(py)));
+                        Ok(())
+                    }
+                    Err(e) => {
+                        host_thread::post(Box::new(move |py| {
+                            let Call { payload, flag, .. } = *call;
+                            match py {
+                                Some(_) => drop(payload),
+                                // Python is gone: its objects can no longer be released.
+                                None => std::mem::forget(payload),
+                            }
+                            host_semaphores::give_back(flag);
+                            host_semaphores::give_back(ready);
+                            After::Nothing
+                        }));
+                        Err(e)
+                    }
+                }
+            },
+        )
     })
 }
 
@@ -299,8 +316,17 @@ pub fn launch_c(
     user: *mut c_void,
 ) -> PyResult<()> {
     let user = CUser(user);
-    stream.use_handle(py, "launch_host_func()", |h| {
-        // SAFETY: the C caller's contract (custream.h): `f(user)` is safe on any thread.
-        gil::detach(py, move || unsafe { driver::launch_host_func(h, f, user.get()) })
+    stream.use_handle_py(py, "launch_host_func()", |h| {
+        launch::run(
+            py,
+            stream,
+            h,
+            Gil::Detached,
+            |_| true,
+            move || {
+                // SAFETY: the C caller's contract (custream.h): `f(user)` is safe on any thread.
+                unsafe { driver::launch_host_func(h, f, user.get()) }
+            },
+        )
     })
 }

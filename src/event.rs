@@ -19,6 +19,7 @@ use crate::driver::{self, capture_code, Context, EventHandle, OwnedEvent};
 use crate::gil;
 use crate::home::Home;
 use crate::ipc::{self, IpcEventHandle, IpcSide};
+use crate::launch::{self, Gil, Keep};
 use crate::lifecycle::{self, DriverObject, Made};
 use crate::protocol;
 use crate::raw_stream::StreamObject;
@@ -88,11 +89,36 @@ impl Event {
         f(ev)
     }
 
-    /// Record the event on `stream`.
-    pub fn record_on(&self, py: Python<'_>, stream: StreamObject<'_>, what: &str) -> PyResult<()> {
-        self.use_event(py, what, |ev| {
-            stream.use_handle(py, what, |h| gil::brief(py, move || driver::event_record(ev, h)))
+    /// Record the event (`this`'s) on `stream`.
+    pub fn record_on(this: &Bound<'_, Event>, stream: StreamObject<'_>, what: &str) -> PyResult<()> {
+        let (py, event) = (this.py(), this.get());
+        event.use_event(py, what, |ev| {
+            stream.use_handle_py(py, what, |h| {
+                launch::run(
+                    py,
+                    stream,
+                    h,
+                    Gil::Brief,
+                    |kept| Event::keep(kept, this),
+                    move || driver::event_record(ev, h),
+                )
+            })
         })?;
+        event.note_record(py, stream)
+    }
+
+    /// Hold the event open for a launch that may outlive its caller (src/launch.rs).
+    fn keep(kept: &mut Keep, this: &Bound<'_, Event>) -> bool {
+        fn end(py: Python<'_>, obj: &Bound<'_, PyAny>) {
+            if let Ok(e) = obj.cast::<Event>() {
+                lifecycle::end_kept_use(&e.get().event, py);
+            }
+        }
+        kept.hold(this.py(), this.as_any(), &this.get().event, end)
+    }
+
+    /// After a record on `stream`: where the event stands if the stream captures.
+    fn note_record(&self, py: Python<'_>, stream: StreamObject<'_>) -> PyResult<()> {
         let mark = mark(py, stream)?;
         if mark.is_some() || self.captured.load(Ordering::Acquire) {
             self.captured.store(mark.is_some(), Ordering::Release);
@@ -212,9 +238,9 @@ impl Event {
     }
 
     /// Record the event on ``stream`` (a custream.Stream or any ``__cuda_stream__`` object).
-    fn record(&self, py: Python<'_>, stream: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn record(slf: &Bound<'_, Self>, stream: &Bound<'_, PyAny>) -> PyResult<()> {
         let stream = protocol::as_stream(stream)?;
-        self.record_on(py, StreamObject::of(&stream, "record()")?, "record()")
+        Event::record_on(slf, StreamObject::of(&stream, "record()")?, "record()")
     }
 
     /// Milliseconds from this event to ``end``; both need ``timing=True`` and must have
@@ -383,13 +409,21 @@ impl DriverObject for OwnedEvent {
 }
 
 /// Make later work on `stream` wait for `event`.
-pub fn wait_event(py: Python<'_>, stream: StreamObject<'_>, event: &Event) -> PyResult<()> {
+pub fn wait_event(stream: StreamObject<'_>, this: &Bound<'_, Event>) -> PyResult<()> {
+    let (py, event) = (this.py(), this.get());
     event.use_event(py, "wait()", |ev| {
         if let Some(side) = event.imported() {
             gil::brief(py, || side.before_wait(ev, "wait()"))?;
         }
-        stream.use_handle(py, "wait()", |h| {
-            gil::brief(py, move || driver::stream_wait_event(h, ev))
+        stream.use_handle_py(py, "wait()", |h| {
+            launch::run(
+                py,
+                stream,
+                h,
+                Gil::Brief,
+                |kept| Event::keep(kept, this),
+                move || driver::stream_wait_event(h, ev),
+            )
         })
     })?;
     event.waited_on_by(stream.handle_value());
@@ -405,11 +439,9 @@ pub fn wait_stream(py: Python<'_>, stream: StreamObject<'_>, upstream: StreamObj
     if upstream.handle_value() == stream.handle_value() && !stream.is_default() {
         return Ok(()); // a stream's work is already in its own order
     }
-    let event = Event::for_stream(py, upstream)?;
-    let waited = event
-        .record_on(py, upstream, "wait()")
-        .and_then(|()| wait_event(py, stream, &event));
-    let closed = event.close(py);
+    let event = Bound::new(py, Event::for_stream(py, upstream)?)?;
+    let waited = Event::record_on(&event, upstream, "wait()").and_then(|()| wait_event(stream, &event));
+    let closed = event.get().close(py);
     waited.and(closed)
 }
 
@@ -426,7 +458,7 @@ pub fn record<'py>(
             Bound::new(py, Event::for_stream(py, stream)?)?
         }
     };
-    event.get().record_on(py, stream, "record()")?;
+    Event::record_on(&event, stream, "record()")?;
     Ok(event)
 }
 

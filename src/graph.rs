@@ -10,7 +10,8 @@ use crate::closable::{self, Closable};
 use crate::driver::{self, CaptureStatus, Context, GraphExecHandle, OwnedGraphExec, StreamHandle};
 use crate::gil;
 use crate::home::Home;
-use crate::lifecycle::{DriverObject, Made};
+use crate::launch::{self, Gil, Keep};
+use crate::lifecycle::{self, DriverObject, Made};
 use crate::protocol;
 use crate::raw_stream::StreamObject;
 
@@ -58,27 +59,46 @@ impl Graph {
         })
     }
 
-    /// Run `f` on the executable graph and `stream`'s handle, both held open meanwhile.
+    /// Run `f`, a launch of the executable graph on `stream`, both held open meanwhile.
     fn on_stream(
-        &self,
-        py: Python<'_>,
+        this: &Bound<'_, Graph>,
         stream: StreamObject<'_>,
         what: &str,
-        f: impl FnOnce(GraphExecHandle, StreamHandle) -> driver::Result<()> + Send,
+        f: fn(GraphExecHandle, StreamHandle) -> driver::Result<()>,
     ) -> PyResult<()> {
-        let (_in_use, exec) = self.exec.enter(py, what)?;
+        let (py, graph) = (this.py(), this.get());
+        let (_in_use, exec) = graph.exec.enter(py, what)?;
         // Without the GIL, as CuPy's kernel launches are: a full launch queue waits for the
         // host functions queued before, and those of Python (ours, CuPy's, numba's) take the
         // GIL to run (docs/benchmarks.md has what holding it would save).
-        stream.use_handle_in(py, what, self.exec.home(), |h| gil::detach(py, move || f(exec, h)))
+        stream.use_handle_in(py, what, graph.exec.home(), |h| {
+            launch::run(
+                py,
+                stream,
+                h,
+                Gil::Detached,
+                |kept| Graph::keep(kept, this),
+                move || f(exec, h),
+            )
+        })
     }
 
-    pub fn launch(&self, py: Python<'_>, stream: StreamObject<'_>) -> PyResult<()> {
-        self.on_stream(py, stream, "launch()", driver::graph_launch)
+    /// Hold the graph open for a launch that may outlive its caller (src/launch.rs).
+    fn keep(kept: &mut Keep, this: &Bound<'_, Graph>) -> bool {
+        fn end(py: Python<'_>, obj: &Bound<'_, PyAny>) {
+            if let Ok(g) = obj.cast::<Graph>() {
+                lifecycle::end_kept_use(&g.get().exec, py);
+            }
+        }
+        kept.hold(this.py(), this.as_any(), &this.get().exec, end)
     }
 
-    pub fn upload(&self, py: Python<'_>, stream: StreamObject<'_>) -> PyResult<()> {
-        self.on_stream(py, stream, "upload()", driver::graph_upload)
+    pub fn launch(this: &Bound<'_, Graph>, stream: StreamObject<'_>) -> PyResult<()> {
+        Graph::on_stream(this, stream, "launch()", driver::graph_launch)
+    }
+
+    pub fn upload(this: &Bound<'_, Graph>, stream: StreamObject<'_>) -> PyResult<()> {
+        Graph::on_stream(this, stream, "upload()", driver::graph_upload)
     }
 
     /// The handle's value even when closed, for repr.
@@ -92,16 +112,16 @@ impl Graph {
     /// Launch the graph on ``stream`` (a custream.Stream or any ``__cuda_stream__`` object):
     /// it runs after the work queued there before, and later work waits for it.
     #[pyo3(name = "launch")]
-    fn py_launch(&self, py: Python<'_>, stream: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn py_launch(slf: &Bound<'_, Self>, stream: &Bound<'_, PyAny>) -> PyResult<()> {
         let stream = protocol::as_stream(stream)?;
-        self.launch(py, StreamObject::of(&stream, "launch()")?)
+        Graph::launch(slf, StreamObject::of(&stream, "launch()")?)
     }
 
     /// Upload the graph's work to the device on ``stream`` ahead of its first launch.
     #[pyo3(name = "upload")]
-    fn py_upload(&self, py: Python<'_>, stream: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn py_upload(slf: &Bound<'_, Self>, stream: &Bound<'_, PyAny>) -> PyResult<()> {
         let stream = protocol::as_stream(stream)?;
-        self.upload(py, StreamObject::of(&stream, "upload()")?)
+        Graph::upload(slf, StreamObject::of(&stream, "upload()")?)
     }
 
     /// The CUgraphExec handle as an int.

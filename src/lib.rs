@@ -46,6 +46,7 @@ mod home;
 mod host_semaphores;
 mod host_thread;
 mod ipc;
+mod launch;
 mod layout;
 mod lease;
 mod libcuda;

@@ -25,6 +25,7 @@ use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict, PyString, PyTuple};
 use crate::args::{bool_arg, int_repr, is_int_not_bool, short_repr, Signature};
 use crate::driver::{self, memory_type, MemOpSupport, WaitOp, Width};
 use crate::gil;
+use crate::launch::{self, Gil};
 use crate::raw_call::Fastcall;
 use crate::raw_stream::StreamObject;
 use crate::stream::closed_error;
@@ -86,8 +87,15 @@ pub fn write(py: Python<'_>, s: StreamObject<'_>, address: u64, value: u64, widt
     if flush {
         require(py, s, MemOpSupport::Flush, "write_value() flush=True")?;
     }
-    s.use_handle(py, WHAT, |h| {
-        gil::brief(py, move || driver::stream_write_value(h, address, value, width, flush))
+    s.use_handle_py(py, WHAT, |h| {
+        launch::run(
+            py,
+            s,
+            h,
+            Gil::Brief,
+            |_| true,
+            move || driver::stream_write_value(h, address, value, width, flush),
+        )
     })
 }
 
@@ -115,10 +123,15 @@ pub fn wait(
     if flush {
         require(py, s, MemOpSupport::Flush, "wait_value() flush=True")?;
     }
-    s.use_handle(py, WHAT, |h| {
-        gil::brief(py, move || {
-            driver::stream_wait_value(h, address, value, width, op, flush)
-        })
+    s.use_handle_py(py, WHAT, |h| {
+        launch::run(
+            py,
+            s,
+            h,
+            Gil::Brief,
+            |_| true,
+            move || driver::stream_wait_value(h, address, value, width, op, flush),
+        )
     })
 }
 

@@ -16,10 +16,11 @@ use pyo3::types::{PyInt, PyTuple};
 
 use crate::capture;
 use crate::deadline::{self, Deadline};
-use crate::driver::{self, capture_code, CaptureMode, CaptureStatus, Context, OwnedStream, StreamHandle};
+use crate::driver::{self, capture_code, CaptureMode, CaptureStatus, Context, DriverError, OwnedStream, StreamHandle};
 use crate::gil;
 use crate::green::{self, GreenContext};
 use crate::home::Home;
+use crate::launch::{self, Gil};
 use crate::layout::{
     custream_deleter_t, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_GREEN,
     CUSTREAM_FLAG_NON_BLOCKING, CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED, CUSTREAM_FLAG_SHARED,
@@ -357,16 +358,30 @@ impl StreamObject<'_> {
         Ok(self.call_on_handle(f)?)
     }
 
+    /// `use_handle` for a call that raises Python's errors too (a launch: src/launch.rs).
+    pub fn use_handle_py<R>(
+        self,
+        py: Python<'_>,
+        what: &str,
+        f: impl FnOnce(StreamHandle) -> PyResult<R>,
+    ) -> PyResult<R> {
+        let _in_use = lifecycle::enter(&self, py, what)?;
+        self.call_on_handle(f)
+    }
+
     /// `use_handle` for a caller that has just checked that `home`'s context is the one it
     /// was (a Graph launched on the stream): a stream known to live in it needs no second
     /// check, which would cost another driver call per launch.
-    pub fn use_handle_in<R>(
+    pub fn use_handle_in<R, E: From<DriverError>>(
         self,
         py: Python<'_>,
         what: &str,
         home: &Home,
-        f: impl FnOnce(StreamHandle) -> driver::Result<R>,
-    ) -> PyResult<R> {
+        f: impl FnOnce(StreamHandle) -> Result<R, E>,
+    ) -> PyResult<R>
+    where
+        PyErr: From<E>,
+    {
         let _in_use = lifecycle::enter(&self, py, what)?;
         if !self.is_default() && self.known_context() == (Some(home.context), home.context_id) {
             return Ok(f(self.handle())?);
@@ -400,15 +415,17 @@ impl StreamObject<'_> {
     /// The driver call of `use_handle` and `use_handle_attached`, once the stream is known open.
     /// A default-stream token on a thread with no current context follows the CUDA
     /// runtime's rule (device 0's primary context), which stays current only for the call.
-    fn call_on_handle<R>(self, f: impl FnOnce(StreamHandle) -> driver::Result<R>) -> driver::Result<R> {
+    fn call_on_handle<R, E: From<DriverError>>(self, f: impl FnOnce(StreamHandle) -> Result<R, E>) -> Result<R, E> {
         let h = self.handle();
         if self.is_default() {
             return match driver::current_context()? {
                 Some(_) => f(h),
-                None => driver::in_primary_context(0, || f(h)),
+                // The primary context is current for `f` alone; its own error comes back through.
+                None => driver::in_primary_context(0, || Ok(f(h)))?,
             };
         }
-        self.check_context(h).and_then(|()| f(h))
+        self.check_context(h)?;
+        f(h)
     }
 
     /// Learn a borrowed stream's context on first use (the stream is alive then: its owner
@@ -454,7 +471,9 @@ impl StreamObject<'_> {
         }
         let mut wait = StreamWait::new(py, self.context(py)?)?;
         let queue = &mut wait;
-        self.use_handle(py, WHAT, move |h| gil::brief(py, move || queue.queue_on(h)))?;
+        self.use_handle_py(py, WHAT, move |h| {
+            launch::run(py, self, h, Gil::Brief, |_| true, queue.queue_on(h))
+        })?;
         wait.wait(py, deadline, "Stream.synchronize()")
     }
 
@@ -683,6 +702,9 @@ impl Managed for StreamObject<'_> {
         let green = s.is_green().then(|| s.owner(py, &Released)).flatten();
         let owner = s.take_owner(py);
         let may_call = || lifecycle::may_release(s.fork_generation());
+        if may_call() {
+            launch::forget(py, s.handle_value());
+        }
 
         let mut result = Ok(());
         if s.is_owned() {

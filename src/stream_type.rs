@@ -232,7 +232,7 @@ fn wait(s: StreamObject<'_>, py: Python<'_>, other: Option<Borrowed<'_, '_, PyAn
         }
         let other = other.ok_or_else(|| PyTypeError::new_err("wait() missing required argument 'other'"))?;
         if let Ok(event) = other.cast::<Event>() {
-            event::wait_event(py, s, event.get())?;
+            event::wait_event(s, &event)?;
             return Ok(none(py));
         }
         let upstream = protocol::as_stream(&other).map_err(|e| {

@@ -295,7 +295,7 @@ pub fn synchronize_event(
 }
 
 /// A stream's synchronize through a notifier: `new` leases one in the stream's context,
-/// `queue_on` records its event on the stream (while the caller holds the stream open), and
+/// `queue_on` is the launch that records its event on the stream, and
 /// `wait` waits for it, in slices.
 pub struct StreamWait {
     notifier: Option<Notifier>,
@@ -313,21 +313,35 @@ impl StreamWait {
         })
     }
 
-    /// Queue the notifier behind the work queued so far on `h`, a live stream of the context.
-    pub fn queue_on(&mut self, h: StreamHandle) -> driver::Result<()> {
-        match self.notifier.take() {
-            Some(n) => queue(n, Behind::Stream(h), Signal::thread(&self.done)).map_err(|(e, _)| e),
+    /// The launch that queues the notifier behind the work queued so far on `h`, a live
+    /// stream of the context (made through src/launch.rs: its record can wait for room in
+    /// `h`'s queue). It owns what it queues: run after its caller left, its `ring` still
+    /// gives the notifier back.
+    pub fn queue_on(&mut self, h: StreamHandle) -> impl FnOnce() -> driver::Result<()> + Send + 'static {
+        let notifier = self.notifier.take();
+        let signal = Signal::thread(&self.done);
+        move || match notifier {
+            Some(n) => queue(n, Behind::Stream(h), signal).map_err(|(e, _)| e),
             None => Ok(()),
         }
     }
 
-    pub fn wait(self, py: Python<'_>, deadline: Deadline, what: &str) -> PyResult<()> {
-        let StreamWait { notifier, own, done } = self;
-        if let Some(n) = notifier {
+    pub fn wait(mut self, py: Python<'_>, deadline: Deadline, what: &str) -> PyResult<()> {
+        if let Some(n) = self.notifier.take() {
             give_back(n); // never queued (the caller's use failed first)
             return Ok(());
         }
+        let (own, done) = (self.own, Arc::clone(&self.done));
         deadline::wait(py, deadline, what, move |slice| Ok(done.wait(slice) || asked(own)?))
+    }
+}
+
+impl Drop for StreamWait {
+    /// A wait whose stream refused the launch: its notifier was never queued.
+    fn drop(&mut self) {
+        if let Some(n) = self.notifier.take() {
+            give_back(n);
+        }
     }
 }
 

@@ -30,6 +30,7 @@ FLOORS = {
             "waits",
             "ipc",
             "memops",
+            "launch",
         ],
         2,
     ),

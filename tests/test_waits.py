@@ -165,6 +165,109 @@ def test_ctrl_c_ends_a_wait_the_driver_would_not_end(fake):
     assert out.strip().endswith("ok"), out
 
 
+def test_ctrl_c_ends_a_launch_that_waits_for_room_in_a_full_queue(fake):
+    """A launch into a full queue waits inside the driver (the stand-in's wait, as the
+    driver's, is one no signal ends). custream's probes find the stream deep, and the main
+    thread's launches go through a launcher thread while it waits in slices: the handler's
+    exception ends each within a slice; the launch goes on, holding what it uses open, and
+    ends when the queue has room. A shallow stream's launches never leave the thread."""
+    out = run(fake, """
+        CHECKPOINT = 128  # src/launch.rs
+        fake.fake_room_waiters.restype = ctypes.c_int
+        fake.fake_mem_alloc.restype = ctypes.c_void_p
+        fake.fake_mem_alloc.argtypes = [ctypes.c_size_t]
+        def launchers():
+            names = []
+            for t in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{t}/comm") as f:
+                    names.append(f.read().strip())
+            return names.count("custream-launch")
+        class Stop(Exception):
+            pass
+        def raise_stop(*_):
+            raise Stop()
+        signal.signal(signal.SIGUSR1, raise_stop)
+        s, e = Stream(), Event()
+
+        # Shallow: its probes are done at every checkpoint.
+        for _ in range(4 * CHECKPOINT):
+            s.record(e)
+        s.synchronize()
+        assert launchers() == 0, launchers()
+
+        # Deep: a long kernel holds the queue, so the probe of the first checkpoint is still
+        # pending at the second, and from then on the main thread's launches hop.
+        kernel(s, 3000)
+        for _ in range(2 * CHECKPOINT + 1):
+            s.record(e)
+        assert launchers() == 1, launchers()
+        word = fake.fake_mem_alloc(8)
+        fake.fake_queue_limit(1)
+        destroyed = fake.fake_destroyed()
+        sigint = (signal.SIGINT, KeyboardInterrupt)
+        abandoned = 0
+        for name, launch, (sig, exc) in [
+            ("record", lambda: s.record(e), sigint),
+            ("wait", lambda: s.wait(e), (signal.SIGUSR1, Stop)),
+            ("launch_host_func", lambda: s.launch_host_func(lambda: None), sigint),
+            ("write_value", lambda: s.write_value(word, 7), sigint),
+            ("synchronize", lambda: s.synchronize(), sigint),
+        ]:
+            signal_after(0.1, sig)
+            t = time.monotonic()
+            try:
+                launch()
+            except exc:
+                took = time.monotonic() - t
+            else:
+                raise AssertionError(f"{name}: no {exc.__name__}")
+            abandoned += 1
+            assert took < 0.1 + 0.1 + 0.15, (name, took)  # a slice past the signal, and slack
+            assert fake.fake_room_waiters() == abandoned, (name, fake.fake_room_waiters())
+            print(name, exc.__name__, round(took, 3))
+        # Each launch still holds the stream and event open: close() takes effect after them.
+        s.close()
+        e.close()
+        assert s.closed and e.closed
+        assert fake.fake_destroyed() == destroyed, "released under a launch"
+        fake.fake_queue_limit(0)
+        end = time.monotonic() + 10
+        written = lambda: ctypes.c_uint32.from_address(word).value == 7
+        # Each abandoned launch made, the stream released after them, the write run by the
+        # "GPU" once the kernel ended.
+        while fake.fake_destroyed() == destroyed or fake.fake_room_waiters() or not written():
+            assert time.monotonic() < end, (fake.fake_destroyed(), fake.fake_room_waiters(), written())
+            time.sleep(0.01)
+        settle()
+
+        # Off the main thread no handler runs: a launch into a full queue waits in the driver
+        # with the GIL let go, where it is.
+        s2, e2 = Stream(), Event()
+        kernel(s2, 1500)
+        for _ in range(2 * CHECKPOINT + 1):
+            s2.record(e2)
+        hops = launchers()
+        fake.fake_queue_limit(1)
+        t = threading.Thread(target=s2.record, args=(e2,))
+        t.start()
+        ticks, end = 0, time.monotonic() + 0.3
+        while time.monotonic() < end:
+            ticks += 1
+            time.sleep(0.005)
+        assert ticks > 20, ticks
+        assert fake.fake_room_waiters() == 1 and t.is_alive()
+        fake.fake_queue_limit(0)
+        t.join(10)
+        assert not t.is_alive()
+        assert launchers() == hops, "a thread's launch took a launcher"
+        s2.synchronize()
+        s2.close()
+        settle()
+        print("ok")
+    """)
+    assert out.strip().endswith("ok"), out
+
+
 def test_off_the_main_thread_plain_and_timed_waits_work(fake):
     out = run(fake, """
         s = Stream()

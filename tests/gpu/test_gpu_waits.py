@@ -114,6 +114,61 @@ print("ok")
     assert out.strip().endswith("ok"), out
 
 
+def test_ctrl_c_ends_a_launch_into_a_full_queue_within_100_ms():
+    """Records on the main thread behind a 4 s kernel fill the stream's queue; the driver's
+    wait for room is no signal's to end, so custream's launcher makes it (src/launch.rs) and
+    Ctrl-C ends the record within a slice. Prints the queue's depth as the driver has it
+    (CuPy's launches behind a kernel, timed until one waits), which CHECKPOINT must stay far
+    below, and what a record costs once the stream is deep."""
+    out = run("""
+CHECKPOINT = 128  # src/launch.rs
+s, e = Stream(device=0), Event(device=0)
+sleep(s, 0.01)
+s.synchronize()
+
+other = Stream(device=0)
+sleep(other, 2.0)
+depth = None
+with cupy.cuda.ExternalStream(other.handle):
+    for i in range(100000):
+        t = time.perf_counter()
+        SLEEP((1,), (1,), (cupy.uint64(0),))
+        if time.perf_counter() - t > 0.01:
+            depth = i
+            break
+print("queue depth: CuPy's launch", depth, "waited for room")
+assert depth is not None and depth > 4 * CHECKPOINT, depth
+other.synchronize(timeout=10)
+other.close()
+
+sleep(s, 4.0)
+sent = signal_after(1.0)
+n, slowest, t0 = 0, 0.0, time.perf_counter()
+try:
+    while True:
+        t = time.perf_counter()
+        s.record(e)
+        slowest = max(slowest, time.perf_counter() - t)
+        n += 1
+except KeyboardInterrupt:
+    late = time.monotonic() - sent[0]
+took = time.perf_counter() - t0
+print(f"records before Ctrl-C: {n} ({took / n * 1e6:.1f} us each), slowest that returned {slowest * 1e3:.1f} ms")
+print(f"KeyboardInterrupt {late * 1e3:.1f} ms after SIGINT")
+assert late < 0.1, late
+assert s.query() is False, "the kernel must still run"
+s.synchronize(timeout=10)
+s.record(e)
+e.synchronize(timeout=10)
+s.close()
+e.close()
+settle()
+print("ok")
+""")
+    print(out)
+    assert out.strip().endswith("ok"), out
+
+
 def test_awaits_run_the_loop_and_cost_no_thread():
     out = run("""
 streams = [Stream(device=0) for _ in range(4)]

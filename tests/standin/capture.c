@@ -26,6 +26,8 @@
  *   load that synchronizes the context, as CUDA's lazy loading may), and taken for reading by
  *   record and wait: a record made with the GIL held while a Python host function is queued
  *   deadlocks against it (the H200's hang of issue 23's stress loop).
+ * - A queue of fixed size per stream (fake_queue_limit): a launch into a full one waits for
+ *   room, as the driver's does, in a wait no signal ends.
  * - Capture: cuStreamBeginCapture_v2 / IsCapturing / EndCapture keep the state CUDA keeps. A
  *   query or synchronize of a capturing stream invalidates the capture (as CUDA does), and so
  *   does one of another stream while a "global" capture is open, unless the calling thread's
@@ -163,8 +165,36 @@ static void push_locked(Stream *s, hostfn fn, void *user, int ms, UObj *release)
     push_item_locked((Item){.s = s, .fn = fn, .user = user, .ms = ms, .release = release});
 }
 
+/* fake_queue_limit(n): a stream's queue holds n items (0, the default: no limit). A launch
+ * (a record, a wait, a host function, a memory operation, a graph) onto a stream whose queue
+ * is full waits for room in a condition wait that no signal cuts short, as the driver's does;
+ * kernels (fake_kernel: another library's launches) fill the queue without waiting.
+ * fake_room_waiters(): the launches waiting so. */
+static int queue_limit, room_waiters;
+void fake_queue_limit(int n) {
+    pthread_mutex_lock(&mu);
+    queue_limit = n;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+}
+int fake_room_waiters(void) { return __atomic_load_n(&room_waiters, __ATOMIC_RELAXED); }
+static int full_locked(Stream *s) {
+    return queue_limit && !s->capturing && (s == &legacy ? tail - head : s->pending) >= queue_limit;
+}
+static void wait_for_room(void *h) {
+    pthread_mutex_lock(&mu);
+    Stream *s = S(h);
+    if (full_locked(s)) {
+        __atomic_add_fetch(&room_waiters, 1, __ATOMIC_RELAXED);
+        while (full_locked(s)) pthread_cond_wait(&cv, &mu);
+        __atomic_sub_fetch(&room_waiters, 1, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&mu);
+}
+
 /* Queue `it` on the stream, or add it to the graph of the capture the stream is in. */
 static CUresult queue_or_capture(void *h, Item it) {
+    wait_for_room(h);
     take_host_lock();
     pthread_mutex_lock(&mu);
     Stream *s = S(h);
@@ -448,6 +478,7 @@ CUresult cuGraphDestroy(Graph *g) { graph_free(g); return OK; }
 CUresult cuGraphExecDestroy(Graph *g) { graph_free(g); return OK; }
 CUresult cuGraphUpload(Graph *g, void *h) { (void)g; (void)h; return OK; }
 CUresult cuGraphLaunch(Graph *g, void *h) {
+    wait_for_room(h);
     take_host_lock();
     pthread_mutex_lock(&mu);
     Stream *s = S(h);
@@ -476,6 +507,7 @@ CUresult cuGraphRetainUserObject(Graph *g, UObj *o, unsigned n, unsigned flags) 
 }
 CUresult cuEventCreate(Event **e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(Event)); return OK; }
 CUresult cuEventRecord(Event *e, void *h) {
+    wait_for_room(h);
     take_host_lock();
     take_ctx_lock();
     pthread_mutex_lock(&mu);
@@ -498,6 +530,7 @@ CUresult cuEventQuery(Event *e) { return event_wait(e, 0); }
 CUresult cuEventSynchronize(Event *e) { return event_wait(e, 1); }
 CUresult cuStreamWaitEvent(void *h, Event *e, unsigned flags) {
     (void)flags;
+    wait_for_room(h);
     take_ctx_lock();
     pthread_mutex_lock(&mu);
     Stream *s = S(h);
