@@ -50,6 +50,9 @@ use crate::raw_stream::StreamObject;
 /// (measured: benches/waits.py's queue rows); direct launches stop at twice this.
 pub const CHECKPOINT: u32 = 128;
 
+/// `CU_STREAM_PER_THREAD`: the calling thread's default stream.
+const PER_THREAD: u64 = 2;
+
 /// How the direct launch treats the GIL: held for a brief call (src/gil.rs), or let go.
 #[derive(Clone, Copy)]
 pub enum Gil {
@@ -179,38 +182,43 @@ fn deep(py: Python<'_>, stream: StreamObject<'_>, h: StreamHandle) -> bool {
     };
     let key = (h.as_u64(), context_id);
     let probe = probes().get_or_insert_with(HashMap::new).remove(&key);
-    let looked = gil::brief(py, move || -> driver::Result<(bool, Option<Probe>)> {
-        let _relaxed = CaptureModeScope::enter(CaptureMode::Relaxed)?;
-        if driver::stream_capture_status(h)? != CaptureStatus::None {
-            return Ok((false, probe));
-        }
-        let probe = match probe {
-            Some(p) if !driver::event_query(p.event.handle())? => return Ok((true, Some(p))),
-            Some(p) => p,
-            None => Probe {
-                event: driver::event_create(context, false)?,
-                context,
-            },
-        };
-        driver::event_record(probe.event.handle(), h)?;
-        Ok((false, Some(probe)))
-    });
-    match looked {
-        Ok((deep, probe)) => {
-            if let Some(p) = probe {
-                put_back(py, key, p);
+    let (looked, probe) = gil::brief(py, move || {
+        let mut probe = probe;
+        let looked = (|| -> driver::Result<bool> {
+            let _relaxed = CaptureModeScope::enter(CaptureMode::Relaxed)?;
+            if driver::stream_capture_status(h)? != CaptureStatus::None {
+                return Ok(false);
             }
-            deep
-        }
-        // The probe went with the error (a context that died keeps its events): the next
-        // checkpoint makes another.
-        Err(_) => false,
+            match &probe {
+                Some(p) if !driver::event_query(p.event.handle())? => return Ok(true),
+                Some(_) => {}
+                None => {
+                    probe = Some(Probe {
+                        event: driver::event_create(context, false)?,
+                        context,
+                    })
+                }
+            }
+            if let Some(p) = &probe {
+                driver::event_record(p.event.handle(), h)?;
+            }
+            Ok(false)
+        })();
+        (looked, probe)
+    });
+    if let Some(p) = probe {
+        put_back(py, key, p);
     }
+    looked.unwrap_or(false)
 }
 
 /// The context a stream's probe lives in, and its id: the stream's own, or for a default
 /// stream the current one (the caller's `use_handle` made one current).
 fn probe_context(stream: StreamObject<'_>) -> driver::Result<Option<(Context, u64)>> {
+    if stream.handle_value() == PER_THREAD {
+        // Each thread's own stream: one handle, no one probe.
+        return Ok(None);
+    }
     if stream.is_default() {
         return match driver::current_context()? {
             Some(ctx) => Ok(Some((ctx, driver::context_id(ctx)?))),
@@ -227,26 +235,33 @@ fn put_back(py: Python<'_>, key: (u64, u64), probe: Probe) {
     let extra = probes().get_or_insert_with(HashMap::new).insert(key, probe);
     // Two threads at one checkpoint made a probe each: one is enough.
     if let Some(p) = extra {
-        destroy(py, p);
+        destroy(py, key.1, p);
     }
 }
 
-fn destroy(py: Python<'_>, probe: Probe) {
+/// Destroy a probe of the context whose id is `context_id`, unless that context was reset
+/// since (its events went with it, and a call into it could crash).
+fn destroy(py: Python<'_>, context_id: u64, probe: Probe) {
     let Probe { event, context } = probe;
-    let _ = gil::brief(py, move || event.destroy(context));
+    let _ = gil::brief(py, move || {
+        driver::ensure_same_context(context, context_id)?;
+        event.destroy(context)
+    });
 }
 
 /// The stream `handle` is being released: its probes go with it (every context's: a default
 /// stream is never released).
 pub fn forget(py: Python<'_>, handle: u64) {
-    let gone: Vec<Probe> = {
+    let gone: Vec<((u64, u64), Probe)> = {
         let mut probes = probes();
-        let Some(map) = probes.as_mut() else { return };
+        let Some(map) = probes.as_mut().filter(|m| !m.is_empty()) else {
+            return;
+        };
         let keys: Vec<_> = map.keys().filter(|k| k.0 == handle).copied().collect();
-        keys.into_iter().filter_map(|k| map.remove(&k)).collect()
+        keys.into_iter().filter_map(|k| map.remove_entry(&k)).collect()
     };
-    for probe in gone {
-        destroy(py, probe);
+    for (key, probe) in gone {
+        destroy(py, key.1, probe);
     }
 }
 
