@@ -14,10 +14,10 @@ use pyo3::types::{PyList, PyTuple, PyType};
 use crate::args::{bool_arg, device_arg, i32_arg, int_repr, is_int_not_bool, short_repr, Signature};
 use crate::boundary::boundary;
 use crate::closable::{self, Closable};
-use crate::deadline::timeout_arg;
+use crate::deadline::{timeout_arg, Deadline};
 use crate::driver::{self, CaptureMode, CaptureModeScope};
 use crate::green::{green_context_arg, GreenContext};
-use crate::lease::{CloseNow, Lease, Leases, Made};
+use crate::lease::{self, CloseNow, Lease, Leases, Made};
 use crate::raw_call;
 use crate::raw_call::Fastcall;
 use crate::raw_stream::{entry, StreamObject};
@@ -165,7 +165,7 @@ impl StreamPool {
             if let Ok(s) = &made {
                 let _ = self.tiers[tier].slots[slot].set(s.clone().unbind());
             }
-            self.after(py, self.leases.made(tier, slot))?;
+            self.after(py, self.leases.made(tier, slot, made.is_ok()))?;
             made?;
         }
         let s = self.tiers[tier].slots[slot]
@@ -237,6 +237,42 @@ impl StreamPool {
         }
     }
 
+    /// A lease of one stream of `tier`, waiting until `deadline` for one (`lease()`).
+    #[inline]
+    fn lease<'py>(
+        &self,
+        py: Python<'py>,
+        slf: &Bound<'py, StreamPool>,
+        tier: usize,
+        deadline: Deadline,
+    ) -> PyResult<Bound<'py, Lease>> {
+        self.ensure_open("lease()")?;
+        let describe = || format!("priority {} ({} of them)", self.tiers[tier].priority, self.size);
+        let slot = match self.leases.claim(py, tier, deadline, describe) {
+            Ok(slot) => slot,
+            Err(refused) => {
+                self.after(py, refused.close_now)?;
+                return Err(refused.error);
+            }
+        };
+        let stream = match self.stream_at(py, tier, slot) {
+            Ok(s) => s,
+            Err(e) => {
+                self.after(py, self.leases.give_back(tier, slot))?;
+                return Err(e);
+            }
+        };
+        let lease = Lease::new(
+            stream.unbind(),
+            slf.clone().into_any().unbind(),
+            tier,
+            slot,
+            self.tiers[tier].priority,
+            StreamPool::give_back,
+        );
+        Bound::new(py, lease)
+    }
+
     /// A lease of `slot` in `tier` ends (`Lease`'s give-back: src/lease.rs).
     fn give_back(py: Python<'_>, pool: &Bound<'_, PyAny>, tier: usize, slot: usize) -> PyResult<()> {
         let pool = pool.cast::<StreamPool>()?.get();
@@ -268,8 +304,45 @@ fn get_method(pool: &Bound<'_, StreamPool>, args: Option<Fastcall<'_, '_>>) -> *
     })
 }
 
-/// Add `get` to the StreamPool type (the module's init, src/lib.rs).
+static LEASE_SIG: Signature = Signature {
+    name: "lease",
+    positional: &[],
+    keyword_only: &["priority", "timeout"],
+    required: 0,
+};
+
+/// `pool.lease(*, priority=None, timeout=None)`: a method of its own, as `get` is, so that
+/// `with pool.lease():` pays no argument extraction.
+fn lease_method(pool: &Bound<'_, StreamPool>, args: Option<Fastcall<'_, '_>>) -> *mut pyo3::ffi::PyObject {
+    boundary(|py| {
+        let this = pool.get();
+        let (tier, deadline) = match args {
+            None => (0, Deadline::NEVER),
+            Some(args) => {
+                let [priority, timeout] = LEASE_SIG.parse_fastcall::<2>(&args)?;
+                let tier = this.tier_of(priority.as_ref(), "lease")?;
+                (tier, timeout_arg(timeout.as_ref(), "lease")?)
+            }
+        };
+        Ok(this.lease(py, pool, tier, deadline)?.into_ptr())
+    })
+}
+
+/// Add `get` and `lease` to the StreamPool type, and the Lease type's `with` methods (the
+/// module's init, src/lib.rs).
 pub fn install(tp: &Bound<'_, PyType>) -> PyResult<()> {
+    lease::install(&tp.py().get_type::<Lease>())?;
+    raw_call::add_method(
+        tp,
+        pyo3::ffi::PyMethodDef {
+            ml_name: c"lease".as_ptr(),
+            ml_meth: pyo3::ffi::PyMethodDefPointer {
+                PyCFunctionFastWithKeywords: entry!(pyclass_fastcall, StreamPool, lease_method),
+            },
+            ml_flags: pyo3::ffi::METH_FASTCALL | pyo3::ffi::METH_KEYWORDS,
+            ml_doc: c"lease($self, /, *, priority=None, timeout=None)\n--\n\nA custream.Lease of one stream of the tier of ``priority`` (None: the first tier\ngiven) that no other lease holds until it is given back: ``with pool.lease() as s:``.\nWhen every stream of the tier is leased it waits, with the GIL released and Ctrl-C\nending the wait, until one is given back, or raises TimeoutError after ``timeout``\nseconds (None: no limit). A closed pool refuses at once (ValueError), and wakes\nwaiting leases with that error.".as_ptr(),
+        },
+    )?;
     raw_call::add_method(
         tp,
         pyo3::ffi::PyMethodDef {
@@ -373,42 +446,6 @@ impl StreamPool {
         }
         let green = green_context_arg(green_context.as_ref(), "StreamPool", device, non_blocking)?;
         StreamPool::new(size, device, non_blocking, priorities, green.as_ref())
-    }
-
-    /// A custream.Lease of one stream of the tier of ``priority`` (None: the first tier
-    /// given) that no other lease holds until it is given back: ``with pool.lease() as s:``.
-    /// When every stream of the tier is leased it waits, with the GIL released and Ctrl-C
-    /// ending the wait, until one is given back, or raises TimeoutError after ``timeout``
-    /// seconds (None: no limit). A closed pool refuses at once (ValueError), and wakes
-    /// waiting leases with that error.
-    #[pyo3(signature = (*, priority = None, timeout = None))]
-    fn lease(
-        slf: &Bound<'_, Self>,
-        priority: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Lease> {
-        let py = slf.py();
-        let pool = slf.get();
-        let tier = pool.tier_of(priority, "lease")?;
-        let deadline = timeout_arg(timeout, "lease")?;
-        pool.ensure_open("lease()")?;
-        let describe = || format!("priority {} ({} of them)", pool.tiers[tier].priority, pool.size);
-        let slot = pool.leases.claim(py, tier, pool, deadline, describe)?;
-        let stream = match pool.stream_at(py, tier, slot) {
-            Ok(s) => s,
-            Err(e) => {
-                pool.after(py, pool.leases.give_back(tier, slot))?;
-                return Err(e);
-            }
-        };
-        Ok(Lease::new(
-            stream.unbind(),
-            slf.clone().into_any().unbind(),
-            tier,
-            slot,
-            pool.tiers[tier].priority,
-            StreamPool::give_back,
-        ))
     }
 
     /// `pool[index]`, negative indices counting from the end: every stream, tier after tier.

@@ -477,3 +477,109 @@ def test_sixteen_threads_lease_and_get_at_once(standin_lib):
         pool.close()
         assert standin.standin_live_streams() == 0
     """)
+
+
+def test_lease_enter_and_exit_take_what_with_passes(standin_lib):
+    out = run(standin_lib, """
+        pool = custream.StreamPool(1)
+        lease = pool.lease()
+        for call in (lambda: lease.__enter__(1), lambda: lease.__exit__(), lambda: lease.__exit__(None, None),
+                     lambda: lease.__exit__(None, None, None, None), lambda: lease.__exit__(None, None, tb=None)):
+            try:
+                call()
+            except TypeError as e:
+                print(e)
+            else:
+                raise AssertionError("accepted")
+        assert not lease.closed  # refused calls give nothing back
+        assert lease.__enter__() is lease.stream
+        assert lease.__exit__(exc_type=None, exc=None, traceback=None) is False and lease.closed
+        with pool.lease(timeout=0) as s:
+            try:
+                with pool.lease(timeout=0):
+                    pass
+            except TimeoutError:
+                print("held")
+        try:
+            with pool.lease() as s:
+                raise KeyError("inside")  # the block's exception propagates, the stream is given back
+        except KeyError:
+            pass
+        with pool.lease(timeout=0):
+            pass
+        pool.close()
+    """)
+    assert "__enter__() takes no arguments (1 given)" in out
+    assert "__exit__() missing required argument 'exc_type'" in out
+    assert "__exit__() missing required argument 'traceback'" in out
+    assert "__exit__() takes 3 positional arguments but 4 were given" in out
+    assert "__exit__() got an unexpected keyword argument 'tb'" in out
+    assert "held" in out
+
+
+def test_a_give_back_racing_a_waiters_sleep_wakes_it(standin_lib):
+    # The give-back clears its bit and then looks for waiters; the waiter counts itself and
+    # then looks at the bits before it sleeps: a give-back landing between a waiter's look and
+    # its sleep would leave it asleep for a whole slice (50 ms) if either side skipped its
+    # half. Give back at random moments around the waiter's arrival, many times.
+    out = run(standin_lib, """
+        import random, threading, time
+        pool = custream.StreamPool(1)
+        rng = random.Random(7)
+        slow = []
+        for round in range(300):
+            held = pool.lease(timeout=0)
+            got = []
+            def waiter():
+                with pool.lease(timeout=30):
+                    got.append(time.perf_counter())
+            th = threading.Thread(target=waiter)
+            th.start()
+            spin = time.perf_counter() + rng.random() * 0.0005
+            while time.perf_counter() < spin:
+                pass
+            given = time.perf_counter()
+            held.close()
+            th.join(30)
+            assert got, "the waiter never got the stream"
+            slow.append(got[0] - given)
+        late = [s for s in slow if s > 0.045]
+        print("late", len(late))
+        pool.close()
+    """)
+    # A lost wake-up costs a slice; a loaded machine may delay a few rounds as much.
+    assert int(out.split()[-1]) < 15, out
+
+
+def test_closing_while_threads_lease_closes_each_stream_once_after_the_last_lease(standin_lib):
+    run(standin_lib, """
+        import threading, time
+        for round in range(5):
+            pool = custream.StreamPool(3, priorities=(0, -1))
+            inside = []  # errors raised inside a block: a leased stream closed under its lease
+            refused = []
+            def worker(n):
+                p = (0, -1)[n % 2]
+                while True:
+                    try:
+                        lease = pool.lease(priority=p, timeout=30)
+                    except ValueError as e:
+                        refused.append(str(e))
+                        return
+                    with lease as s:
+                        try:
+                            s.query()
+                            s.synchronize()
+                        except Exception as e:
+                            inside.append(repr(e))
+            threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+            for t in threads: t.start()
+            time.sleep(0.05)
+            pool.close()
+            for t in threads: t.join(60)
+            assert not any(t.is_alive() for t in threads), "deadlock"
+            assert not inside, inside[:3]
+            assert refused == ["lease() on a closed custream.StreamPool"] * 8, refused
+            assert standin.standin_live_streams() == 0, "a stream left open"
+            assert "leased" not in repr(pool)
+    """)
