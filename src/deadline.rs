@@ -87,6 +87,12 @@ impl Deadline {
         }
     }
 
+    /// The earlier of `d` from now and the deadline.
+    pub fn within(&self, d: Duration) -> Instant {
+        let soon = Instant::now() + d;
+        self.at.map_or(soon, |at| at.min(soon))
+    }
+
     /// `TimeoutError` for `what` (e.g. "Stream.synchronize()").
     pub fn expired(&self, what: &str) -> PyErr {
         PyTimeoutError::new_err(format!(

@@ -29,7 +29,7 @@ use crate::lifecycle::{self, Managed};
 use crate::owner_release;
 use crate::process;
 use crate::raw_stream::{self, Fields, StreamObject};
-use crate::waits::StreamWait;
+use crate::waits::{self, StreamWait};
 
 /// The proof `StreamObject::owner` takes from `Managed::release`: the one release, with no
 /// use left in flight, may read what it is about to drop.
@@ -467,6 +467,9 @@ impl StreamObject<'_> {
             return self.synchronize(py);
         }
         if self.query_as(py, WHAT)? {
+            return Ok(());
+        }
+        if self.use_handle(py, WHAT, |h| waits::spin(py, deadline, move || driver::stream_query(h)))? {
             return Ok(());
         }
         let mut wait = StreamWait::new(py, self.context(py)?)?;
