@@ -317,7 +317,7 @@ fn start_time_of(pid: u32) -> Option<u64> {
 pub fn export(py: Python<'_>, device: i32) -> PyResult<(Home, OwnedEvent, IpcSide)> {
     let (home, (ev, handle, uuid)) = Home::make(py, device, None, move |ctx| {
         let ev = driver::event_create_interprocess(ctx)?;
-        let named = driver::ipc_event_handle(ev.handle()).and_then(|h| Ok((h, driver::device_uuid(device)?)));
+        let named = driver::ipc_event_handle(ctx, ev.handle()).and_then(|h| Ok((h, driver::device_uuid(device)?)));
         match named {
             Ok((h, uuid)) => Ok((ev, h, uuid)),
             Err(e) => {

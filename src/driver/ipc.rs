@@ -21,15 +21,18 @@ pub fn event_create_interprocess(ctx: Context) -> Result<OwnedEvent> {
     })
 }
 
-/// The handle another process opens `ev` with (`cuIpcGetEventHandle`).
-pub fn ipc_event_handle(ev: EventHandle) -> Result<[u8; IPC_HANDLE_BYTES]> {
+/// The handle another process opens `ev`, an event of `ctx`, with (`cuIpcGetEventHandle`,
+/// which answers CUDA_ERROR_INVALID_CONTEXT on a thread with no current context).
+pub fn ipc_event_handle(ctx: Context, ev: EventHandle) -> Result<[u8; IPC_HANDLE_BYTES]> {
     let api = init()?;
-    let mut handle = cu::CUipcEventHandle {
-        reserved: [0; IPC_HANDLE_BYTES],
-    };
-    // SAFETY: a valid out-pointer; `ev` is live (the handle rule).
-    check(unsafe { (api.cuIpcGetEventHandle)(&mut handle, ev.0) })?;
-    Ok(handle.reserved.map(|b| b as u8))
+    in_context(ctx, || {
+        let mut handle = cu::CUipcEventHandle {
+            reserved: [0; IPC_HANDLE_BYTES],
+        };
+        // SAFETY: a valid out-pointer; `ev` is live (the handle rule); `ctx` is current.
+        check(unsafe { (api.cuIpcGetEventHandle)(&mut handle, ev.0) })?;
+        Ok(handle.reserved.map(|b| b as u8))
+    })
 }
 
 /// Open an event another process exported, in `ctx` (`cuIpcOpenEventHandle`). The event

@@ -245,6 +245,7 @@ CUresult cuEventDestroy_v2(CUevent e) {
 }
 typedef struct { char reserved[64]; } CUipcEventHandle;
 CUresult cuIpcGetEventHandle(CUipcEventHandle *h, CUevent e) {
+    if (!depth) return INVALID_CONTEXT;  /* as the driver answers on a thread with none current */
     if (!(e->flags & EVENT_INTERPROCESS) || e->imported) return INVALID_VALUE;
     memset(h, 0, sizeof *h);
     unsigned pid = (unsigned)getpid();
