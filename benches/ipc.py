@@ -43,8 +43,13 @@ def rows(ns: dict, raw):
     import custream
     s, word = ns["s"], ns["x"].data.ptr  # a device word (CuPy's array), given as an int: the fast path
     ns.update(W=word, custream=custream)
-    out = [("write_value + wait_value", 1.15, batches("s.write_value(W, 1); s.wait_value(W, 1)", ns, s.synchronize),
-            raw.loop("memops", s.handle, word, 100), "C cuStreamWriteValue32_v2 + cuStreamWaitValue32_v2")]
+    # custream asks the driver about the address before each (cuPointerGetAttributes: a freed or unmapped buffer is
+    # a ValueError, not a GPU fault): against C making those same driver calls, and the two operations alone.
+    mine = batches("s.write_value(W, 1); s.wait_value(W, 1)", ns, s.synchronize)
+    out = [("write_value + wait_value", 1.15, mine, raw.loop("memops_checked", s.handle, word, 100),
+            "C: cuPointerGetAttributes, then the operation, twice"),
+           ("  the same, beside the two operations alone", None, mine, raw.loop("memops", s.handle, word, 100),
+            "C cuStreamWriteValue32_v2 + cuStreamWaitValue32_v2")]
     exporter = subprocess.Popen([sys.executable, "-c", EXPORTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 text=True)
     try:

@@ -13,7 +13,8 @@ typedef void *CUstream;
     X(cuStreamDestroy_v2, (CUstream)) X(cuStreamSynchronize, (CUstream)) X(cuStreamQuery, (CUstream)) \
     X(cuLaunchHostFunc, (CUstream, void (*)(void *), void *)) X(cuGraphLaunch, (void *, CUstream)) \
     X(cuStreamWriteValue32_v2, (CUstream, unsigned long long, unsigned, unsigned)) \
-    X(cuStreamWaitValue32_v2, (CUstream, unsigned long long, unsigned, unsigned))
+    X(cuStreamWaitValue32_v2, (CUstream, unsigned long long, unsigned, unsigned)) \
+    X(cuPointerGetAttributes, (unsigned, int *, void **, unsigned long long))
 #define DECLARE(name, args) static CUresult(*name) args;
 ENTRY_POINTS(DECLARE)
 
@@ -47,9 +48,21 @@ static double now_ns(void) {
 
 static void nothing(void *user) { (void)user; }
 
+/* What custream asks of an address before it queues a memory operation on it (src/driver/memops.rs's pointer_info:
+ * the memory type, managed, the device pointer, the ordinal), for the "memops_checked" loop. */
+static void ask(unsigned long long word) {
+    int attrs[4] = {2 /* MEMORY_TYPE */, 8 /* IS_MANAGED */, 3 /* DEVICE_POINTER */, 9 /* DEVICE_ORDINAL */};
+    unsigned type = 0;
+    unsigned long long managed = 0, dptr = 0;
+    int ordinal = -1;
+    void *data[4] = {&type, &managed, &dptr, &ordinal};
+    CALL(cuPointerGetAttributes(4, attrs, data, word));
+}
+
 /* The ns that n executions of `key` take, -1 once a call has failed: on an idle stream, or in the green context `g`;
  * capture.py's on its stream `s`, launches of its graph `g` (or, for memops, a write and a wait of the 32-bit word at
- * the device address `g`) with an untimed synchronize every `batch`. */
+ * the device address `g`; memops_checked asks the driver about the address before each, as custream does) with an
+ * untimed synchronize every `batch`. */
 double raw_time(const char *key, long n, CUstream s, void *g, long batch) {
     double t = now_ns(), untimed = 0;
     int green = strcmp(key, "green_create_destroy") == 0; /* non-blocking, as a green context's must be */
@@ -68,13 +81,15 @@ double raw_time(const char *key, long n, CUstream s, void *g, long batch) {
             CALL(cuLaunchHostFunc(s, nothing, NULL));
             CALL(cuStreamSynchronize(s));
         }
-    else if (strcmp(key, "graph_launch") == 0 || strcmp(key, "memops") == 0)
+    else if (strcmp(key, "graph_launch") == 0 || strncmp(key, "memops", 6) == 0)
         for (long done = 0; done < n; done += batch) {
-            int memops = key[0] == 'm';
+            int memops = key[0] == 'm', checked = strcmp(key, "memops_checked") == 0;
             unsigned long long word = (unsigned long long)(uintptr_t)g;
             for (long i = 0; i < batch && done + i < n; i++)
                 if (memops) {
+                    if (checked) ask(word);
                     CALL(cuStreamWriteValue32_v2(s, word, 1, 0));
+                    if (checked) ask(word);
                     CALL(cuStreamWaitValue32_v2(s, word, 1, 0 /* geq */));
                 } else
                     CALL(cuGraphLaunch(g, s));
