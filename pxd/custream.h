@@ -115,9 +115,9 @@ typedef struct CustreamStream {
     int32_t priority;           /* as created (owned streams); 0 otherwise */
     uint32_t fork_generation;   /* the process's fork count when made: a child never
                                    destroys what its parent made */
-    uint32_t launches;          /* custream's own (src/launch.rs): its launches on the stream
-                                   since it last looked at how deep the stream's queue is;
-                                   accessed atomically. Not for consumers. */
+    uint32_t reserved;          /* custream's own, not for consumers (src/launch.rs: a count
+                                   of its launches on the stream since it last looked at how
+                                   deep the stream's queue is; accessed atomically) */
     PyObject *owner;            /* kept alive until close; NULL after it (a borrowed stream's
                                    owner, or the GreenContext of a CUSTREAM_FLAG_GREEN one) */
     custream_deleter_t deleter; /* with deleter_ctx: a C owner's release; NULL if none */

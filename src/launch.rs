@@ -11,7 +11,7 @@
 //! handlers between them: a handler's exception ends the wait, and the launch goes on
 //! without its caller, as the launch a handler interrupts after it returned would.
 //!
-//! The estimate: each launch counts itself in the stream's `launches` word (src/raw_stream.rs),
+//! The estimate: each launch counts itself in the stream's `reserved` word (src/raw_stream.rs's `launches`),
 //! and every `CHECKPOINT` launches custream records a *probe*, an event of its own, on the
 //! stream. At a checkpoint whose last probe is done, fewer than `CHECKPOINT` launches were
 //! pending when it completed, so fewer than `2 * CHECKPOINT` are until the next checkpoint:

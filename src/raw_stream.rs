@@ -22,7 +22,7 @@
 //!    `dealloc`, when no reference is left). Every other field is only ever accessed
 //!    atomically: `state` (the lifecycle's word), `device` (-1, then the device, once),
 //!    `stream_id` (NULL, then an int the object holds, once; dropped by `dealloc`),
-//!    `launches` (a count, src/launch.rs),
+//!    `reserved` (custream's count of its launches, src/launch.rs),
 //!    `owner`, `deleter` and `deleter_ctx` (swapped out by the one release, which the state
 //!    word elects), `context` and `context_id` (learnt on first use, cleared by the release).
 //! 3. The pointers a field holds are kept alive by the state word: a reader of `owner`
@@ -170,7 +170,7 @@ impl<'a> StreamObject<'a> {
     #[inline]
     pub fn launches(self) -> &'a AtomicU32 {
         // SAFETY: alive for 'a; the field is only accessed atomically (rule 2).
-        unsafe { AtomicU32::from_ptr(&raw mut (*self.raw()).launches) }
+        unsafe { AtomicU32::from_ptr(&raw mut (*self.raw()).reserved) }
     }
 
     fn id_cell(self) -> &'a AtomicPtr<ffi::PyObject> {

@@ -204,7 +204,7 @@ fn layout_rs_matches_header() {
 /// The fields whose offsets the C compiler and Rust must agree on: every field of both structs.
 macro_rules! fields {
     ($m:ident) => {
-        $m!(CustreamStream: handle protocol flags state device priority fork_generation launches owner
+        $m!(CustreamStream: handle protocol flags state device priority fork_generation reserved owner
             deleter deleter_ctx context weakreflist context_id);
         $m!(CustreamCAPI: abi_version api_size stream_size reserved StreamType as_stream from_handle
             from_handle_with_deleter check synchronize handle_checked current_stream default_stream

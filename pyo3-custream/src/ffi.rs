@@ -47,7 +47,7 @@ pub struct CustreamStream {
     pub device: i32,
     pub priority: i32,
     pub fork_generation: u32,
-    pub launches: u32,
+    pub reserved: u32,
     pub owner: *mut PyObject,
     pub deleter: custream_deleter_t,
     pub deleter_ctx: *mut ::std::os::raw::c_void,
