@@ -115,7 +115,7 @@ def table(results: dict) -> str:
     waits = results.get("waits") or {}
     if waits and "error" not in waits and "na" not in waits:
         out += ["", "waits (waits.py): median from a kernel's end to the waiter running again, and CPU used while awaits "
-                    "are pending; ratio: to the driver's own wait (cuStreamSynchronize on another thread)"]
+                    "are pending; ratio: to the driver's own wait (cuStreamSynchronize on another thread) on the same kernel"]
         out += [f"  {name}: " + (f"{w['ns'] / 1e6:.1f} ms" if w.get("unit") == "ms" else f"{fmt(w['ns'])} ns")
                 + (f"  {w['ratio']:.2f}x" if "ratio" in w else "")
                 + (f"  (target {w['target']}x)" if "target" in w else "")
