@@ -147,9 +147,10 @@ if want tests; then
         dirs=()
         for d in tests cython_tests; do [ -d "$d" ] && dirs+=("$d"); done
         rm -f "$OUT/gpu-junit.xml"
-        t=$(budget 420)
+        t=$(budget 480)
         echo "time limit ${t}s"
-        timeout -k 10 "$t" "$PY" -m pytest -m gpu "${dirs[@]}" -q -rs -p no:cacheprovider \
+        # -v: each test named as it runs, so a time-out shows where; the slowest listed at the end.
+        timeout -k 10 "$t" "$PY" -m pytest -m gpu "${dirs[@]}" -v -rfEs --durations=12 -p no:cacheprovider \
             --continue-on-collection-errors --junitxml="$OUT/gpu-junit.xml" 2>&1 | tee "$OUT/gpu-tests.log"
         rc=${PIPESTATUS[0]}
         case $rc in
