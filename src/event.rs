@@ -301,9 +301,20 @@ impl Event {
     /// A ``concurrent.futures.Future`` that completes (with None) once the work recorded
     /// before the event is done: for threads, other event loops
     /// (``asyncio.wrap_future``) and callbacks (``add_done_callback``, run on custream's
-    /// own thread). Cancelling it only stops the waiting.
-    fn future<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.use_for_wait(py, "future()", |ev, ctx| waits::future(py, ev, ctx))
+    /// own thread). Cancelling it only stops the waiting. A fault that kills the context
+    /// fails it with the driver's error (``CudaError``) within about a second.
+    fn future<'py>(slf: &Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let future = slf.get().use_for_wait(py, "future()", |ev, ctx| waits::future(py, ev, ctx))?;
+        if !future.call_method0("done")?.is_truthy()? {
+            // After a sticky fault the driver runs no host function: custream._waits asks about
+            // the event once a second while the future is pending.
+            static WATCH: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+            let watch = WATCH.get_or_try_init(py, || {
+                Ok::<_, PyErr>(py.import("custream._waits")?.getattr("watch_future")?.unbind())
+            })?;
+            watch.bind(py).call1((&future, slf))?;
+        }
+        Ok(future)
     }
 
     /// True if the work recorded before the event is done.

@@ -478,6 +478,23 @@ def test_a_fault_ends_pending_waits_with_the_drivers_error(sticky):
             await ev
         asyncio.run(main())
         assert custream._waits.pending_futures() == 0
+        # A future made before the fault: failed by custream's watch within about a second.
+        fake.standin_sticky(0)
+        future = e.future()
+        t = time.monotonic()
+        fake.standin_sticky(700)
+        try:
+            future.result(timeout=5)
+        except custream.CudaError as err:
+            assert err.name == "CUDA_ERROR_ILLEGAL_ADDRESS", err
+        else:
+            raise AssertionError("no fault")
+        assert time.monotonic() - t < 2.5
+        # The watch ends once nothing is pending.
+        end = time.monotonic() + 5
+        while any(t.name == "custream-future-watch" for t in threading.enumerate()):
+            assert time.monotonic() < end, "the watch stayed"
+            time.sleep(0.05)
         print("ok")
     """)
     assert out.strip() == "ok"

@@ -246,7 +246,8 @@ class Event:
         """A ``concurrent.futures.Future`` that completes (with None) once the work recorded
         before the event is done: for threads, other event loops
         (``asyncio.wrap_future``) and callbacks (``add_done_callback``, run on custream's
-        own thread). Cancelling it only stops the waiting."""
+        own thread). Cancelling it only stops the waiting. A fault that kills the context
+        fails it with the driver's error (``CudaError``) within about a second."""
     def query(self) -> bool:
         """True if the work recorded before the event is done."""
     def elapsed_time(self, end: Event) -> float:

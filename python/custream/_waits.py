@@ -1,4 +1,5 @@
-"""asyncio's side of ``await event`` (``Event.__await__``): one bell per event loop.
+"""asyncio's side of ``await event`` (``Event.__await__``): one bell per event loop; and the
+watch over ``Event.future()``'s futures for a fault.
 
 The driver's thread never enters Python. A host function queued behind the awaited event
 (src/waits.rs) puts the await's token in the loop's bell and writes the bell's eventfd, which
@@ -9,8 +10,12 @@ finds nothing to complete.
 """
 
 import asyncio
+import concurrent.futures
 import functools
 import itertools
+import os
+import threading
+import time
 import weakref
 
 from custream._custream import CudaError, Event, _Bell
@@ -99,3 +104,59 @@ def pending_futures() -> int:
     """Futures of all loops still waiting on their bells (for tests)."""
     rings = list(_bells.values()) + list(_strong.values())
     return sum(len(r.futures) for r in rings)
+
+
+# Event.future()'s futures still pending, with their events, and the thread that watches them
+# (one, only while there are any).
+_watched: "dict[concurrent.futures.Future[None], Event]" = {}
+_watch_lock = threading.Lock()
+_watcher: "threading.Thread | None" = None
+
+
+def watch_future(future: "concurrent.futures.Future[None]", event: Event) -> None:
+    """For ``Event.future()``: while the future is pending, ask the driver about its event every
+    CHECK_S, so that a sticky fault (after which the driver runs no host function) fails it
+    with the driver's error instead of leaving it pending for ever."""
+    global _watcher
+    with _watch_lock:
+        _watched[future] = event
+        if _watcher is None:
+            _watcher = threading.Thread(target=_watch, name="custream-future-watch", daemon=True)
+            _watcher.start()
+    future.add_done_callback(_unwatch)
+
+
+def _unwatch(future: "concurrent.futures.Future[None]") -> None:
+    with _watch_lock:
+        _watched.pop(future, None)
+
+
+def _watch() -> None:
+    global _watcher
+    while True:
+        time.sleep(CHECK_S)
+        with _watch_lock:
+            if not _watched:
+                _watcher = None
+                return
+            pending = list(_watched.items())
+        for future, event in pending:
+            try:
+                event.query()
+            except CudaError as e:
+                _unwatch(future)
+                try:
+                    future.set_exception(e)
+                except concurrent.futures.InvalidStateError:
+                    pass  # completed or cancelled meanwhile
+            except ValueError:
+                pass  # closed meanwhile: the notifier still rings
+
+
+def _after_fork_in_child() -> None:
+    global _watcher
+    _watched.clear()
+    _watcher = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
