@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple, PyType};
+use pyo3::types::{PyInt, PyList, PyTuple, PyType};
 
 use crate::args::{bool_arg, device_arg, i32_arg, int_repr, is_int_not_bool, short_repr, Signature};
 use crate::boundary::boundary;
@@ -30,6 +31,9 @@ const MAX_SIZE: usize = 1 << 16;
 /// The streams of one priority: made on first use, each once.
 struct Tier {
     priority: i32,
+    /// `priority` as a Python int: CPython keeps one object of each small int (-5 to 256),
+    /// so `get(priority=-1)` passes this very object, found by a pointer compare.
+    int: Py<PyAny>,
     slots: Box<[OnceLock<Py<PyAny>>]>,
     /// `get()`'s round-robin counter.
     next: AtomicUsize,
@@ -74,6 +78,7 @@ impl StreamPool {
     /// A pool with nothing made yet. `green`: made in that green context (non-blocking, on its
     /// device; checked by the caller). `device`: checked to exist (cheap calls: no context).
     pub fn new(
+        py: Python<'_>,
         size: usize,
         device: Option<i32>,
         non_blocking: bool,
@@ -91,6 +96,9 @@ impl StreamPool {
             .iter()
             .map(|&priority| Tier {
                 priority,
+                int: priority
+                    .into_pyobject(py)
+                    .map_or_else(|e| match e {}, |i| i.into_any().unbind()),
                 slots: (0..size).map(|_| OnceLock::new()).collect(),
                 next: AtomicUsize::new(0),
             })
@@ -136,6 +144,29 @@ impl StreamPool {
                     self.priorities_text()
                 ))
             })
+    }
+
+    /// The tier of `priority` when it is an int (not a subclass) of one of the tiers, else
+    /// None (`tier_of` then says why): `get(priority=p)`'s fast path, no error made.
+    #[inline]
+    fn tier_of_int(&self, priority: &Borrowed<'_, '_, PyAny>) -> Option<usize> {
+        if let Some(tier) = self.tiers.iter().position(|t| t.int.as_ptr() == priority.as_ptr()) {
+            return Some(tier);
+        }
+        if !priority.is_exact_instance_of::<PyInt>() {
+            return None;
+        }
+        // SAFETY: `priority` is a live int and the thread is attached. -1 may be a value or an
+        // error (an int beyond a C long): an error is cleared, and `tier_of` raises its own.
+        let wanted = unsafe {
+            let v = pyo3::ffi::PyLong_AsLongLong(priority.as_ptr());
+            if v == -1 && !pyo3::ffi::PyErr_Occurred().is_null() {
+                pyo3::ffi::PyErr_Clear();
+                return None;
+            }
+            v
+        };
+        self.tiers.iter().position(|t| i64::from(t.priority) == wanted)
     }
 
     fn priorities_text(&self) -> String {
@@ -295,10 +326,16 @@ fn get_method(pool: &Bound<'_, StreamPool>, args: Option<Fastcall<'_, '_>>) -> *
         let pool = pool.get();
         let tier = match args {
             None => 0,
-            Some(args) => {
-                let [priority] = GET_SIG.parse_fastcall::<1>(&args)?;
-                pool.tier_of(priority.as_ref(), "get")?
-            }
+            Some(args) => match args
+                .only_keyword(intern!(py, "priority"))
+                .and_then(|p| pool.tier_of_int(&p))
+            {
+                Some(tier) => tier,
+                None => {
+                    let [priority] = GET_SIG.parse_fastcall::<1>(&args)?;
+                    pool.tier_of(priority.as_ref(), "get")?
+                }
+            },
         };
         Ok(pool.get(py, tier)?.into_ptr())
     })
@@ -318,11 +355,17 @@ fn lease_method(pool: &Bound<'_, StreamPool>, args: Option<Fastcall<'_, '_>>) ->
         let this = pool.get();
         let (tier, deadline) = match args {
             None => (0, Deadline::NEVER),
-            Some(args) => {
-                let [priority, timeout] = LEASE_SIG.parse_fastcall::<2>(&args)?;
-                let tier = this.tier_of(priority.as_ref(), "lease")?;
-                (tier, timeout_arg(timeout.as_ref(), "lease")?)
-            }
+            Some(args) => match args
+                .only_keyword(intern!(py, "priority"))
+                .and_then(|p| this.tier_of_int(&p))
+            {
+                Some(tier) => (tier, Deadline::NEVER),
+                None => {
+                    let [priority, timeout] = LEASE_SIG.parse_fastcall::<2>(&args)?;
+                    let tier = this.tier_of(priority.as_ref(), "lease")?;
+                    (tier, timeout_arg(timeout.as_ref(), "lease")?)
+                }
+            },
         };
         Ok(this.lease(py, pool, tier, deadline)?.into_ptr())
     })
@@ -424,6 +467,7 @@ impl StreamPool {
                 size.get_type().name()?
             )));
         }
+        let py = size.py();
         let size = size
             .extract::<i64>()
             .ok()
@@ -445,7 +489,7 @@ impl StreamPool {
             )));
         }
         let green = green_context_arg(green_context.as_ref(), "StreamPool", device, non_blocking)?;
-        StreamPool::new(size, device, non_blocking, priorities, green.as_ref())
+        StreamPool::new(py, size, device, non_blocking, priorities, green.as_ref())
     }
 
     /// `pool[index]`, negative indices counting from the end: every stream, tier after tier.
