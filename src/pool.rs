@@ -4,7 +4,8 @@
 //! without paying a create each time (rmm's `cuda_stream_pool`, PyTorch's internal pool).
 //! Its Python methods are the one `#[pymethods]` block here.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
@@ -66,6 +67,11 @@ pub struct StreamPool {
     /// The priorities were checked against the device's range (once, before the first stream).
     checked: AtomicBool,
     leases: Leases,
+    /// By tier, then slot: the lease last given back by `close()` or `__exit__`, a strong
+    /// reference (or null), handed out again by `lease()` when nothing else references it
+    /// (`reuse`). Only the holder of the slot's lease touches its cell: the claim and the
+    /// give-back (`Leases`, SeqCst) order the accesses of one holder before the next's.
+    kept: Box<[AtomicPtr<pyo3::ffi::PyObject>]>,
 }
 
 impl Made for StreamPool {
@@ -105,6 +111,7 @@ impl StreamPool {
             .collect();
         Ok(StreamPool {
             leases: Leases::new(tiers.len(), size),
+            kept: (0..tiers.len() * size).map(|_| AtomicPtr::new(null_mut())).collect(),
             tiers,
             size,
             closed: AtomicBool::new(false),
@@ -286,6 +293,9 @@ impl StreamPool {
                 return Err(refused.error);
             }
         };
+        if let Some(lease) = self.reuse(py, slf, tier, slot) {
+            return Ok(lease);
+        }
         let stream = match self.stream_at(py, tier, slot) {
             Ok(s) => s,
             Err(e) => {
@@ -304,9 +314,62 @@ impl StreamPool {
         Bound::new(py, lease)
     }
 
-    /// A lease of `slot` in `tier` ends (`Lease`'s give-back: src/lease.rs).
-    fn give_back(py: Python<'_>, pool: &Bound<'_, PyAny>, tier: usize, slot: usize) -> PyResult<()> {
+    /// The lease kept for `tier`'s `slot` (just claimed by the caller), held again, when
+    /// nothing but the pool references it: no one can see that it is the same object. Saves
+    /// a lease's allocation, initialization and deallocation. Not on a free-threaded build,
+    /// where a reference count read by one thread may be changing in another.
+    #[inline]
+    fn reuse<'py>(
+        &self,
+        py: Python<'py>,
+        slf: &Bound<'py, StreamPool>,
+        tier: usize,
+        slot: usize,
+    ) -> Option<Bound<'py, Lease>> {
+        if cfg!(Py_GIL_DISABLED) {
+            return None;
+        }
+        // A load and a store, no read-modify-write: the cell is the slot holder's alone.
+        let cell = &self.kept[tier * self.size + slot];
+        let kept = cell.load(Ordering::Acquire);
+        cell.store(null_mut(), Ordering::Release);
+        // SAFETY: a cell holds a strong reference to a Lease, or null (`keep`).
+        let lease = unsafe { Bound::from_owned_ptr_or_opt(py, kept)?.cast_into_unchecked::<Lease>() };
+        // SAFETY: `lease` is alive (the reference just taken), and the thread holds the GIL
+        // (a build with one), so no other thread changes its count meanwhile. 1: the
+        // reference taken from the cell is the only one.
+        if unsafe { pyo3::ffi::Py_REFCNT(lease.as_ptr()) } != 1 {
+            return None; // someone holds it still (ended: it refuses to be used); dropped here
+        }
+        lease.get().hold_again(py, slf.clone().into_any().unbind());
+        Some(lease)
+    }
+
+    /// Keep `lease`, just given back, for `reuse` (the caller still holds `tier`'s `slot`).
+    fn keep(&self, py: Python<'_>, tier: usize, slot: usize, lease: &Bound<'_, Lease>) {
+        if cfg!(Py_GIL_DISABLED) {
+            return;
+        }
+        let cell = &self.kept[tier * self.size + slot];
+        let old = cell.load(Ordering::Acquire);
+        cell.store(lease.clone().into_ptr(), Ordering::Release);
+        // SAFETY: a cell holds a strong reference to a Lease, or null; the old one is ours now.
+        drop(unsafe { Bound::from_owned_ptr_or_opt(py, old) });
+    }
+
+    /// A lease of `slot` in `tier` ends (`Lease`'s give-back: src/lease.rs): `lease` is kept
+    /// for reuse before the slot is free for the next claim.
+    fn give_back(
+        py: Python<'_>,
+        pool: &Bound<'_, PyAny>,
+        tier: usize,
+        slot: usize,
+        lease: Option<&Bound<'_, Lease>>,
+    ) -> PyResult<()> {
         let pool = pool.cast::<StreamPool>()?.get();
+        if let Some(lease) = lease {
+            pool.keep(py, tier, slot, lease);
+        }
         pool.after(py, pool.leases.give_back(tier, slot))
     }
 }
@@ -583,6 +646,18 @@ impl Drop for StreamPool {
     /// outliving its pool is not valid (it may still be referenced elsewhere). No lease is
     /// held then: a lease keeps its pool alive.
     fn drop(&mut self) {
+        let kept: Vec<_> = self
+            .kept
+            .iter_mut()
+            .map(|k| std::mem::replace(k.get_mut(), null_mut()))
+            .collect();
+        let _ = Python::try_attach(|py| {
+            for k in kept {
+                // SAFETY: a cell holds a strong reference to a Lease, or null. Its pool
+                // reference was given up when it was given back: dropping it drops no pool.
+                drop(unsafe { Bound::from_owned_ptr_or_opt(py, k) });
+            }
+        });
         if !self.closed.swap(true, Ordering::AcqRel) && self.leases.close().is_some() {
             let _ = Python::try_attach(|py| {
                 for s in self.made_streams() {

@@ -606,3 +606,38 @@ def test_closing_while_threads_lease_closes_each_stream_once_after_the_last_leas
             assert standin.standin_live_streams() == 0, "a stream left open"
             assert "leased" not in repr(pool)
     """)
+
+
+def test_a_lease_given_back_is_reused_only_when_no_one_holds_it(standin_lib):
+    # The pool keeps the lease last given back by its block (or close()) and hands it out again
+    # when nothing else references it; one still held by the caller stays given back.
+    run(standin_lib, """
+        import gc, sys
+        pool = custream.StreamPool(1)
+        with pool.lease() as s:
+            pass
+        for _ in range(3):
+            with pool.lease() as again:
+                assert again is s
+        kept = pool.lease()
+        kept.close()
+        fresh = pool.lease()
+        assert fresh is not kept and not fresh.closed and kept.closed
+        try:
+            kept.stream
+            raise AssertionError("a lease given back was used")
+        except ValueError:
+            pass
+        with fresh:
+            assert fresh.stream is s
+        del kept, fresh
+        lease = pool.lease()  # held, then dropped without close(): given back, the pool kept alive
+        del lease
+        with pool.lease(timeout=0):
+            pass
+        # A kept lease does not keep its pool alive: a pool dropped closes its streams.
+        assert standin.standin_live_streams() == 1
+        del pool
+        gc.collect()
+        assert standin.standin_live_streams() == 0
+    """)
