@@ -1,6 +1,8 @@
 /* floor_ext.c: the least a Python binding can add to the driver (docs/benchmarks.md): a function per driver call,
  * no object, no check, the GIL let go where custream does, in the current context; and fstream(H).handle, the least
- * a C type can do for a handle attribute (a getset, no driver call). */
+ * a C type can do for a handle attribute (a getset, no driver call); `with fs.lease(): pass`, the least a `with` over a
+ * method's result costs (CPython's own floor for `with pool.lease(): pass`: a method returning itself, __enter__
+ * METH_NOARGS returning itself, __exit__ METH_FASTCALL returning None). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include "raw_driver.c" /* the driver's entry points: raw_load() */
@@ -57,10 +59,17 @@ static void floor_stream_dealloc(PyObject *fs) {
     PyObject_Free(fs);
 }
 
+static PyObject *floor_stream_self(PyObject *fs, PyObject *unused) { return Py_NewRef(fs); }
+
+static PyObject *floor_stream_exit(PyObject *fs, PyObject *const *args, Py_ssize_t n) { Py_RETURN_NONE; }
+
 static PyGetSetDef floor_stream_getset[] = {{"handle", floor_stream_handle, NULL, NULL, NULL}, {NULL}};
+static PyMethodDef floor_stream_methods[] = {{"lease", floor_stream_self, METH_NOARGS, NULL},
+    {"__enter__", floor_stream_self, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))floor_stream_exit, METH_FASTCALL, NULL}, {NULL, NULL, 0, NULL}};
 static PyTypeObject floor_stream_type = {PyVarObject_HEAD_INIT(NULL, 0).tp_name = "floor_ext.FloorStream",
     .tp_basicsize = sizeof(FloorStream), .tp_flags = Py_TPFLAGS_DEFAULT, .tp_dealloc = floor_stream_dealloc,
-    .tp_getset = floor_stream_getset};
+    .tp_getset = floor_stream_getset, .tp_methods = floor_stream_methods};
 
 static PyObject *floor_stream(PyObject *mod, PyObject *handle) {
     if (!PyLong_Check(handle)) return PyErr_Format(PyExc_TypeError, "fstream(H) takes an int");

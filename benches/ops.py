@@ -43,7 +43,9 @@ ALONE = ("import custream, time\ncustream.Stream().close()\nt = time.perf_counte
          "for _ in range(2000):\n    custream.Stream().close()\nprint((time.perf_counter() - t) / 2000 * 1e9)\n")
 OPS = {op.key: op for op in OPERATIONS}
 RATIO_KEYS = [op.key for op in OPERATIONS if op.raw is not None]  # timed in turn with raw_driver.c's loops
-IN_TURN = {"handle_int": "fs.handle"}  # timed in turn with the least binding's, in custream's worker (no driver)
+# Timed in turn with the least binding's statement, in custream's worker (no driver). `with` statements are timed as
+# written (no `with_` call): beside the same `with` over floor_ext.c's least context manager, CPython's own floor.
+IN_TURN = {"handle_int": "fs.handle", "pool_lease": "with fs.lease(): pass"}
 NA = namedtuple("NA", "reason")  # an operation the library has not, and why
 Lib = namedtuple("Lib", "name import_stmt dists setup ops notes not_best cpu_setup", defaults=({}, (), None))
 
@@ -65,7 +67,7 @@ CUSTREAM = Lib(
      "wrap_int": "CS.from_handle(H)", "create_destroy": "CS().close()", "synchronize": "s.synchronize()",
      "query": "s.query()", "contextvar_get": "cv.get()", "current_stream": "custream.current_stream()",
      "with_stream": "with_(s)", "pool_get": "pool.get()", "pool_get_priority": "tiers.get(priority=-1)",
-     "pool_lease": "with_(pool.lease())", "stream_id": "s.id", "cpp_uintptr": "nb.handle_of_uintptr(H)",
+     "pool_lease": "with pool.lease(): pass", "stream_id": "s.id", "cpp_uintptr": "nb.handle_of_uintptr(H)",
      "cpp_stream_ref": "nb.handle_of(s)", "rust_usize": "rx.handle_of_usize(H)", "rust_stream_ref": "rx.handle_of(s)",
      "green_create_destroy": "gc.create_stream().close()"},
     cpu_setup=f"CS = custream.Stream\nH = {FAKE_H}\ns = CS.from_handle(H)\n" + CV)

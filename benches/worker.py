@@ -35,7 +35,11 @@ def time_op(lib: ops.Lib, key: str, ns: dict, cfg: dict, gpu: bool, raw) -> dict
     expect = {"handle_int": ns["H"], "cuda_stream": (0, ns["H"])}.get(key)
     for stmt in (spec,) if isinstance(spec, str) else spec:
         try:
-            if (value := eval(compile(stmt, "<bench>", "eval"), ns)) == expect or expect is None:
+            try:
+                code = compile(stmt, "<bench>", "eval")
+            except SyntaxError:  # a statement (`with ...: pass`): run once, its value None
+                code = compile(stmt, "<bench>", "exec")
+            if (value := eval(code, ns)) == expect or expect is None:
                 break
             why = f"{stmt} gave {value!r}, expected {expect!r}"
         except Exception as e:  # a spelling this version lacks: try the next

@@ -24,11 +24,13 @@
 //!   takes the mutex before notifying, so the notification cannot fall between a waiter's
 //!   look and its sleep.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyTimeoutError, PyTypeError, PyValueError};
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyType};
 
@@ -397,8 +399,10 @@ fn refused(close_now: CloseNow) -> Refused {
 }
 
 /// How a lease gives its stream back to its pool: src/pool.rs's, which this module does not
-/// name (the pool uses this module, not the other way round).
-pub type GiveBack = fn(Python<'_>, &Bound<'_, PyAny>, usize, usize) -> PyResult<()>;
+/// name (the pool uses this module, not the other way round). The last argument: the lease
+/// itself when it ends by `close()` or `__exit__` (the pool may keep it, to hand it out again
+/// when no one else holds it: `StreamPool::reuse`), None when it is being dropped.
+pub type GiveBack = fn(Python<'_>, &Bound<'_, PyAny>, usize, usize, Option<&Bound<'_, Lease>>) -> PyResult<()>;
 
 /// One stream of a custream.StreamPool, held by one lease until it is given back.
 ///
@@ -410,7 +414,10 @@ pub type GiveBack = fn(Python<'_>, &Bound<'_, PyAny>, usize, usize) -> PyResult<
 #[pyclass(module = "custream", frozen)]
 pub struct Lease {
     stream: Py<PyAny>,
-    pool: Py<PyAny>,
+    /// The pool: a strong reference while the lease is held, null once it was given back (a
+    /// lease the pool keeps for reuse must not keep the pool alive). Taken by whoever ends
+    /// the lease (the winner of `ended`'s swap), set again only by `hold_again`.
+    pool: AtomicPtr<ffi::PyObject>,
     tier: usize,
     slot: usize,
     priority: i32,
@@ -429,13 +436,41 @@ impl Lease {
     ) -> Lease {
         Lease {
             stream,
-            pool,
+            pool: AtomicPtr::new(pool.into_ptr()),
             tier,
             slot,
             priority,
             ended: AtomicBool::new(false),
             give_back,
         }
+    }
+
+    /// Held again, by a new `pool.lease()`: a lease that was given back and that nothing but
+    /// the pool references (`StreamPool::reuse`), so that no one can see it change.
+    pub fn hold_again(&self, py: Python<'_>, pool: Py<PyAny>) {
+        // A load and a store: no one else references the lease (`reuse`).
+        let old = self.pool.load(Ordering::Acquire);
+        self.pool.store(pool.into_ptr(), Ordering::Release);
+        // SAFETY: `pool` holds a strong reference or null (given back: null, so never here).
+        drop(unsafe { Bound::from_owned_ptr_or_opt(py, old) });
+        self.ended.store(false, Ordering::Release);
+    }
+
+    /// End the lease (once): give its stream back, offering the pool `me` (this lease) to
+    /// reuse.
+    fn end(&self, py: Python<'_>, me: Option<&Bound<'_, Lease>>) -> PyResult<()> {
+        if self.ended.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        // The winner of the swap above is the field's only user until `hold_again`: a load and
+        // a store.
+        let pool = self.pool.load(Ordering::Acquire);
+        self.pool.store(null_mut(), Ordering::Release);
+        // SAFETY: `pool` held a strong reference (a held lease has one) or null; it is ours now.
+        let Some(pool) = (unsafe { Bound::from_owned_ptr_or_opt(py, pool) }) else {
+            return Ok(());
+        };
+        (self.give_back)(py, &pool, self.tier, self.slot, me)
     }
 
     fn ensure_held(&self, what: &str) -> PyResult<()> {
@@ -473,8 +508,8 @@ impl Lease {
     /// Give the stream back to the pool now (what the end of the ``with`` block does);
     /// idempotent. Its queued work runs on.
     #[pyo3(name = "close")]
-    fn py_close(&self, py: Python<'_>) -> PyResult<()> {
-        Closable::close(self, py)
+    fn py_close(slf: &Bound<'_, Self>) -> PyResult<()> {
+        slf.get().end(slf.py(), Some(slf))
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
@@ -527,7 +562,7 @@ fn exit_method(lease: &Bound<'_, Lease>, args: Option<Fastcall<'_, '_>>) -> *mut
             Some(args) => drop(EXIT_SIG.parse_fastcall::<3>(&args)?),
             None => return Err(PyTypeError::new_err("__exit__() missing required argument 'exc_type'")),
         }
-        closable::exit(lease.get(), py)?;
+        lease.get().end(py, Some(lease))?;
         Ok(PyBool::new(py, false).to_owned().into_ptr())
     })
 }
@@ -566,18 +601,24 @@ impl Closable for Lease {
     }
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        if self.ended.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
-        (self.give_back)(py, self.pool.bind(py), self.tier, self.slot)
+        self.end(py, None)
     }
 }
 
 impl Drop for Lease {
     /// A lease dropped while held gives its stream back.
     fn drop(&mut self) {
-        if !std::mem::replace(self.ended.get_mut(), true) {
-            let _ = Python::try_attach(|py| (self.give_back)(py, self.pool.bind(py), self.tier, self.slot));
+        let pool = std::mem::replace(self.pool.get_mut(), null_mut());
+        let held = !std::mem::replace(self.ended.get_mut(), true);
+        if pool.is_null() {
+            return;
         }
+        let _ = Python::try_attach(|py| {
+            // SAFETY: `pool` held a strong reference (not null), now the caller's.
+            let pool = unsafe { Bound::from_owned_ptr(py, pool) };
+            if held {
+                let _ = (self.give_back)(py, &pool, self.tier, self.slot, None);
+            }
+        });
     }
 }

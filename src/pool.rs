@@ -4,12 +4,14 @@
 //! without paying a create each time (rmm's `cuda_stream_pool`, PyTorch's internal pool).
 //! Its Python methods are the one `#[pymethods]` block here.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple, PyType};
+use pyo3::types::{PyInt, PyList, PyTuple, PyType};
 
 use crate::args::{bool_arg, device_arg, i32_arg, int_repr, is_int_not_bool, short_repr, Signature};
 use crate::boundary::boundary;
@@ -30,6 +32,9 @@ const MAX_SIZE: usize = 1 << 16;
 /// The streams of one priority: made on first use, each once.
 struct Tier {
     priority: i32,
+    /// `priority` as a Python int: CPython keeps one object of each small int (-5 to 256),
+    /// so `get(priority=-1)` passes this very object, found by a pointer compare.
+    int: Py<PyAny>,
     slots: Box<[OnceLock<Py<PyAny>>]>,
     /// `get()`'s round-robin counter.
     next: AtomicUsize,
@@ -62,6 +67,11 @@ pub struct StreamPool {
     /// The priorities were checked against the device's range (once, before the first stream).
     checked: AtomicBool,
     leases: Leases,
+    /// By tier, then slot: the lease last given back by `close()` or `__exit__`, a strong
+    /// reference (or null), handed out again by `lease()` when nothing else references it
+    /// (`reuse`). Only the holder of the slot's lease touches its cell: the claim and the
+    /// give-back (`Leases`, SeqCst) order the accesses of one holder before the next's.
+    kept: Box<[AtomicPtr<pyo3::ffi::PyObject>]>,
 }
 
 impl Made for StreamPool {
@@ -74,6 +84,7 @@ impl StreamPool {
     /// A pool with nothing made yet. `green`: made in that green context (non-blocking, on its
     /// device; checked by the caller). `device`: checked to exist (cheap calls: no context).
     pub fn new(
+        py: Python<'_>,
         size: usize,
         device: Option<i32>,
         non_blocking: bool,
@@ -91,12 +102,16 @@ impl StreamPool {
             .iter()
             .map(|&priority| Tier {
                 priority,
+                int: priority
+                    .into_pyobject(py)
+                    .map_or_else(|e| match e {}, |i| i.into_any().unbind()),
                 slots: (0..size).map(|_| OnceLock::new()).collect(),
                 next: AtomicUsize::new(0),
             })
             .collect();
         Ok(StreamPool {
             leases: Leases::new(tiers.len(), size),
+            kept: (0..tiers.len() * size).map(|_| AtomicPtr::new(null_mut())).collect(),
             tiers,
             size,
             closed: AtomicBool::new(false),
@@ -136,6 +151,29 @@ impl StreamPool {
                     self.priorities_text()
                 ))
             })
+    }
+
+    /// The tier of `priority` when it is an int (not a subclass) of one of the tiers, else
+    /// None (`tier_of` then says why): `get(priority=p)`'s fast path, no error made.
+    #[inline]
+    fn tier_of_int(&self, priority: &Borrowed<'_, '_, PyAny>) -> Option<usize> {
+        if let Some(tier) = self.tiers.iter().position(|t| t.int.as_ptr() == priority.as_ptr()) {
+            return Some(tier);
+        }
+        if !priority.is_exact_instance_of::<PyInt>() {
+            return None;
+        }
+        // SAFETY: `priority` is a live int and the thread is attached. -1 may be a value or an
+        // error (an int beyond a C long): an error is cleared, and `tier_of` raises its own.
+        let wanted = unsafe {
+            let v = pyo3::ffi::PyLong_AsLongLong(priority.as_ptr());
+            if v == -1 && !pyo3::ffi::PyErr_Occurred().is_null() {
+                pyo3::ffi::PyErr_Clear();
+                return None;
+            }
+            v
+        };
+        self.tiers.iter().position(|t| i64::from(t.priority) == wanted)
     }
 
     fn priorities_text(&self) -> String {
@@ -255,6 +293,9 @@ impl StreamPool {
                 return Err(refused.error);
             }
         };
+        if let Some(lease) = self.reuse(py, slf, tier, slot) {
+            return Ok(lease);
+        }
         let stream = match self.stream_at(py, tier, slot) {
             Ok(s) => s,
             Err(e) => {
@@ -273,9 +314,62 @@ impl StreamPool {
         Bound::new(py, lease)
     }
 
-    /// A lease of `slot` in `tier` ends (`Lease`'s give-back: src/lease.rs).
-    fn give_back(py: Python<'_>, pool: &Bound<'_, PyAny>, tier: usize, slot: usize) -> PyResult<()> {
+    /// The lease kept for `tier`'s `slot` (just claimed by the caller), held again, when
+    /// nothing but the pool references it: no one can see that it is the same object. Saves
+    /// a lease's allocation, initialization and deallocation. Not on a free-threaded build,
+    /// where a reference count read by one thread may be changing in another.
+    #[inline]
+    fn reuse<'py>(
+        &self,
+        py: Python<'py>,
+        slf: &Bound<'py, StreamPool>,
+        tier: usize,
+        slot: usize,
+    ) -> Option<Bound<'py, Lease>> {
+        if cfg!(Py_GIL_DISABLED) {
+            return None;
+        }
+        // A load and a store, no read-modify-write: the cell is the slot holder's alone.
+        let cell = &self.kept[tier * self.size + slot];
+        let kept = cell.load(Ordering::Acquire);
+        cell.store(null_mut(), Ordering::Release);
+        // SAFETY: a cell holds a strong reference to a Lease, or null (`keep`).
+        let lease = unsafe { Bound::from_owned_ptr_or_opt(py, kept)?.cast_into_unchecked::<Lease>() };
+        // SAFETY: `lease` is alive (the reference just taken), and the thread holds the GIL
+        // (a build with one), so no other thread changes its count meanwhile. 1: the
+        // reference taken from the cell is the only one.
+        if unsafe { pyo3::ffi::Py_REFCNT(lease.as_ptr()) } != 1 {
+            return None; // someone holds it still (ended: it refuses to be used); dropped here
+        }
+        lease.get().hold_again(py, slf.clone().into_any().unbind());
+        Some(lease)
+    }
+
+    /// Keep `lease`, just given back, for `reuse` (the caller still holds `tier`'s `slot`).
+    fn keep(&self, py: Python<'_>, tier: usize, slot: usize, lease: &Bound<'_, Lease>) {
+        if cfg!(Py_GIL_DISABLED) {
+            return;
+        }
+        let cell = &self.kept[tier * self.size + slot];
+        let old = cell.load(Ordering::Acquire);
+        cell.store(lease.clone().into_ptr(), Ordering::Release);
+        // SAFETY: a cell holds a strong reference to a Lease, or null; the old one is ours now.
+        drop(unsafe { Bound::from_owned_ptr_or_opt(py, old) });
+    }
+
+    /// A lease of `slot` in `tier` ends (`Lease`'s give-back: src/lease.rs): `lease` is kept
+    /// for reuse before the slot is free for the next claim.
+    fn give_back(
+        py: Python<'_>,
+        pool: &Bound<'_, PyAny>,
+        tier: usize,
+        slot: usize,
+        lease: Option<&Bound<'_, Lease>>,
+    ) -> PyResult<()> {
         let pool = pool.cast::<StreamPool>()?.get();
+        if let Some(lease) = lease {
+            pool.keep(py, tier, slot, lease);
+        }
         pool.after(py, pool.leases.give_back(tier, slot))
     }
 }
@@ -295,10 +389,16 @@ fn get_method(pool: &Bound<'_, StreamPool>, args: Option<Fastcall<'_, '_>>) -> *
         let pool = pool.get();
         let tier = match args {
             None => 0,
-            Some(args) => {
-                let [priority] = GET_SIG.parse_fastcall::<1>(&args)?;
-                pool.tier_of(priority.as_ref(), "get")?
-            }
+            Some(args) => match args
+                .only_keyword(intern!(py, "priority"))
+                .and_then(|p| pool.tier_of_int(&p))
+            {
+                Some(tier) => tier,
+                None => {
+                    let [priority] = GET_SIG.parse_fastcall::<1>(&args)?;
+                    pool.tier_of(priority.as_ref(), "get")?
+                }
+            },
         };
         Ok(pool.get(py, tier)?.into_ptr())
     })
@@ -318,11 +418,17 @@ fn lease_method(pool: &Bound<'_, StreamPool>, args: Option<Fastcall<'_, '_>>) ->
         let this = pool.get();
         let (tier, deadline) = match args {
             None => (0, Deadline::NEVER),
-            Some(args) => {
-                let [priority, timeout] = LEASE_SIG.parse_fastcall::<2>(&args)?;
-                let tier = this.tier_of(priority.as_ref(), "lease")?;
-                (tier, timeout_arg(timeout.as_ref(), "lease")?)
-            }
+            Some(args) => match args
+                .only_keyword(intern!(py, "priority"))
+                .and_then(|p| this.tier_of_int(&p))
+            {
+                Some(tier) => (tier, Deadline::NEVER),
+                None => {
+                    let [priority, timeout] = LEASE_SIG.parse_fastcall::<2>(&args)?;
+                    let tier = this.tier_of(priority.as_ref(), "lease")?;
+                    (tier, timeout_arg(timeout.as_ref(), "lease")?)
+                }
+            },
         };
         Ok(this.lease(py, pool, tier, deadline)?.into_ptr())
     })
@@ -424,6 +530,7 @@ impl StreamPool {
                 size.get_type().name()?
             )));
         }
+        let py = size.py();
         let size = size
             .extract::<i64>()
             .ok()
@@ -445,7 +552,7 @@ impl StreamPool {
             )));
         }
         let green = green_context_arg(green_context.as_ref(), "StreamPool", device, non_blocking)?;
-        StreamPool::new(size, device, non_blocking, priorities, green.as_ref())
+        StreamPool::new(py, size, device, non_blocking, priorities, green.as_ref())
     }
 
     /// `pool[index]`, negative indices counting from the end: every stream, tier after tier.
@@ -539,6 +646,18 @@ impl Drop for StreamPool {
     /// outliving its pool is not valid (it may still be referenced elsewhere). No lease is
     /// held then: a lease keeps its pool alive.
     fn drop(&mut self) {
+        let kept: Vec<_> = self
+            .kept
+            .iter_mut()
+            .map(|k| std::mem::replace(k.get_mut(), null_mut()))
+            .collect();
+        let _ = Python::try_attach(|py| {
+            for k in kept {
+                // SAFETY: a cell holds a strong reference to a Lease, or null. Its pool
+                // reference was given up when it was given back: dropping it drops no pool.
+                drop(unsafe { Bound::from_owned_ptr_or_opt(py, k) });
+            }
+        });
         if !self.closed.swap(true, Ordering::AcqRel) && self.leases.close().is_some() {
             let _ = Python::try_attach(|py| {
                 for s in self.made_streams() {

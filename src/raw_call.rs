@@ -11,7 +11,7 @@ use std::ptr::null_mut;
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyModule, PyTuple, PyType};
+use pyo3::types::{PyDict, PyModule, PyString, PyTuple, PyType};
 
 /// A builtin function of module `m` from a definition that lives for the process.
 pub fn builtin<'py>(m: &Bound<'py, PyModule>, def: ffi::PyMethodDef) -> PyResult<Bound<'py, PyAny>> {
@@ -112,6 +112,24 @@ impl<'a, 'py> Fastcall<'a, 'py> {
         self.args[..self.nargs]
             .iter()
             .map(move |&p| unsafe { Borrowed::from_ptr(py, p) })
+    }
+
+    /// The value of the call's only argument when it is the keyword `name` passed by the
+    /// very object `name` (an interned str), else None: what `f(name=v)` gives, for a fast
+    /// path before `Signature::parse_fastcall`. CPython interns the keyword names a call's
+    /// code spells, so a pointer compare finds them; a name built at run time (`**kwargs`)
+    /// is not found here, and the caller's full parse takes it.
+    #[inline]
+    pub fn only_keyword(&self, name: &Bound<'py, PyString>) -> Option<Borrowed<'a, 'py, PyAny>> {
+        let names = self.kwnames?;
+        if self.nargs != 0 || self.args.len() != 1 {
+            return None;
+        }
+        // SAFETY: `names` is a tuple with one item (one argument, not positional), live for
+        // the call; the item is borrowed, not owned.
+        let given = unsafe { ffi::PyTuple_GetItem(names.as_ptr(), 0) };
+        // SAFETY: `new`'s contract: the one argument is a live value.
+        std::ptr::eq(given, name.as_ptr()).then(|| unsafe { Borrowed::from_ptr(self.py, self.args[0]) })
     }
 
     /// The keyword arguments, as (name, value).

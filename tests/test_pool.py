@@ -204,6 +204,29 @@ def test_a_pool_made_and_never_used_makes_no_stream_and_touches_no_context(stand
     """)
 
 
+def test_priority_found_however_it_is_spelled(standin_lib):
+    # `get(priority=p)` has a fast path (the interned name, the int's own object) beside the
+    # full parse: every other spelling of the same call reaches the same tier.
+    run(standin_lib, """
+        class Int(int):
+            pass
+        pool = custream.StreamPool(1, priorities=(0, -1))
+        s = pool.get(priority=-1)
+        name = "".join(["prio", "rity"])  # built at run time: not the interned name
+        p = int("-1" + "0" * 30) // 10**30  # an int object made at run time
+        for get in (pool.get, lambda **kw: pool.lease(**kw).stream, lambda **kw: pool.lease(timeout=1, **kw).stream):
+            assert get(priority=-1) is s and get(**{name: -1}) is s and get(priority=p) is s
+            assert get(priority=Int(-1)) is s and get(priority=0) is not s and get(priority=None) is not s
+        for bad in (-2, 2**63, -2**63 - 1, 2**80):
+            try:
+                pool.get(priority=bad)
+                raise AssertionError(bad)
+            except ValueError as e:
+                assert "is not one of this pool's priorities (0, -1)" in str(e), e
+        pool.close()
+    """)
+
+
 def test_tiers_hold_size_streams_of_each_priority(standin_lib):
     out = run(standin_lib, """
         pool = custream.StreamPool(2, priorities=(-1, 0, -4))
@@ -582,4 +605,39 @@ def test_closing_while_threads_lease_closes_each_stream_once_after_the_last_leas
             assert refused == ["lease() on a closed custream.StreamPool"] * 8, refused
             assert standin.standin_live_streams() == 0, "a stream left open"
             assert "leased" not in repr(pool)
+    """)
+
+
+def test_a_lease_given_back_is_reused_only_when_no_one_holds_it(standin_lib):
+    # The pool keeps the lease last given back by its block (or close()) and hands it out again
+    # when nothing else references it; one still held by the caller stays given back.
+    run(standin_lib, """
+        import gc, sys
+        pool = custream.StreamPool(1)
+        with pool.lease() as s:
+            pass
+        for _ in range(3):
+            with pool.lease() as again:
+                assert again is s
+        kept = pool.lease()
+        kept.close()
+        fresh = pool.lease()
+        assert fresh is not kept and not fresh.closed and kept.closed
+        try:
+            kept.stream
+            raise AssertionError("a lease given back was used")
+        except ValueError:
+            pass
+        with fresh:
+            assert fresh.stream is s
+        del kept, fresh
+        lease = pool.lease()  # held, then dropped without close(): given back, the pool kept alive
+        del lease
+        with pool.lease(timeout=0):
+            pass
+        # A kept lease does not keep its pool alive: a pool dropped closes its streams.
+        assert standin.standin_live_streams() == 1
+        del pool
+        gc.collect()
+        assert standin.standin_live_streams() == 0
     """)
