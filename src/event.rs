@@ -304,7 +304,9 @@ impl Event {
     /// own thread). Cancelling it only stops the waiting. A fault that kills the context
     /// fails it with the driver's error (``CudaError``) within about a second.
     fn future<'py>(slf: &Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let future = slf.get().use_for_wait(py, "future()", |ev, ctx| waits::future(py, ev, ctx))?;
+        let future = slf
+            .get()
+            .use_for_wait(py, "future()", |ev, ctx| waits::future(py, ev, ctx))?;
         if !future.call_method0("done")?.is_truthy()? {
             // After a sticky fault the driver runs no host function: custream._waits asks about
             // the event once a second while the future is pending.

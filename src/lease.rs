@@ -569,27 +569,17 @@ fn exit_method(lease: &Bound<'_, Lease>, args: Option<Fastcall<'_, '_>>) -> *mut
 
 /// Add `__enter__` and `__exit__` to the Lease type (the module's init, through src/pool.rs).
 pub fn install(tp: &Bound<'_, PyType>) -> PyResult<()> {
-    raw_call::add_method(
+    raw_call::add_fastcall(
         tp,
-        pyo3::ffi::PyMethodDef {
-            ml_name: c"__enter__".as_ptr(),
-            ml_meth: pyo3::ffi::PyMethodDefPointer {
-                PyCFunctionFastWithKeywords: entry!(pyclass_fastcall, Lease, enter_method),
-            },
-            ml_flags: pyo3::ffi::METH_FASTCALL | pyo3::ffi::METH_KEYWORDS,
-            ml_doc: c"__enter__($self, /)\n--\n\nThe leased stream.".as_ptr(),
-        },
+        c"__enter__",
+        entry!(pyclass_fastcall, Lease, enter_method),
+        c"__enter__($self, /)\n--\n\nThe leased stream.",
     )?;
-    raw_call::add_method(
+    raw_call::add_fastcall(
         tp,
-        pyo3::ffi::PyMethodDef {
-            ml_name: c"__exit__".as_ptr(),
-            ml_meth: pyo3::ffi::PyMethodDefPointer {
-                PyCFunctionFastWithKeywords: entry!(pyclass_fastcall, Lease, exit_method),
-            },
-            ml_flags: pyo3::ffi::METH_FASTCALL | pyo3::ffi::METH_KEYWORDS,
-            ml_doc: c"__exit__($self, exc_type, exc, traceback)\n--\n\nGive the stream back; the block's exception, if any, propagates.".as_ptr(),
-        },
+        c"__exit__",
+        entry!(pyclass_fastcall, Lease, exit_method),
+        c"__exit__($self, exc_type, exc, traceback)\n--\n\nGive the stream back; the block's exception, if any, propagates.",
     )
 }
 

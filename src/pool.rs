@@ -438,27 +438,17 @@ fn lease_method(pool: &Bound<'_, StreamPool>, args: Option<Fastcall<'_, '_>>) ->
 /// module's init, src/lib.rs).
 pub fn install(tp: &Bound<'_, PyType>) -> PyResult<()> {
     lease::install(&tp.py().get_type::<Lease>())?;
-    raw_call::add_method(
+    raw_call::add_fastcall(
         tp,
-        pyo3::ffi::PyMethodDef {
-            ml_name: c"lease".as_ptr(),
-            ml_meth: pyo3::ffi::PyMethodDefPointer {
-                PyCFunctionFastWithKeywords: entry!(pyclass_fastcall, StreamPool, lease_method),
-            },
-            ml_flags: pyo3::ffi::METH_FASTCALL | pyo3::ffi::METH_KEYWORDS,
-            ml_doc: c"lease($self, /, *, priority=None, timeout=None)\n--\n\nA custream.Lease of one stream of the tier of ``priority`` (None: the first tier\ngiven) that no other lease holds until it is given back: ``with pool.lease() as s:``.\nWhen every stream of the tier is leased it waits, with the GIL released and Ctrl-C\nending the wait, until one is given back, or raises TimeoutError after ``timeout``\nseconds (None: no limit). A closed pool refuses at once (ValueError), and wakes\nwaiting leases with that error.".as_ptr(),
-        },
+        c"lease",
+        entry!(pyclass_fastcall, StreamPool, lease_method),
+        c"lease($self, /, *, priority=None, timeout=None)\n--\n\nA custream.Lease of one stream of the tier of ``priority`` (None: the first tier\ngiven) that no other lease holds until it is given back: ``with pool.lease() as s:``.\nWhen every stream of the tier is leased it waits, with the GIL released and Ctrl-C\nending the wait, until one is given back, or raises TimeoutError after ``timeout``\nseconds (None: no limit). A closed pool refuses at once (ValueError), and wakes\nwaiting leases with that error.",
     )?;
-    raw_call::add_method(
+    raw_call::add_fastcall(
         tp,
-        pyo3::ffi::PyMethodDef {
-            ml_name: c"get".as_ptr(),
-            ml_meth: pyo3::ffi::PyMethodDefPointer {
-                PyCFunctionFastWithKeywords: entry!(pyclass_fastcall, StreamPool, get_method),
-            },
-            ml_flags: pyo3::ffi::METH_FASTCALL | pyo3::ffi::METH_KEYWORDS,
-            ml_doc: c"get($self, /, *, priority=None)\n--\n\nThe next stream of the tier of ``priority`` (None: the first tier given),\nround-robin (thread-safe, no lock): one atomic add, once the stream is made. The\nsame stream may go to several callers; ``lease()`` holds one for one caller.".as_ptr(),
-        },
+        c"get",
+        entry!(pyclass_fastcall, StreamPool, get_method),
+        c"get($self, /, *, priority=None)\n--\n\nThe next stream of the tier of ``priority`` (None: the first tier given),\nround-robin (thread-safe, no lock): one atomic add, once the stream is made. The\nsame stream may go to several callers; ``lease()`` holds one for one caller.",
     )
 }
 

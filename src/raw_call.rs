@@ -9,6 +9,8 @@
 use std::ptr::null_mut;
 
 use pyo3::exceptions::PyValueError;
+use std::ffi::CStr;
+
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyModule, PyString, PyTuple, PyType};
@@ -27,7 +29,7 @@ pub fn builtin<'py>(m: &Bound<'py, PyModule>, def: ffi::PyMethodDef) -> PyResult
 /// binds no method object, and CPython checks that `self` is a `tp` before the shim runs. For
 /// a method whose call without arguments must cost what a pyo3 method without parameters does
 /// (pyo3's argument extraction is skipped). The definition is leaked: it lives for the process.
-pub fn add_method(tp: &Bound<'_, PyType>, def: ffi::PyMethodDef) -> PyResult<()> {
+fn add_method(tp: &Bound<'_, PyType>, def: ffi::PyMethodDef) -> PyResult<()> {
     let def = Box::leak(Box::new(def));
     // SAFETY: a method definition's name is a NUL-terminated string that lives for the process.
     let name = unsafe { std::ffi::CStr::from_ptr(def.ml_name) }
@@ -37,6 +39,27 @@ pub fn add_method(tp: &Bound<'_, PyType>, def: ffi::PyMethodDef) -> PyResult<()>
     // PyDescr_NewMethod requires; the result is a new reference or NULL with an exception set.
     let descr = unsafe { Bound::from_owned_ptr_or_err(tp.py(), ffi::PyDescr_NewMethod(tp.as_type_ptr(), def)) }?;
     tp.setattr(name, descr)
+}
+
+/// `add_method` of `f` (an `entry!(pyclass_fastcall, ..)` shim) as `name`, with `doc` (its text
+/// signature first, as CPython's own methods have it).
+pub fn add_fastcall(
+    tp: &Bound<'_, PyType>,
+    name: &'static CStr,
+    f: ffi::PyCFunctionFastWithKeywords,
+    doc: &'static CStr,
+) -> PyResult<()> {
+    add_method(
+        tp,
+        ffi::PyMethodDef {
+            ml_name: name.as_ptr(),
+            ml_meth: ffi::PyMethodDefPointer {
+                PyCFunctionFastWithKeywords: f,
+            },
+            ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+            ml_doc: doc.as_ptr(),
+        },
+    )
 }
 
 /// # Safety
