@@ -26,7 +26,8 @@ use crate::pool::StreamPool;
 use crate::protocol;
 use crate::raw_call;
 use crate::raw_stream::{self, StreamObject};
-use crate::stream::{self, Parts};
+use crate::stream;
+use crate::stream_make::{self, Parts};
 
 /// The table, and what a grown build appends to it (src/layout.rs's GROWTH).
 #[repr(C)]
@@ -88,7 +89,7 @@ fn from_handle_of(
     owner: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<*mut ffi::PyObject> {
     let owner = owner.filter(|o| !o.is_none()).cloned();
-    Ok(stream::make(py, Parts::borrowed(handle as usize as u64, device_of(device)?, owner)?)?.into_ptr())
+    Ok(stream_make::make(py, Parts::borrowed(handle as usize as u64, device_of(device)?, owner)?)?.into_ptr())
 }
 
 unsafe extern "C" fn from_handle_with_deleter(
@@ -102,7 +103,7 @@ unsafe extern "C" fn from_handle_with_deleter(
         parts.deleter = deleter;
         parts.deleter_ctx = ctx;
         // On failure the deleter is not called: the handle stays the caller's.
-        Ok(stream::make(py, parts)?.into_ptr())
+        Ok(stream_make::make(py, parts)?.into_ptr())
     })
 }
 
@@ -167,7 +168,7 @@ unsafe extern "C" fn current_stream() -> *mut ffi::PyObject {
 }
 
 unsafe extern "C" fn default_stream(token: custream_handle_t) -> *mut ffi::PyObject {
-    boundary(|py| Ok(stream::default_stream(py, token as usize as u64)?.into_ptr()))
+    boundary(|py| Ok(stream_make::default_stream(py, token as usize as u64)?.into_ptr()))
 }
 
 unsafe extern "C" fn pool_get(pool: *mut ffi::PyObject) -> *mut ffi::PyObject {

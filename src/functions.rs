@@ -17,7 +17,7 @@ use crate::process;
 use crate::protocol;
 use crate::raw_call;
 use crate::raw_stream::{self, entry, StreamObject};
-use crate::stream;
+use crate::stream_make;
 use crate::waits;
 
 /// `as_stream` as a METH_O builtin: a Stream argument is returned before any argument
@@ -72,7 +72,7 @@ pub fn check_foreign_captures(enabled: Option<Bound<'_, PyAny>>) -> PyResult<boo
 #[pyo3(signature = (device = None))]
 pub fn priority_range(device: Option<Bound<'_, PyAny>>) -> PyResult<(i32, i32)> {
     let device = device_arg(device.as_ref(), "priority_range")?;
-    let device = stream::existing_device(device, driver::current_context()?)?;
+    let device = stream_make::existing_device(device, driver::current_context()?)?;
     Ok(driver::priority_range(device)?)
 }
 

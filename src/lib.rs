@@ -60,6 +60,7 @@ mod raw_call;
 mod raw_stream;
 mod state_word;
 mod stream;
+mod stream_make;
 mod stream_type;
 mod waits;
 
@@ -93,9 +94,9 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<green::GreenContext>()?;
     m.add("CudaError", py.get_type::<errors::CudaError>())?;
     m.add("CudaUnavailableError", py.get_type::<errors::CudaUnavailableError>())?;
-    m.add("DEFAULT_STREAM", stream::default_stream(py, 0)?)?;
-    m.add("LEGACY_DEFAULT_STREAM", stream::default_stream(py, 1)?)?;
-    m.add("PER_THREAD_DEFAULT_STREAM", stream::default_stream(py, 2)?)?;
+    m.add("DEFAULT_STREAM", stream_make::default_stream(py, 0)?)?;
+    m.add("LEGACY_DEFAULT_STREAM", stream_make::default_stream(py, 1)?)?;
+    m.add("PER_THREAD_DEFAULT_STREAM", stream_make::default_stream(py, 2)?)?;
     m.add("current_stream", current::current_stream_function(py)?)?;
     m.add("ABI_VERSION", layout::CUSTREAM_ABI_VERSION)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -23,7 +23,7 @@ use crate::lease::{self, CloseNow, Lease, Leases, Made};
 use crate::raw_call;
 use crate::raw_call::Fastcall;
 use crate::raw_stream::{entry, StreamObject};
-use crate::stream;
+use crate::stream_make;
 
 /// The most streams one pool makes: far above any use (rmm's default is 16), low enough
 /// that a typo does not try to make millions.
@@ -96,7 +96,7 @@ impl StreamPool {
                 return Err(PyValueError::new_err("StreamPool() on a closed custream.GreenContext"));
             }
             Some(gc) => gc.get().device(),
-            None => stream::existing_device(device, driver::current_context()?)?,
+            None => stream_make::existing_device(device, driver::current_context()?)?,
         };
         let tiers: Box<[Tier]> = priorities
             .iter()
@@ -219,8 +219,8 @@ impl StreamPool {
         let _relaxed = CaptureModeScope::enter(CaptureMode::Relaxed)?;
         self.check_priorities()?;
         match &self.green {
-            Some(gc) => stream::create_green(py, gc.bind(py), priority, true, "StreamPool()"),
-            None => stream::create(py, Some(self.device), self.non_blocking, priority, true),
+            Some(gc) => stream_make::create_green(py, gc.bind(py), priority, true, "StreamPool()"),
+            None => stream_make::create(py, Some(self.device), self.non_blocking, priority, true),
         }
     }
 

@@ -9,7 +9,7 @@ use pyo3::types::{PyInt, PyString, PyTuple};
 
 use crate::args::{int_repr, is_int_not_bool, short_repr};
 use crate::raw_stream;
-use crate::stream::{self, Parts};
+use crate::stream_make::{self, Parts};
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()
@@ -174,5 +174,5 @@ pub fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         // SAFETY: parse_result found an exact tuple.
         parts.protocol = Some(unsafe { result.cast_into_unchecked::<PyTuple>() });
     }
-    stream::make(py, parts)
+    stream_make::make(py, parts)
 }

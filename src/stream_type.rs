@@ -28,7 +28,8 @@ use crate::memops;
 use crate::protocol::{self, handle_from_int};
 use crate::raw_call::{Fastcall, TupleDict};
 use crate::raw_stream::{self, entry, StreamObject};
-use crate::stream::{self, closed_error, Parts};
+use crate::stream::{self, closed_error};
+use crate::stream_make::{self, Parts};
 
 const DOC: &CStr = c"Stream(*, device=None, non_blocking=True, priority=0, green_context=None)
 --
@@ -75,9 +76,9 @@ fn new(py: Python<'_>, args: TupleDict<'_, '_>) -> *mut ffi::PyObject {
         let non_blocking = bool_arg(non_blocking.as_ref(), "Stream", "non_blocking", true)?;
         let priority = i32_arg(priority.as_ref(), "Stream", "priority", 0)?;
         if let Some(gc) = green_context_arg(green.as_ref(), "Stream", device, non_blocking)? {
-            return Ok(stream::create_green(py, &gc, priority, false, "Stream()")?.into_ptr());
+            return Ok(stream_make::create_green(py, &gc, priority, false, "Stream()")?.into_ptr());
         }
-        Ok(stream::create(py, device, non_blocking, priority, false)?.into_ptr())
+        Ok(stream_make::create(py, device, non_blocking, priority, false)?.into_ptr())
     })
 }
 
@@ -197,7 +198,7 @@ fn from_handle(py: Python<'_>, args: Fastcall<'_, '_>) -> *mut ffi::PyObject {
         if handle_obj.is_exact_instance_of::<PyInt>() {
             parts.protocol = Some(PyTuple::new(py, [PyInt::new(py, 0u8).into_any(), handle_obj])?);
         }
-        Ok(stream::make(py, parts)?.into_ptr())
+        Ok(stream_make::make(py, parts)?.into_ptr())
     })
 }
 

@@ -16,6 +16,7 @@ FLOORS = {
     **dict.fromkeys(
         [
             "stream",
+            "stream_make",
             "event",
             "pool",
             "lease",
