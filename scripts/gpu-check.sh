@@ -12,7 +12,7 @@
 # 3. runs `python3 -m custream` (the report; a failure there does not stop the run);
 # 4. stage "tests": `pytest -m gpu tests cython_tests`, then a pass/fail table per peer
 #    library with its version (also written to $OUT/peer-table.txt);
-# 5. stage "bench": benches/run.py --gpu, if that script exists;
+# 5. stage "bench": benches/run.py --gpu, if that script exists ("rows": three of its workers, quick);
 # 6. stage "sanitizer": scripts/sanitizer-check.sh, if that script exists.
 #
 # SANITIZER_SUITE=1 adds the gpu-marked tests under both tools to the sanitizer stage.
@@ -33,7 +33,7 @@ PY=${PYTHON:-python3}
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(tests)
 for s in "${stages[@]}"; do
-    case "$s" in tests | bench | sanitizer) ;; *) echo "unknown stage '$s' (known: tests bench sanitizer)" >&2; exit 2 ;; esac
+    case "$s" in tests | bench | rows | sanitizer) ;; *) echo "unknown stage '$s' (known: tests bench rows sanitizer)" >&2; exit 2 ;; esac
 done
 want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 
@@ -261,6 +261,24 @@ if want bench; then
         echo "benches/run.py is not there: skipped"
         status[bench]="skipped (no benches/run.py)"
     fi
+fi
+
+# The rows of one worker each (waits.py; capture.py with ipc.py's rows; custream's own ops with the C floor of
+# `with`), quick, when the whole bench will not fit beside the tests: JSON in $OUT/rows-*.json.
+if want rows; then
+    banner "bench rows"
+    t=$(budget 150)
+    ext=$("$PY" -c "import sys, sysconfig; sys.path.insert(0, 'benches'); import run
+print(run.build('floor_ext.c', 'floor_ext' + sysconfig.get_config_var('EXT_SUFFIX'), '-I' + sysconfig.get_paths()['include']) or '')")
+    raw=$("$PY" -c "import sys; sys.path.insert(0, 'benches'); import run; print(run.build('raw_driver.c', 'libraw_driver.so') or '')")
+    status[rows]="passed"
+    for w in waits "capture --quick" "custream --quick"; do
+        name=${w%% *}
+        # shellcheck disable=SC2086
+        timeout -k 5 $((t / 3)) "$PY" benches/worker.py $w --gpu --raw "$raw" ${ext:+--floor-ext "$ext"} >"$OUT/rows-$name.json" 2>"$OUT/rows-$name.err" \
+            || status[rows]="FAILED ($name)"
+        echo "$name: $(tail -c 3000 "$OUT/rows-$name.json")"
+    done
 fi
 
 if want sanitizer; then
