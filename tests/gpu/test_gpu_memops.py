@@ -60,14 +60,19 @@ def test_a_wait_holds_a_stream_until_another_writes(need_torch):
     torch.cuda.synchronize()
     a, b = custream.Stream(), custream.Stream()
     b.wait_value(words, 1, width=64, op="eq")  # a tensor: its first element
-    with torch.cuda.stream(w.torch_stream(b)):
-        words[2].copy_(words[1])
-    with torch.cuda.stream(w.torch_stream(a)):
-        torch.cuda._sleep(w.SLEEP)
-        words[1].fill_(5)
-    a.write_value(DLPackOnly(words), 1, width=64)  # the same word, through DLPack
-    assert not b.query(), "b waits for a's write"
-    settle(b)
+    try:
+        with torch.cuda.stream(w.torch_stream(b)):
+            words[2].copy_(words[1])
+        with torch.cuda.stream(w.torch_stream(a)):
+            torch.cuda._sleep(w.SLEEP)
+            words[1].fill_(5)
+        a.write_value(DLPackOnly(words), 1, width=64)  # the same word, through DLPack
+        assert not b.query(), "b waits for a's write"
+        settle(b)
+    finally:
+        # A failure leaves b waiting, and the next device-wide synchronize (torch's) with it.
+        if not b.query():
+            release(words[:1], 1, width=64)
     assert words.tolist()[:3] == [1, 5, 5]
     a.close()
     b.close()
