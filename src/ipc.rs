@@ -19,6 +19,7 @@
 //! An importer in another pid namespace (another container) cannot see the exporter: there
 //! the driver's own answers are all there is.
 
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyValueError;
@@ -174,8 +175,9 @@ impl IpcEventHandle {
 pub struct IpcSide {
     handle: IpcEventHandle,
     imported: bool,
-    /// An importer's watch on the exporter, where one could be set up.
-    exporter: Option<Watch>,
+    /// An importer's watch on the exporter, where one could be set up; shared by the events
+    /// imported from one exporter.
+    exporter: Option<Arc<Watch>>,
 }
 
 /// The exporting process, watched from an importer in its pid namespace: a pidfd (Linux 5.3),
@@ -183,7 +185,28 @@ pub struct IpcSide {
 /// exits, so a look is one `poll` with no wait.
 struct Watch(std::os::fd::OwnedFd);
 
+/// The watches on exporters, by pid and start time: the events an importer opens from one
+/// exporter share one pidfd, and every import after the first costs one `poll`.
+static WATCHES: Mutex<Vec<(Exporter, Weak<Watch>)>> = Mutex::new(Vec::new());
+
+/// An exporter: its pid and its start time (a pid alone may be reused).
+type Exporter = (u32, u64);
+
 impl Watch {
+    /// The watch on the process `handle` names, shared, if it runs (in this pid namespace)
+    /// and the kernel has pidfds.
+    fn shared(handle: &IpcEventHandle) -> Option<Arc<Watch>> {
+        let key = (handle.pid, handle.start_time);
+        let mut watches = WATCHES.lock().unwrap_or_else(PoisonError::into_inner);
+        watches.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(w) = watches.iter().find(|(k, _)| *k == key).and_then(|(_, w)| w.upgrade()) {
+            return (!w.exited()).then_some(w);
+        }
+        let w = Arc::new(Watch::open(handle)?);
+        watches.push((key, Arc::downgrade(&w)));
+        Some(w)
+    }
+
     /// A watch on the process `handle` names, if it runs and the kernel has pidfds.
     #[cfg(target_os = "linux")]
     fn open(handle: &IpcEventHandle) -> Option<Watch> {
@@ -293,15 +316,19 @@ impl IpcSide {
 
 // The exporter, as the kernel reports it.
 
-/// This process's pid namespace (the inode of /proc/self/ns/pid), 0 where unknown.
+/// This process's pid namespace (the inode of /proc/self/ns/pid), 0 where unknown. Looked up
+/// once: a process never changes its own (unshare and setns move only its later children).
 fn pid_namespace() -> u64 {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata("/proc/self/ns/pid").map(|m| m.ino()).unwrap_or(0)
-    }
-    #[cfg(not(target_os = "linux"))]
-    0
+    static NAMESPACE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NAMESPACE.get_or_init(|| {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata("/proc/self/ns/pid").map(|m| m.ino()).unwrap_or(0)
+        }
+        #[cfg(not(target_os = "linux"))]
+        0
+    })
 }
 
 /// When process `pid` started (field 22 of /proc/<pid>/stat), None if there is no such process.
@@ -345,7 +372,10 @@ pub fn export(py: Python<'_>, device: i32) -> PyResult<(Home, OwnedEvent, IpcSid
 /// Open the event `handle` names, in the primary context of the same device here.
 pub fn import(py: Python<'_>, handle: &IpcEventHandle) -> PyResult<(Home, OwnedEvent, IpcSide)> {
     const WHAT: &str = "Event.from_ipc_handle()";
-    if handle.exporter_alive() == Some(false) {
+    // The watch says the exporter runs (one pidfd and one look at /proc); without one, /proc
+    // alone may still say it is gone.
+    let exporter = Watch::shared(handle);
+    if exporter.is_none() && handle.exporter_alive() == Some(false) {
         return Err(handle.exporter_gone(WHAT).into());
     }
     let device = driver::device_with_uuid(&handle.uuid)?.ok_or_else(|| {
@@ -363,7 +393,7 @@ pub fn import(py: Python<'_>, handle: &IpcEventHandle) -> PyResult<(Home, OwnedE
         IpcSide {
             handle: handle.clone(),
             imported: true,
-            exporter: Watch::open(handle),
+            exporter,
         },
     ))
 }

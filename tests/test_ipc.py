@@ -134,6 +134,29 @@ print("ok")
     assert out.strip() == "ok"
 
 
+def test_the_events_imported_from_one_exporter_share_one_watch_on_it(standin_lib):
+    """An importer watches an exporter through a pidfd (its exit is then one poll away); the
+    events it opens from one exporter share it, so that many imports hold one descriptor."""
+    out = run(standin_lib, """
+e = custream.Event(ipc=True)
+h = e.ipc_handle()
+fds = lambda: len(os.listdir("/proc/self/fd"))
+before = fds()
+imports = [custream.Event.from_ipc_handle(h) for _ in range(50)]
+assert fds() == before + 1, (before, fds())
+for i in imports:
+    i.close()
+del imports, i
+assert fds() == before, "the watch went with the last import"
+again = custream.Event.from_ipc_handle(h)
+assert fds() == before + 1
+again.close()
+e.close()
+print("ok")
+""")
+    assert out.strip() == "ok"
+
+
 def test_the_importer_finds_the_device_by_uuid(standin_lib):
     run(standin_lib, """
 os.environ["STANDIN_DEVICES"] = "2"
