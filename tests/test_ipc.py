@@ -21,23 +21,14 @@ import pytest
 
 import custream
 from custream import Event, IpcEventHandle
+from _platform import emulated
 from standin import run, standin_lib  # noqa: F401  (a fixture)
-
-
-def _emulated():
-    """Whether this interpreter runs under qemu-user (scripts/test-aarch64.sh): its
-    sys.executable is then a shell script that starts qemu, not the interpreter itself."""
-    try:
-        with open(sys.executable, "rb") as f:
-            return f.read(2) == b"#!"
-    except OSError:
-        return False
 
 
 # Child processes of multiprocessing (spawn and forkserver start sys.executable with
 # inherited pipes; fork keeps the emulator's threads) do not run under qemu-user here.
 processes = pytest.mark.skipif(
-    _emulated(), reason="multiprocessing's child processes do not run under qemu-user emulation"
+    emulated(), reason="multiprocessing's child processes do not run under qemu-user emulation"
 )
 
 HAS_DRIVER = custream.is_available()
