@@ -15,6 +15,7 @@
 # 5. stage "bench": benches/run.py --gpu, if that script exists ("rows": three of its workers, quick);
 # 6. stage "sanitizer": scripts/sanitizer-check.sh, if that script exists.
 #
+# GPU_CHECK_TESTS="tests/gpu/test_gpu_x.py ..." narrows stage "tests" to those paths.
 # SANITIZER_SUITE=1 adds the gpu-marked tests under both tools to the sanitizer stage.
 #
 # Results go to $OUT (default ./gpu-out): gpu-tests.log, gpu-junit.xml, peer-table.txt,
@@ -146,6 +147,8 @@ if want tests; then
     else
         dirs=()
         for d in tests cython_tests; do [ -d "$d" ] && dirs+=("$d"); done
+        # GPU_CHECK_TESTS="path ..." runs only those (a warm follow-up call, or one file first).
+        [ -n "${GPU_CHECK_TESTS:-}" ] && read -r -a dirs <<<"$GPU_CHECK_TESTS"
         rm -f "$OUT/gpu-junit.xml"
         t=$(budget 480)
         echo "time limit ${t}s"
