@@ -53,29 +53,48 @@ class DLPackOnly:
         return self.t.__dlpack_device__()
 
 
-def test_a_wait_holds_a_stream_until_another_writes(need_torch):
+def test_a_wait_holds_a_stream_until_the_word_is_written(need_torch):
+    # The writer is the CPU, on mapped host memory: CUDA warns that an order between two
+    # streams of one process expressed only by memory operations may deadlock (the driver may
+    # queue the writer behind the wait); across processes (below) it is the semaphore's job.
+    import _ipc_gpu_workers as w
+
+    host = torch.zeros(2, dtype=torch.int64).pin_memory()
+    words = torch.zeros(4, dtype=torch.int64, device="cuda:0")
+    torch.cuda.synchronize()
+    b = custream.Stream()
+    b.wait_value(host, 1, width=64, op="eq")  # a pinned tensor through DLPack: its first element
+    try:
+        with torch.cuda.stream(w.torch_stream(b)):
+            words[0].fill_(5)
+        time.sleep(0.2)
+        assert not b.query(), "b waits for the word"
+        assert words.tolist()[0] == 0, "the work behind the wait ran"
+        host[0] = 1
+        settle(b)
+    finally:
+        host[0] = 1  # a failure must not leave b waiting for the rest of the run
+    assert words.tolist()[0] == 5
+    b.close()
+
+
+def test_a_write_lands_in_stream_order_at_the_address_each_form_names(need_torch):
     import _ipc_gpu_workers as w
 
     words = torch.zeros(4, dtype=torch.int64, device="cuda:0")
     torch.cuda.synchronize()
-    a, b = custream.Stream(), custream.Stream()
-    b.wait_value(words, 1, width=64, op="eq")  # a tensor: its first element
-    try:
-        with torch.cuda.stream(w.torch_stream(b)):
-            words[2].copy_(words[1])
-        with torch.cuda.stream(w.torch_stream(a)):
-            torch.cuda._sleep(w.SLEEP)
-            words[1].fill_(5)
-        a.write_value(DLPackOnly(words), 1, width=64)  # the same word, through DLPack
-        assert not b.query(), "b waits for a's write"
-        settle(b)
-    finally:
-        # A failure leaves b waiting, and the next device-wide synchronize (torch's) with it.
-        if not b.query():
-            release(words[:1], 1, width=64)
-    assert words.tolist()[:3] == [1, 5, 5]
+    a = custream.Stream()
+    with torch.cuda.stream(w.torch_stream(a)):
+        torch.cuda._sleep(w.SLEEP)
+        words[1].fill_(5)
+    a.write_value(DLPackOnly(words), 2**40, width=64)  # through DLPack: the first element
+    a.write_value(words[2:], 7)  # __cuda_array_interface__: 32 bits into a 64-bit word's low half
+    a.write_value(words.data_ptr() + 24, 9, width=64)  # an int address
+    assert not a.query(), "the writes wait for the sleep before them"
+    a.wait_value(words, 2**40, width=64, op="eq")  # met by the stream's own write
+    settle(a)
+    assert words.tolist() == [2**40, 5, 7, 9]
     a.close()
-    b.close()
 
 
 def test_a_semaphore_in_ipc_memory_orders_two_processes_both_ways(need_torch):
@@ -155,33 +174,37 @@ def test_what_the_gpu_cannot_reach_is_refused_before_the_driver_queues_it(need_t
 
 
 def test_the_operations_are_captured_into_a_graph(need_torch):
+    # The graph's wait is on mapped host memory that the CPU releases (see the first test).
+    host = torch.zeros(1, dtype=torch.int64).pin_memory()
     words = torch.zeros(4, dtype=torch.int64, device="cuda:0")
     torch.cuda.synchronize()
-    s, other = custream.Stream(), custream.Stream()
+    s = custream.Stream()
     try:
-        capture_modes(s, other, words)
+        capture_modes(s, host, words)
     finally:
-        release(words, 1, width=64)
+        host[0] = 1
     s.close()
-    other.close()
 
 
-def capture_modes(s, other, words):
+def capture_modes(s, host, words):
     for mode in ("thread_local", "global", "relaxed"):
         words.zero_()
         torch.cuda.synchronize()
         s.begin_capture(mode)
-        s.wait_value(words, 1, width=64, op="geq")
+        s.wait_value(host, 1, width=64, op="geq")
         s.write_value(words[1:], 2**40, width=64)
         s.write_value(words[2:], 3)  # 32 bits, into a 64-bit word's low half
         g = s.end_capture()
         assert words.tolist() == [0, 0, 0, 0], "captured, not run"
         for _ in range(2):  # replayed: the graph waits again at each launch
+            host[0] = 0
             words.zero_()
             torch.cuda.synchronize()
             g.launch(s)
+            time.sleep(0.05)
             assert not s.query(), "the graph's wait holds the stream"
-            other.write_value(words, 1, width=64)
+            assert words.tolist()[1] == 0, "the graph's writes wait behind its wait"
+            host[0] = 1
             settle(s)
             assert words.tolist()[1:3] == [2**40, 3], mode
         g.close()
