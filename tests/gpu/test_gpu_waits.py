@@ -390,6 +390,7 @@ while time.monotonic() < stop:
 for t in threads:
     t.join()
 s.close()
+del s  # a closed Stream is still a live object while referenced
 assert not errors, errors[:5]
 settle()
 assert interrupted > 0, "no signal ended a wait of the main thread"
