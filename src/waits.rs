@@ -1,15 +1,21 @@
 //! Waiting for the GPU without sitting in the driver's wait: timed and interruptible
 //! `synchronize()`, `await event` and `Event.future()`.
 //!
-//! A wait is *armed*: a notifier stream (custream's own, one per pending wait, leased from a
-//! pool per context) waits on the event, then runs `ring`, a C host function, on the driver's
-//! thread. `ring` never touches Python: it wakes a waiting thread (a condition variable),
-//! writes an event loop's eventfd (asyncio reads it, `python/custream/_waits.py`), or posts
+//! A wait is *armed*: a notifier stream (custream's own, from a pool per context) waits on the
+//! event, then runs `ring`, a C host function, on the driver's thread. `ring` never touches
+//! Python: it wakes a waiting thread (a condition variable), writes an event loop's eventfd (asyncio reads it, `python/custream/_waits.py`), or posts
 //! the completion of a `concurrent.futures.Future` to custream's own thread
 //! (src/host_thread.rs), which takes the GIL there. So the driver's thread never waits for
-//! the GIL, and a pending wait takes no thread of its own and no CPU. A notifier stream is
-//! given back by `ring`; one per pending wait, since a stream runs its waits in order and
-//! events complete in any order.
+//! the GIL, and a pending wait takes no thread of its own and no CPU.
+//!
+//! How many notifiers: a stream runs its waits in order and events complete in any order, so
+//! each armed event wait gets a notifier of its own, up to `SPREAD` per context. Past that,
+//! an event wait joins the queue of a notifier already busy (it is seen once the waits queued
+//! there before it are done too). The driver dictates the bound: with host functions pending
+//! on about 56 streams of a context, `cuLaunchHostFunc` onto one more blocks until one of them
+//! has run (an H100, driver 580; tests/gpu/test_gpu_waits.py arms 400 awaits), which would
+//! block the event loop that armed it; and making streams while the GPU is busy can block too.
+//! A notifier is given back by the `ring` of the last wait queued on it.
 //!
 //! A thread waits in slices (src/deadline.rs): between them it asks the driver about the
 //! event, so a context that died (a sticky fault: host functions no longer run) ends the
@@ -192,17 +198,83 @@ impl Signal {
     }
 }
 
+/// Armed event waits' notifiers, by stream handle: how many waits each has queued and not yet
+/// rung. Every context's, at most `SPREAD` of each.
+static BUSY: Mutex<Option<HashMap<u64, Busy>>> = Mutex::new(None);
+
+/// Event waits armed at once that each get a notifier stream of their own, per context; the
+/// rest share those. Well under the ~56 streams with a host function pending at which the
+/// driver blocks the next one: thread waits' notifiers (`StreamWait`) and other libraries'
+/// host functions count there too.
+const SPREAD: usize = 16;
+
+struct Busy {
+    notifier: Notifier,
+    queued: usize,
+}
+
+fn busy() -> std::sync::MutexGuard<'static, Option<HashMap<u64, Busy>>> {
+    BUSY.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One more wait on a busy notifier of the context, if it has `SPREAD` already: the one with
+/// the fewest queued. Its stream handle.
+fn join_busy(context_id: u64) -> Option<StreamHandle> {
+    let mut guard = busy();
+    let map = guard.get_or_insert_with(HashMap::new);
+    let mine = map.values_mut().filter(|b| b.notifier.context_id == context_id);
+    let (count, least) = mine.fold((0, None::<&mut Busy>), |(n, least), b| {
+        let fewer = least.as_ref().is_none_or(|l| b.queued < l.queued);
+        (n + 1, if fewer { Some(b) } else { least })
+    });
+    match least {
+        Some(b) if count >= SPREAD => {
+            b.queued += 1;
+            Some(b.notifier.stream.handle())
+        }
+        _ => None,
+    }
+}
+
+/// A wait queued on the busy notifier `h` is over (rung, or never queued): the last gives the
+/// notifier back.
+fn leave_busy(h: StreamHandle) {
+    let idle = {
+        let mut guard = busy();
+        let map = guard.get_or_insert_with(HashMap::new);
+        match map.get_mut(&h.as_u64()) {
+            Some(b) if b.queued > 1 => {
+                b.queued -= 1;
+                None
+            }
+            Some(_) => map.remove(&h.as_u64()),
+            None => None,
+        }
+    };
+    if let Some(b) = idle {
+        give_back(b.notifier);
+    }
+}
+
+/// Whose notifier a pending wait is queued on.
+enum Owner {
+    /// A thread's stream wait: its own, which records its event on the stream.
+    Alone(Notifier),
+    /// An event wait: a busy notifier's, by stream handle.
+    Busy(StreamHandle),
+}
+
 /// What `ring` owns: the signal and the notifier to give back.
 struct Pending {
     signal: Signal,
-    notifier: Notifier,
+    owner: Owner,
 }
 
 /// The host function behind every armed wait, on the driver's thread: no Python, no CUDA.
 unsafe extern "C" fn ring(user: *mut c_void) {
-    // SAFETY: `user` is the `Pending` that `arm` leaked for this one call.
+    // SAFETY: `user` is the `Pending` that `queue` leaked for this one call.
     let pending = unsafe { Box::from_raw(user.cast::<Pending>()) };
-    let Pending { signal, notifier } = *pending;
+    let Pending { signal, owner } = *pending;
     match signal.0 {
         Kind::Thread(done) => done.set(),
         Kind::Loop(bell, token) => bell.ring(token),
@@ -217,7 +289,10 @@ unsafe extern "C" fn ring(user: *mut c_void) {
     }
     // After the signal: a thread that looks at the notifier's event between its slices sees
     // it done, not recorded again for another wait.
-    give_back(notifier);
+    match owner {
+        Owner::Alone(n) => give_back(n),
+        Owner::Busy(h) => leave_busy(h),
+    }
     PENDING.fetch_sub(1, Ordering::Release);
 }
 
@@ -230,32 +305,44 @@ fn complete(py: Python<'_>, future: Py<PyAny>) {
     }
 }
 
-/// Queue `signal` behind `ev`, a live event of `ctx` (the caller holds it open for the call).
+/// Queue `signal` behind `ev`, a live event of `ctx` (the caller holds it open for the call),
+/// on a notifier of its own or, past `SPREAD`, a busy one's.
 pub fn arm(py: Python<'_>, ev: EventHandle, ctx: Context, signal: Signal) -> PyResult<()> {
-    let notifier = lease(py, ctx)?;
+    let id = driver::context_id(ctx)?;
+    let h = match join_busy(id) {
+        Some(h) => h,
+        None => {
+            let n = lease(py, ctx)?;
+            let h = n.stream.handle();
+            busy()
+                .get_or_insert_with(HashMap::new)
+                .insert(h.as_u64(), Busy { notifier: n, queued: 1 });
+            h
+        }
+    };
     // The signal that comes back with an error is dropped here, attached.
-    gil::brief(py, move || queue(notifier, Behind::Event(ev), signal)).map_err(|(e, _signal)| e.into())
+    gil::brief(py, move || queue(h, Owner::Busy(h), Behind::Event(ev), signal)).map_err(|(e, _signal)| e.into())
 }
 
 /// What a notifier waits behind.
 enum Behind {
     /// A live event.
     Event(EventHandle),
-    /// The work queued so far on a live stream of the notifier's context.
-    Stream(StreamHandle),
+    /// The work queued so far on a live stream of the notifier's context (recorded on the
+    /// notifier's own event).
+    Stream(StreamHandle, EventHandle),
 }
 
-/// Queue the notifier's wait and its `ring` of `signal`. On failure `ring` will never run:
-/// the notifier goes back idle and the signal comes back with the error, to be dropped
-/// where Python may be entered (a future's reference).
-fn queue(notifier: Notifier, behind: Behind, signal: Signal) -> Result<(), (DriverError, Signal)> {
-    let (ns, own) = (notifier.stream.handle(), notifier.event.handle());
-    let user = Box::into_raw(Box::new(Pending { signal, notifier }));
+/// Queue on the notifier stream `ns` its wait and its `ring` of `signal`. On failure `ring`
+/// will never run: the notifier goes back and the signal comes back with the error, to be
+/// dropped where Python may be entered (a future's reference).
+fn queue(ns: StreamHandle, owner: Owner, behind: Behind, signal: Signal) -> Result<(), (DriverError, Signal)> {
+    let user = Box::into_raw(Box::new(Pending { signal, owner }));
     PENDING.fetch_add(1, Ordering::AcqRel);
     let queued = (|| {
         let awaited = match behind {
             Behind::Event(ev) => ev,
-            Behind::Stream(h) => driver::event_record(own, h).map(|()| own)?,
+            Behind::Stream(h, own) => driver::event_record(own, h).map(|()| own)?,
         };
         driver::stream_wait_event(ns, awaited)?;
         // SAFETY: `ring` takes no Python and makes no CUDA call; it owns `user` once called.
@@ -264,8 +351,11 @@ fn queue(notifier: Notifier, behind: Behind, signal: Signal) -> Result<(), (Driv
     queued.map_err(|e| {
         PENDING.fetch_sub(1, Ordering::AcqRel);
         // SAFETY: the launch failed, so `ring` will never run: the box is still ours.
-        let Pending { signal, notifier } = *unsafe { Box::from_raw(user) };
-        give_back(notifier);
+        let Pending { signal, owner } = *unsafe { Box::from_raw(user) };
+        match owner {
+            Owner::Alone(n) => give_back(n),
+            Owner::Busy(h) => leave_busy(h),
+        }
         (e, signal)
     })
 }
@@ -347,7 +437,10 @@ impl StreamWait {
         let notifier = self.notifier.take();
         let signal = Signal::thread(&self.done);
         move || match notifier {
-            Some(n) => queue(n, Behind::Stream(h), signal).map_err(|(e, _)| e),
+            Some(n) => {
+                let (ns, own) = (n.stream.handle(), n.event.handle());
+                queue(ns, Owner::Alone(n), Behind::Stream(h, own), signal).map_err(|(e, _)| e)
+            }
             None => Ok(()),
         }
     }

@@ -301,6 +301,53 @@ def test_off_the_main_thread_plain_and_timed_waits_work(fake):
     assert out.strip() == "ok"
 
 
+def test_hundreds_of_awaits_never_block_the_loop_in_the_driver(fake):
+    """The driver blocks a host function launched onto one more stream once about 56 of a
+    context have one pending (an H100: 400 awaits behind 0.3 s kernels froze the event loop
+    for the kernels' length). The stand-in blocks so past 20 streams: custream arms at most 16
+    event waits on notifiers of their own and queues the rest behind those, so the loop runs
+    on, every await ends, and the notifiers are given back."""
+    out = run(fake, """
+        fake.fake_host_func_waiters.restype = ctypes.c_int
+        fake.fake_host_func_streams(20)
+        streams = [Stream() for _ in range(4)]
+        async def _await(e):
+            await e
+        async def main():
+            ticks = 0
+            async def ticker():
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.005)
+                    ticks += 1
+            tick = asyncio.create_task(ticker())
+            for s in streams:
+                kernel(s, 100)  # the stand-in runs its queue in order: 0.4 s in all
+            events = [streams[i % 4].record() for i in range(400)]
+            waits = [asyncio.ensure_future(_await(e)) for e in events]
+            await asyncio.sleep(0.05)
+            armed = time.monotonic()
+            assert fake.fake_host_func_waiters() == 0
+            assert _pending_waits() == 400, _pending_waits()
+            ticks0 = ticks
+            await asyncio.gather(*waits)
+            assert all(s.query() for s in streams)
+            assert ticks - ticks0 >= 20, (ticks - ticks0, time.monotonic() - armed)
+            # A thread's wait beside them: its own notifier, within the driver's bound.
+            kernel(streams[0], 50)
+            e = streams[0].record()
+            futures = [streams[i % 4].record().future() for i in range(100)]
+            e.synchronize(timeout=5)
+            await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+            tick.cancel()
+        asyncio.run(main())
+        settle()
+        fake.fake_host_func_streams(0)
+        print("ok")
+    """)
+    assert out.strip().endswith("ok"), out
+
+
 def test_await_lets_the_loop_run_and_cancelling_leaves_nothing(fake):
     out = run(fake, """
         s = Stream()

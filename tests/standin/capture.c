@@ -27,7 +27,8 @@
  *   record and wait: a record made with the GIL held while a Python host function is queued
  *   deadlocks against it (the H200's hang of issue 23's stress loop).
  * - A queue of fixed size per stream (fake_queue_limit): a launch into a full one waits for
- *   room, as the driver's does, in a wait no signal ends.
+ *   room, as the driver's does, in a wait no signal ends. A bound on the streams with a host
+ *   function pending (fake_host_func_streams), past which cuLaunchHostFunc waits so too.
  * - Capture: cuStreamBeginCapture_v2 / IsCapturing / EndCapture keep the state CUDA keeps. A
  *   query or synchronize of a capturing stream invalidates the capture (as CUDA does), and so
  *   does one of another stream while a "global" capture is open, unless the calling thread's
@@ -57,12 +58,13 @@ enum {
 typedef struct UObj { int refs; void *ptr; hostfn destroy; } UObj;
 typedef struct Item Item;
 typedef struct Graph { int nodes; int nitems; struct Item *items; int nobj; UObj *objs[256]; } Graph;
-typedef struct Stream { int capturing, invalid, mode, pending; Graph *graph; struct Stream *origin; pthread_t thread; } Stream;
+typedef struct Stream { int capturing, invalid, mode, pending, hostfns; Graph *graph; struct Stream *origin; pthread_t thread; } Stream;
 typedef struct Event { Stream *captured_in; long ticket; } Event;
 struct Item {
     Stream *s; hostfn fn; void *user; int ms; UObj *release;
     volatile uint32_t *wait, *write; uint32_t value;  /* a stream memory operation */
     int wide, op; uint64_t value64;                     /* 64 bits when wide; op: CUDA's condition */
+    int hostfn;                                         /* a host function counted in hostfn_streams */
 };
 #define GRAPH_ITEMS 256
 
@@ -107,6 +109,9 @@ static int wait_met(const Item *it) {
     }
 }
 
+/* Streams with a host function pending, and the bound on them (fake_host_func_streams). */
+static int hostfn_limit, hostfn_streams, hostfn_waiters;
+
 static void *worker(void *arg) {
     (void)arg;
     pthread_mutex_lock(&mu);
@@ -132,6 +137,7 @@ static void *worker(void *arg) {
         head++;
         done_tickets++;
         if (it.s) it.s->pending--;
+        if (it.hostfn && --it.s->hostfns == 0) hostfn_streams--;
         pthread_cond_broadcast(&cv);
     }
     return NULL;
@@ -290,8 +296,36 @@ CUresult cuStreamDestroy_v2(void *h) {
     (void)h;  /* leaked: a handle is never reused, so a use after destroy stays detectable */
     return OK;
 }
+/* fake_host_func_streams(n): as the driver does (from about 56 streams on an H100), a host
+ * function launched onto a stream with none pending waits, in a wait no signal ends, while n
+ * streams have one pending (0, the default: no limit). fake_host_func_waiters(): the launches
+ * waiting so. */
+void fake_host_func_streams(int n) {
+    pthread_mutex_lock(&mu);
+    hostfn_limit = n;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+}
+int fake_host_func_waiters(void) { return __atomic_load_n(&hostfn_waiters, __ATOMIC_RELAXED); }
 CUresult cuLaunchHostFunc(void *h, hostfn fn, void *user) {
-    return queue_or_capture(h, (Item){.fn = fn, .user = user});
+    pthread_mutex_lock(&mu);
+    Stream *s = S(h);
+    int counted = !s->capturing;
+    if (counted && !s->hostfns && hostfn_limit && hostfn_streams >= hostfn_limit) {
+        __atomic_add_fetch(&hostfn_waiters, 1, __ATOMIC_RELAXED);
+        while (hostfn_limit && hostfn_streams >= hostfn_limit) pthread_cond_wait(&cv, &mu);
+        __atomic_sub_fetch(&hostfn_waiters, 1, __ATOMIC_RELAXED);
+    }
+    if (counted && s->hostfns++ == 0) hostfn_streams++;
+    pthread_mutex_unlock(&mu);
+    CUresult r = queue_or_capture(h, (Item){.fn = fn, .user = user, .hostfn = counted});
+    if (r != OK && counted) {
+        pthread_mutex_lock(&mu);
+        if (--s->hostfns == 0) hostfn_streams--;
+        pthread_cond_broadcast(&cv);
+        pthread_mutex_unlock(&mu);
+    }
+    return r;
 }
 /* The checks the driver makes: a known condition, the flush only where supported, the word
  * aligned to its width. Every operation is counted (fake_memops). */
