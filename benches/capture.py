@@ -1,7 +1,30 @@
-"""Host functions and graph capture beside CuPy and raw_driver.c's C loops, timed in turn, once a GPU run; and
-ipc.py's rows (stream memory operations, IPC events)."""
+"""Rows measured once a GPU run, each timed in turn with what it names: host functions, graph launch and capture
+beside raw_driver.c's C loops and CuPy; a write_value + wait_value round trip beside the C loop of the same driver
+calls; an IPC event handed from another process, opened (and closed) and waited on there, beside PyTorch's
+(`torch.cuda.Event(interprocess=True)`)."""
 
-import custream, ipc, timing
+import subprocess, sys
+
+import custream, timing
+
+# The exporter: an IPC event of custream's and one of torch's (if importable), their handles on stdout as hex, kept
+# open (recorded once, so a wait has something to wait for) until stdin closes.
+EXPORTER = """
+import sys, custream
+s = custream.Stream()
+e = custream.Event(ipc=True)
+e.record(s)
+print(bytes(e.ipc_handle()).hex())
+try:
+    import torch
+    te = torch.cuda.Event(interprocess=True)
+    te.record(torch.cuda.current_stream())
+    print(bytes(te.ipc_handle()).hex())
+except Exception as err:
+    print("none", type(err).__name__, err)
+sys.stdout.flush()
+sys.stdin.read()
+"""
 
 def cupy_on(s) -> dict:
     """CuPy on device 0 with custream's stream `s` (`ext`), its kernel loaded outside any capture."""
@@ -12,44 +35,56 @@ def cupy_on(s) -> dict:
     cp.cuda.Device(0).synchronize()
     return {"s": s, "ext": cp.cuda.Stream.from_external(s), "x": x, "cp": cp}
 
-def batches(stmt: str, ns: dict, sync, batch: int = 100):
-    """run(n): n executions of `stmt`, with an untimed `sync` every `batch`, as raw_driver.c's graph_launch."""
-    timed = timing.timer(stmt, ns)
-
-    def run(n: int) -> float:
-        total = 0
-        for done in range(0, n, batch):
-            total += timed(min(batch, n - done))
-            sync()
-        return total
-    return run
+def ipc_rows(ns: dict, exporter) -> list:
+    ours, theirs = exporter.stdout.readline().strip(), exporter.stdout.readline().strip()
+    if not ours or not theirs or theirs.startswith("none"):
+        raise RuntimeError(f"no torch IPC event to compare with: {theirs or 'the exporter failed'}")
+    import torch
+    ns.update(h=custream.IpcEventHandle.from_bytes(bytes.fromhex(ours)), th=bytes.fromhex(theirs), torch=torch,
+              t=custream.Stream(), ts=torch.cuda.Stream())
+    exec("ev = custream.Event.from_ipc_handle(h)\ntev = torch.cuda.Event.from_ipc_handle(0, th)", ns)
+    return [("IPC event open + close (importer)", None, timing.timer("custream.Event.from_ipc_handle(h).close()", ns),
+             timing.timer("torch.cuda.Event.from_ipc_handle(0, th)", ns), "torch Event.from_ipc_handle (freed)"),
+            ("IPC event wait (importer, opened once)", None, timing.batches("t.wait(ev)", ns, ns["t"].synchronize),
+             timing.batches("tev.wait(ts)", ns, ns["ts"].synchronize), "torch Event.wait(stream)")]
 
 def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
     s = custream.Stream(device=0)
-    ns = {**cupy_on(s), "noop": lambda *_: None, "flaunch": floor and floor.flaunch}
+    ns = {**cupy_on(s), "custream": custream, "noop": lambda *_: None, "flaunch": floor and floor.flaunch}
     kernels = lambda n: f"\n    for _ in range({n}):\n        cp.add(x, 1, out=x)\n"  # noqa: E731 (in `with ext:`)
     exec(f"s.begin_capture('relaxed')\nwith ext:{kernels(10)}g = s.end_capture()", ns)  # a graph of 10 kernels
-    g = ns["g"]
-    ns.update(cs=ns["cp"].cuda.Stream(non_blocking=True), G=g.handle, S=s.handle,
+    g, W = ns["g"], ns["x"].data.ptr  # W: a device word (CuPy's array), given as an int: the fast path
+    ns.update(cs=ns["cp"].cuda.Stream(non_blocking=True), G=g.handle, S=s.handle, W=W,
               relaxed=ns["cp"].cuda.runtime.streamCaptureModeRelaxed)
-    timer = lambda stmt: timing.timer(stmt, ns)  # noqa: E731
+    timer, batches = lambda stmt: timing.timer(stmt, ns), lambda stmt: timing.batches(stmt, ns, s.synchronize)
     host = raw.loop("host_func", s.handle), "C cuLaunchHostFunc + sync"
     launch = raw.loop("graph_launch", s.handle, g.handle, 100), "C cuGraphLaunch"
+    # custream asks the driver about the address before each (cuPointerGetAttributes: a freed or unmapped buffer is
+    # a ValueError, not a GPU fault): against C making those same driver calls, and the two operations alone.
+    memops = batches("s.write_value(W, 1); s.wait_value(W, 1)")
     rows = [  # name, target, the loop timed, the C loop (or a peer's) it is timed in turn with, what that is
         ("launch_host_func round trip", None, timer("s.launch_host_func(noop); s.synchronize()"), *host),
         ("  CuPy launch_host_func round trip", None, timer("cs.launch_host_func(noop, None); cs.synchronize()"), *host),
-        ("Graph.launch, 10 nodes", 1.15, batches("g.launch(s)", ns, s.synchronize), *launch),
-        *[("  least binding flaunch(G, S)", None, batches("flaunch(G, S)", ns, s.synchronize), *launch)] * bool(floor),
+        ("Graph.launch, 10 nodes", 1.15, batches("g.launch(s)"), *launch),
+        *[("  least binding flaunch(G, S)", None, batches("flaunch(G, S)"), *launch)] * bool(floor),
         ("capture 100 CuPy kernels (custream)", None,
          timer(f"s.begin_capture('relaxed')\nwith ext:{kernels(100)}s.end_capture().close()"),
-         timer(f"cs.begin_capture(mode=relaxed)\nwith cs:{kernels(100)}cs.end_capture()"), "CuPy begin/end_capture")]
-    more, exporter, why = ipc.rows(ns, raw)  # its exporter process lives until its rows are timed
-    out = {"IPC rows": {"error": why}} if why else {}
-    for name, target, mine, theirs, vs in rows + more:
+         timer(f"cs.begin_capture(mode=relaxed)\nwith cs:{kernels(100)}cs.end_capture()"), "CuPy begin/end_capture"),
+        ("write_value + wait_value", 1.15, memops, raw.loop("memops_checked", s.handle, W, 100),
+         "C: cuPointerGetAttributes, then the operation, twice"),
+        ("  the same, beside the two operations alone", None, memops, raw.loop("memops", s.handle, W, 100),
+         "C cuStreamWriteValue32_v2 + cuStreamWaitValue32_v2")]
+    out, exporter = {}, subprocess.Popen([sys.executable, "-c", EXPORTER], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True)
+    try:  # the exporter lives until its events' rows are timed
+        rows += ipc_rows(ns, exporter)
+    except Exception as e:
+        out["IPC rows"] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        exporter.stdin.close()  # no rows of its to time: it ends now
+    for name, target, mine, theirs, vs in rows:
         r = timing.paired(mine, theirs, **cfg)
         out[name] = {"ns": r["ns"], "vs_ns": r["raw_ns"], "ratio": r["ratio"], "vs": vs, "target": target}
-    if exporter:
-        exporter.stdin.close()
-        exporter.wait(30)
+    exporter.stdin.close()
+    exporter.wait(30)
     g.close()
     return out

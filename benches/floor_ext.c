@@ -12,6 +12,7 @@
 #define DONE(call, r) ((r) ? FAILED(call, r) : Py_NewRef(Py_None))
 #define NOGIL(stmt) do { Py_BEGIN_ALLOW_THREADS stmt; Py_END_ALLOW_THREADS } while (0)
 #define STREAM(s, arg) CUstream s = PyLong_AsVoidPtr(arg); if (!s && PyErr_Occurred()) return NULL /* an int's */
+#define FASTCALL(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL
 
 static PyObject *floor_create(PyObject *mod, PyObject *unused) {
     CUstream s;
@@ -51,45 +52,34 @@ static PyObject *floor_launch(PyObject *mod, PyObject *const *args, Py_ssize_t n
 
 /* FloorStream: its handle, an int, and the getset `handle` that returns it, no check. */
 typedef struct { PyObject_HEAD PyObject *handle; } FloorStream;
-
-static PyObject *floor_stream_handle(PyObject *fs, void *closure) { return Py_NewRef(((FloorStream *)fs)->handle); }
-
-static void floor_stream_dealloc(PyObject *fs) {
-    Py_DECREF(((FloorStream *)fs)->handle);
-    PyObject_Free(fs);
-}
-
-static PyObject *floor_stream_self(PyObject *fs, PyObject *unused) { return Py_NewRef(fs); }
-
-static PyObject *floor_stream_exit(PyObject *fs, PyObject *const *args, Py_ssize_t n) { Py_RETURN_NONE; }
-
-static PyGetSetDef floor_stream_getset[] = {{"handle", floor_stream_handle, NULL, NULL, NULL}, {NULL}};
-static PyMethodDef floor_stream_methods[] = {{"lease", floor_stream_self, METH_NOARGS, NULL},
-    {"__enter__", floor_stream_self, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)(void (*)(void))floor_stream_exit, METH_FASTCALL, NULL}, {NULL, NULL, 0, NULL}};
-static PyTypeObject floor_stream_type = {PyVarObject_HEAD_INIT(NULL, 0).tp_name = "floor_ext.FloorStream",
-    .tp_basicsize = sizeof(FloorStream), .tp_flags = Py_TPFLAGS_DEFAULT, .tp_dealloc = floor_stream_dealloc,
-    .tp_getset = floor_stream_getset, .tp_methods = floor_stream_methods};
+static PyObject *fs_handle(PyObject *fs, void *closure) { return Py_NewRef(((FloorStream *)fs)->handle); }
+static PyObject *fs_self(PyObject *fs, PyObject *unused) { return Py_NewRef(fs); }
+static PyObject *fs_exit(PyObject *fs, PyObject *const *args, Py_ssize_t n) { Py_RETURN_NONE; }
+static void fs_dealloc(PyObject *fs) { Py_DECREF(((FloorStream *)fs)->handle); PyObject_Free(fs); }
+static PyGetSetDef fs_getset[] = {{"handle", fs_handle, NULL, NULL, NULL}, {NULL}};
+static PyMethodDef fs_methods[] = {{"lease", fs_self, METH_NOARGS, NULL}, {"__enter__", fs_self, METH_NOARGS, NULL},
+                                   {"__exit__", FASTCALL(fs_exit), NULL}, {NULL, NULL, 0, NULL}};
+static PyTypeObject fs_type = {PyVarObject_HEAD_INIT(NULL, 0).tp_name = "floor_ext.FloorStream",
+    .tp_basicsize = sizeof(FloorStream), .tp_flags = Py_TPFLAGS_DEFAULT, .tp_dealloc = fs_dealloc,
+    .tp_getset = fs_getset, .tp_methods = fs_methods};
 
 static PyObject *floor_stream(PyObject *mod, PyObject *handle) {
     if (!PyLong_Check(handle)) return PyErr_Format(PyExc_TypeError, "fstream(H) takes an int");
-    FloorStream *fs = PyObject_New(FloorStream, &floor_stream_type);
+    FloorStream *fs = PyObject_New(FloorStream, &fs_type);
     if (fs) fs->handle = Py_NewRef(handle);
     return (PyObject *)fs;
 }
 
-static PyMethodDef driver_methods[] = {
-    {"fcreate", floor_create, METH_NOARGS, NULL}, {"fdestroy", floor_destroy, METH_O, NULL},
-    {"fquery", floor_query, METH_O, NULL}, {"fsync", floor_sync, METH_O, NULL},
-    {"flaunch", (PyCFunction)(void (*)(void))floor_launch, METH_FASTCALL, NULL}, {NULL, NULL, 0, NULL},
-};
+static PyMethodDef driver_methods[] = {{"fcreate", floor_create, METH_NOARGS, NULL},
+    {"fdestroy", floor_destroy, METH_O, NULL}, {"fquery", floor_query, METH_O, NULL},
+    {"fsync", floor_sync, METH_O, NULL}, {"flaunch", FASTCALL(floor_launch), NULL}, {NULL, NULL, 0, NULL}};
 static PyMethodDef methods[] = {{"fstream", floor_stream, METH_O, NULL}, {NULL, NULL, 0, NULL}};
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "floor_ext", NULL, -1, methods};
 
 /* The driver's functions only where libcuda.so.1 loads (with every entry point): fstream needs none. */
 PyMODINIT_FUNC PyInit_floor_ext(void) {
     PyObject *mod = NULL;
-    if (PyType_Ready(&floor_stream_type) == 0 && (mod = PyModule_Create(&module)) && raw_load() == 0 &&
+    if (PyType_Ready(&fs_type) == 0 && (mod = PyModule_Create(&module)) && raw_load() == 0 &&
         PyModule_AddFunctions(mod, driver_methods) < 0)
         Py_CLEAR(mod);
     return mod;

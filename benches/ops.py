@@ -4,7 +4,6 @@ from collections import namedtuple
 
 class Op(namedtuple("Op", "key title bound raw load unit gpu times", defaults=(None, None, False, "ns", False, None))):
     """A row; its target: <= `bound` `unit`, `raw` x the C loop, `times` = (factor, lib, key) x that figure, `load`."""
-
     @property
     def target(self) -> str:
         if self.times is not None:
@@ -38,23 +37,23 @@ OPERATIONS = [
     Op("rust_usize", "Rust f(usize), an int"),
     Op("rust_stream_ref", "Rust f(pyo3_custream::StreamRef)", times=(1.3, "custream", "rust_usize")),
 ]
-
-ALONE = ("import custream, time\ncustream.Stream().close()\nt = time.perf_counter()\n"  # nothing else holds the context
-         "for _ in range(2000):\n    custream.Stream().close()\nprint((time.perf_counter() - t) / 2000 * 1e9)\n")
 OPS = {op.key: op for op in OPERATIONS}
 RATIO_KEYS = [op.key for op in OPERATIONS if op.raw is not None]  # timed in turn with raw_driver.c's loops
 # Timed in turn with the least binding's statement, in custream's worker (no driver). `with` statements are timed as
 # written (no `with_` call): beside the same `with` over floor_ext.c's least context manager, CPython's own floor.
 IN_TURN = {"handle_int": "fs.handle", "pool_lease": "with fs.lease(): pass"}
+ALONE = ("import custream, time\ncustream.Stream().close()\nt = time.perf_counter()\n"  # nothing else holds the context
+         "for _ in range(2000):\n    custream.Stream().close()\nprint((time.perf_counter() - t) / 2000 * 1e9)\n")
+
 NA = namedtuple("NA", "reason")  # an operation the library has not, and why
 Lib = namedtuple("Lib", "name import_stmt dists setup ops notes not_best cpu_setup", defaults=({}, (), None))
-
+NOT_APPLICABLE, NEEDS_GPU = {"na": "not applicable"}, "needs a GPU (run with --gpu)"
+NO_CURRENT, NO_POOL = NA("no current-stream notion"), NA("no stream pool")
+NEITHER = {"current_stream": NO_CURRENT, "with_stream": NO_CURRENT, "pool_get": NO_POOL}
+FAKE_H = 0x7F3A2C001230  # the handle the CPU run wraps: nothing calls the driver
 # The least producer the protocol allows (what `wrap_protocol` wraps); `with_(cm)` enters and leaves a block.
 PRODUCER = ("class Producer:\n    __slots__ = ('_t',)\n    def __init__(self, h):\n        self._t = (0, h)\n"
             "    def __cuda_stream__(self):\n        return self._t\ndef with_(cm):\n    with cm:\n        pass\n")
-NO_CURRENT, NO_POOL, NEEDS_GPU = NA("no current-stream notion"), NA("no stream pool"), "needs a GPU (run with --gpu)"
-NEITHER = {"current_stream": NO_CURRENT, "with_stream": NO_CURRENT, "pool_get": NO_POOL}
-FAKE_H = 0x7F3A2C001230  # the handle the CPU run wraps: nothing calls the driver
 CV = "import contextvars\ncv = contextvars.ContextVar('bench', default=None)\n"
 
 CUSTREAM = Lib(
@@ -92,8 +91,7 @@ PEERS = [
          "synchronize": "s.synchronize()", "query": "s.done", **NEITHER,
          "current_stream": "cupy.cuda.get_current_stream()", "with_stream": "with_(s)"},
         notes={"create_destroy": DESTROYED_ON_DEALLOC}),
-    Lib("torch", "import torch", ("torch",),
-        "torch.cuda.init()\ns = torch.cuda.Stream()\nH = s.cuda_stream\n",
+    Lib("torch", "import torch", ("torch",), "torch.cuda.init()\ns = torch.cuda.Stream()\nH = s.cuda_stream\n",
         {"cuda_stream": "s.__cuda_stream__()", "handle_int": "s.cuda_stream",
          "wrap_protocol": NA("torch has no __cuda_stream__ consumer (ExternalStream takes an int)"),
          "wrap_int": ("torch.cuda.ExternalStream(H)", "torch.cuda.get_stream_from_external(H)"),
@@ -104,10 +102,8 @@ PEERS = [
          "pool_lease": NA("torch's pool only hands out round-robin"),
          "cpp_stream_ref": "nb.handle_of(s)", "rust_stream_ref": "rx.handle_of(s)"},
         notes={"create_destroy": "torch.cuda.Stream() hands out a stream from a fixed pool and never destroys it: "
-                                 "not a create + destroy, kept out of 'best peer'"},
-        not_best=("create_destroy",)),
-    Lib("numba", "import numba.cuda", ("numba-cuda", "numba"),
-        "s = numba.cuda.stream()\nH = s.__cuda_stream__()[1]\n",
+                                 "not a create + destroy, kept out of 'best peer'"}, not_best=("create_destroy",)),
+    Lib("numba", "import numba.cuda", ("numba-cuda", "numba"), "s = numba.cuda.stream()\nH = s.__cuda_stream__()[1]\n",
         {"cuda_stream": "s.__cuda_stream__()", "handle_int": ("s.handle.value", "int(s.handle)", "int(s)"),
          "wrap_protocol": NA("numba.cuda.external_stream takes an int, not a protocol object"),
          "wrap_int": "numba.cuda.external_stream(H)", "create_destroy": "numba.cuda.stream()",

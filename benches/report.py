@@ -7,23 +7,27 @@ from statistics import median
 import ops
 
 LIBRARIES = ["raw", *(p.name for p in ops.PEERS), "custream"]
-PEERS, LEAST, NOT_APPLICABLE = LIBRARIES[1:-1], ops.LEAST.name, {"na": "not applicable"}
+PEERS, LEAST, NOT_APPLICABLE = LIBRARIES[1:-1], ops.LEAST.name, ops.NOT_APPLICABLE
+COLORS = {"raw": "#555555", "least binding": "#9a9a9a", "cuda.core": "#76b900", "CuPy": "#1f77b4", "torch": "#ee4c2c",
+          "numba": "#00a3e0", "rmm": "#7f4fc9", "custream": "#f2a900"}
+Bar = namedtuple("Bar", "lib value text ref", defaults=(False,))  # ref: a floor of custream's own (hatched)
+NOT_BEST = " (not a create + destroy: kept out of best peer)"
 
 def _fig(entry, unit: str = "ns") -> float | None:
     return entry.get(unit) if isinstance(entry, dict) else None
 
 def combine(entries: list[dict]) -> dict:
-    """One library's figures for one operation over the rounds; where timed in turn, each round's ratio too."""
     unit = "ms" if any("ms" in e for e in entries) else "ns"
     if not (good := [e for e in entries if unit in e]):
         return entries[0] if entries else {"na": "not measured"}
-    out = {k: good[0][k] for k in ("stmt", "note", "not_best") if k in good[0]}
-    out.update({unit: median(e[unit] for e in good), f"per_round_{unit}": [e[unit] for e in good]})
+    each = lambda key: [e[key] for e in good]  # noqa: E731
+    out = {**{k: good[0][k] for k in ("stmt", "note", "not_best") if k in good[0]},
+           unit: median(each(unit)), f"per_round_{unit}": each(unit)}
     if "ratio" in good[0]:
-        out.update(ratio=median(e["ratio"] for e in good), ratios=[e["ratio"] for e in good],
-                   **({"raw_ns": [e["raw_ns"] for e in good]} if "raw_ns" in good[0] else {}))
+        out.update(ratio=median(each("ratio")), ratios=each("ratio"))
+        out.update({"raw_ns": each("raw_ns")} if "raw_ns" in good[0] else {})
     if "least" in good[0]:
-        out["least"] = combine([e["least"] for e in good])
+        out["least"] = combine(each("least"))
     return out
 
 def assemble(mode: str, rounds: dict, cython: dict) -> dict:
@@ -85,7 +89,6 @@ def machine(results: dict) -> str:
             + ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if v))
 
 def table(results: dict) -> str:
-    """The operations, a column a library; the ratios of each round; capture.py's and scale.py's rows; notes."""
     names, opsd, panels = results["libraries"], results["operations"], groups(results)
     head = ["operation", *names, "floor", "/best", "/raw", "target", ""]
     rows = [[o["title"] + (" [ms]" if o["unit"] == "ms" else ""),
@@ -100,41 +103,34 @@ def table(results: dict) -> str:
            + ", ".join(f"{k} {fmt(v)}" for k, v in results.get("empty_loop_ns", {}).items()), ""]
     out += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
             for r in [head, ["-" * w for w in widths], *rows]]
-    per_round = lambda e: " ".join(f"{r:.2f}" for r in e["ratios"]) + f"  median {e['ratio_median']:.2f}x"  # noqa: E731
     for o in opsd.values():  # the least binding's statement, timed in turn in custream's worker (ops.IN_TURN)
         for f in [f for f in o["floors"] if f.get("lib") == LEAST]:
-            over = f"; custream over it, per round: {per_round(f)}" if "ratios" in f else " (in a worker of its own)"
+            over = (f"; custream over it, per round: {' '.join(f'{r:.2f}' for r in f['ratios'])}  median "
+                    f"{f['ratio_median']:.2f}x" if "ratios" in f else " (in a worker of its own)")
             out += ["", f"{o['title']}: {f['label']}, {f['stmt']}: {fmt(f['ns'])} ns{over}"]
-    cap, scale = results.get("capture", {}), results.get("scale") or {}
+    cap, scale, waits = results.get("capture", {}), results.get("scale") or {}, results.get("waits") or {}
     for key, head in (("ratio", "ratio to a C loop of the same driver calls (raw_driver.c), timed in turn; "
                                 "capture.py's rows: to the loop each names"),
                       ("scale", f"scale rows (scale.py; driver: {scale.get('driver')}): a figure per size N; growth: "
                                 "the last size's figure over the first's")):
         out += ["", head, *(f"{g['label']}: {g['note']}" + "".join(f"\n    {b.text}" for b in g["bars"])
                             for g in panels[key])] if panels[key] else []
-    waits = results.get("waits") or {}
     if waits and "error" not in waits and "na" not in waits:
-        out += ["", "waits (waits.py): median from a kernel's end to the waiter running again, and CPU used while awaits "
-                    "are pending; ratio: to the driver's own wait (cuStreamSynchronize on another thread) on the same kernel"]
+        out += ["", "waits (waits.py): median from a kernel's end to the waiter running again, and CPU used while "
+                "awaits are pending; ratio: to the driver's own wait (cuStreamSynchronize on another thread) on the "
+                "same kernel"]
         out += [f"  {name}: " + (f"{w['ns'] / 1e6:.1f} ms" if w.get("unit") == "ms" else f"{fmt(w['ns'])} ns")
                 + (f"  {w['ratio']:.2f}x" if "ratio" in w else "")
                 + (f"  (target {w['target']}x)" if "target" in w else "")
                 + (f"  (target < {w['target_ms']} ms)" if "target_ms" in w else "") for name, w in waits.items()]
     errors, quiet = results.get("lib_errors", {}), (None, "not applicable", "not measured", ops.NEEDS_GPU)
     notes = [f"  {x}" for x in results.get("round_errors", [])] + [f"  {n}: {e}" for n, e in errors.items()]
-    notes += [f"  {n}: {x['error']}" for n, x in (("capture.py", cap), ("scale.py", scale), ("waits.py", waits))
+    notes += [f"  {n}.py: {x['error']}" for n, x in (("capture", cap), ("scale", scale), ("waits", waits))
               if "error" in x]
-    notes += [f"  {n}: {x['error']}" for n, x in (("capture.py", cap), ("scale.py", scale)) if "error" in x]
     notes += [f"  capture.py / {n}: {r['error']}" for n, r in cap.items() if isinstance(r, dict) and "error" in r]
     notes += [f"  {n} / {o['title']}: {what}" for o in opsd.values() for n, r in o["results"].items() if n not in errors
               for what in (r.get("na") not in quiet and f"n/a: {r['na']}", r.get("note")) if what]
     return "\n".join(out + (["", "notes:", *notes] if notes else []))
-
-COLORS = {"raw": "#555555", "least binding": "#9a9a9a", "cuda.core": "#76b900", "CuPy": "#1f77b4", "torch": "#ee4c2c",
-          "numba": "#00a3e0", "rmm": "#7f4fc9", "custream": "#f2a900"}
-REFERENCE, NOT_BEST = "#d0d0d0", " (not a create + destroy: kept out of best peer)"
-
-Bar = namedtuple("Bar", "lib value text ref", defaults=(False,))  # ref: a floor of custream's own (hatched)
 
 def groups(results: dict) -> dict:
     """Per panel of the chart ("ns", "ratio": to a C loop, timed in turn, "ms", "scale"), a group of bars a row."""
@@ -142,8 +138,7 @@ def groups(results: dict) -> dict:
     for key, o in opsd.items():
         ratio = (op := ops.OPS.get(key)) is not None and op.raw is not None
         unit, show = ("ratio", times) if ratio else (o["unit"], fmt)
-        mine = _fig(o["results"].get("custream"), unit)
-        if op is None or mine is None:
+        if op is None or (mine := _fig(o["results"].get("custream"), unit)) is None:
             continue
         f = (results.get("paired", {}).get(key, {}).get("floor") if ratio  # the least binding's figure
              else next((f for f in o["floors"] if f.get("lib") == LEAST), None)) or {}
@@ -164,7 +159,7 @@ def groups(results: dict) -> dict:
     # capture.py's rows, as ratios to what each was timed in turn with: a main row, then its peers' ("  CuPy ...")
     cap = results.get("capture", {})
     for name, r in ({} if "error" in cap else cap).items():
-        if "error" in r:  # a row that could not be made (ipc.py's, without torch): a note
+        if "error" in r:  # a row that could not be made (the IPC rows, without torch): a note
             continue
         lib = next((n for n in COLORS if name.strip().startswith(n)), name.strip()) if name[0] == " " else "custream"
         if lib == "custream" or not panels["ratio"] or panels["ratio"][-1].get("rows") != "capture":
@@ -183,14 +178,12 @@ def groups(results: dict) -> dict:
             bars.append(Bar("custream", v, text))
             if "raw_ns" in p:
                 bars.append(Bar("raw", p["raw_ns"], f"N={p['n']:,}: {fmt(p['raw_ns'])} ns  raw_driver.c"))
-        raw = f"; raw_driver.c {r['raw_growth']:.2f}x" if "raw_growth" in r else ""
-        per = f" per {r['per']}" if r.get("per") else ""
-        note = r.get("error") or f"growth{per} {r['growth']:.2f}x (expect {r['expect']}){raw}"
+        raw, per = f"; raw_driver.c {r['raw_growth']:.2f}x" if "raw_growth" in r else "", r.get("per")
+        note = r.get("error") or f"growth{per and ' per ' + per} {r['growth']:.2f}x (expect {r['expect']}){raw}"
         panels["scale"].append({"label": r["title"], "bars": bars, "target": None, "rows": "scale", "note": note})
     return panels
 
 def plot(results: dict, path: str) -> None:
-    """groups(), a panel a unit, horizontal bars, each labelled with its library (no legend)."""
     import matplotlib.pyplot as plt
     titles = {"ns": "ns per call (log scale)", "ms": "milliseconds (log scale): import in a fresh interpreter",
               "ratio": "ratio to the driver calls in a C loop (raw_driver.c = 1, the grey line), timed in turn",
@@ -206,7 +199,7 @@ def plot(results: dict, path: str) -> None:
             top = y
             for b in g["bars"]:  # each bar's text at its end; custream's bold, but in a scale row
                 mine = b.lib == "custream" and g.get("rows") != "scale"
-                ax.barh(y, b.value, 0.8, color=REFERENCE if b.ref else COLORS.get(b.lib, "#999"), hatch="//" * b.ref,
+                ax.barh(y, b.value, 0.8, color="#d0d0d0" if b.ref else COLORS.get(b.lib, "#999"), hatch="//" * b.ref,
                         edgecolor="black" if mine or b.ref else "none", linewidth=0.8)
                 ax.annotate(b.text, (b.value, y), xytext=(4, 0), textcoords="offset points", va="center",
                             zorder=5, fontsize=8.5, fontweight="bold" if mine else "normal",
@@ -229,8 +222,8 @@ def plot(results: dict, path: str) -> None:
         ax.grid(axis="x", which="major", alpha=0.3)
         ax.set_title(title, loc="left", fontsize=10.5, fontweight="bold")
     fig.text(0.5, 0.003, f"{machine(results)}\nbars: medians over rounds of fresh processes (capture and scale rows: "
-             "one process); custream's outlined; floors hatched; targets dashed", ha="center",
-             va="bottom", fontsize=8.5)
+             "one process); custream's outlined; floors hatched; targets dashed", ha="center", va="bottom",
+             fontsize=8.5)
     fig.tight_layout(rect=(0, 0.6 / fig.get_figheight(), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

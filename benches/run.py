@@ -74,15 +74,13 @@ def measure(args) -> dict:
                 rounds[name].append({"error": f"skipped: the {args.budget_s:.0f} s budget was spent"})
     cython = cy.get("rows") or {"custream": {"na": cy.get("error", "not measured")}}
     results = report.assemble("gpu" if gpu else "cpu", rounds, cython)
-    if raw:
-        cap = worker("capture", extra, max(30, min(240, left())))
-        results["capture"] = cap.get("rows") or {"error": cap.get("error", "no rows")}
-        waits = worker("waits", extra, max(30, min(120, left())))
-        results["waits"] = waits.get("rows") or {"error": waits.get("error", "no rows")}
-    sc = worker("scale", extra, max(90, min(240, left())), {"CUDA_DEVICE_MAX_CONNECTIONS": "16"})  # docs say why
+    connections = {"CUDA_DEVICE_MAX_CONNECTIONS": "16"}  # the scale worker's (docs/benchmarks.md says why)
+    for name, least, most in [("capture", 30, 240), ("waits", 30, 120)] * bool(raw) + [("scale", 90, 240)]:
+        w = worker(name, extra, max(least, min(most, left())), connections if name == "scale" else None)
+        results[name] = w.get("rows") or {"error": w.get("error", "no rows")}
+    scale = results["scale"]
     results["scale"] = {"driver": "the GPU's driver" if gpu else "the stand-in (tests/standin/capture.c): custream's "
-                        "own cost, no GPU work",
-                        **({"rows": sc["rows"]} if "rows" in sc else {"error": sc.get("error", "no rows")})}
+                        "own cost, no GPU work", **({"rows": scale} if isinstance(scale, list) else scale)}
     first = {n: next((w for w in ws if "version" in w), {}) for n, ws in rounds.items()}
     with open("/proc/cpuinfo" if os.path.exists("/proc/cpuinfo") else os.devnull) as f:
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.machine())

@@ -4,7 +4,7 @@ import ctypes, functools, math, mmap, os, statistics, sys, tempfile, threading, 
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, closing, contextmanager
 
-import timing
+import custream, timing  # custream opens the driver on first use: after run() has chosen it
 
 ALIVE, THREADS, KERNELS = (1, 1_000, 10_000), (1, 16), (10, 1_000, 10_000)
 PENDING, PER_STREAM = {"gpu": (1, 10_000), "cpu": (1, 1_000)}, 1_000
@@ -20,12 +20,11 @@ def standin() -> str:
         raise RuntimeError(f"no stand-in driver: {e}") from None
 
 def alive(cfg: dict, gpu: bool, raw) -> tuple[list, dict]:
-    import custream
-    points, ns, others = [], {"CS": custream.Stream}, []
+    points, others = [], []
     with ExitStack() as stack:  # the others closed on leaving
         for n in ALIVE:  # on the GPU in turn with raw_driver.c's loop, which sees the same streams
             others += [stack.enter_context(closing(custream.Stream())) for _ in range(n - len(others))]
-            r = timing.measure("CS().close()", ns, raw and raw.loop("create_destroy"), **cfg)
+            r = timing.measure("CS().close()", {"CS": custream.Stream}, raw and raw.loop("create_destroy"), **cfg)
             points.append({"n": n, "value": r.pop("ns"), **r})  # and, paired, the C loop's figure and the ratio
     growth = {"raw_growth": points[-1]["raw_ns"] / points[0]["raw_ns"]} if raw else {}
     return points, {"stmt": "custream.Stream().close()", **growth}
@@ -49,15 +48,12 @@ def throughput(stmt: str, ns: dict, threads: int, seconds: float) -> float:
     return sum(c.result() for c in counts) / (time.perf_counter() - t0)
 
 def threaded(cfg: dict, gpu: bool, raw, stmt: str) -> tuple[list, dict]:
-    import custream
     with closing(custream.Stream()) as s, closing(custream.StreamPool(4)) as pool:
         ns, seconds = {"custream": custream, "s": s, "pool": pool}, 0.05 if cfg["target_ms"] < 10 else 0.25
         rates = {n: [throughput(stmt, ns, n, seconds) for _ in range(max(3, cfg["repeats"] // 3))] for n in THREADS}
     return [{"n": n, "value": statistics.median(r)} for n, r in rates.items()], {"stmt": stmt}
 
 def capture(cfg: dict, gpu: bool, raw) -> tuple[list, dict]:
-    """begin to end_capture().close() around N kernels: CuPy's on the GPU, the stand-in's fake_kernel."""
-    import custream
     with closing(custream.Stream()) as s:  # closed mid-capture, should a kernel fail: that ends it
         if gpu:
             import capture as cap
@@ -105,8 +101,6 @@ def held(*streams, timeout: float = 5.0):
         page.close()
 
 def pending(cfg: dict, gpu: bool, raw) -> tuple[list, dict]:
-    """One launch_host_func(noop) timed with N host functions pending, PER_STREAM a held stream."""
-    import custream
     sizes, points, noop = PENDING["gpu" if gpu else "cpu"], [], lambda *_: None
     with ExitStack() as stack:  # the streams closed on leaving
         streams = [stack.enter_context(closing(custream.Stream())) for _ in range(-(-max(sizes) // PER_STREAM))]
@@ -134,7 +128,6 @@ ROWS = [("create + destroy, N other streams alive", "ns", "flat", "", alive),
         (PENDING_TITLE, "ns", "flat", "", pending)]
 
 def run(cfg: dict, gpu: bool, raw=None, floor=None) -> list[dict]:
-    """Every scale row; one that fails is reported as {"title", "error"}."""
     if not gpu:  # the stand-in driver, before custream loads one
         os.environ["CUSTREAM_LIBCUDA"] = standin()
     rows: list[dict] = []

@@ -2,12 +2,15 @@
 
 import statistics, time, timeit
 
-def timer(stmt: str, namespace: dict):
-    """run(n) -> elapsed ns of n executions of `stmt` in `namespace` (its globals)."""
+def timer(stmt: str, namespace: dict):  # run(n) -> the ns n executions take
     return timeit.Timer(stmt, globals=namespace, timer=time.perf_counter_ns).timeit
 
+def batches(stmt: str, namespace: dict, sync, batch: int = 100):
+    """timer(), with an untimed `sync()` every `batch` executions (the queue stays short), as the C loops do."""
+    timed = timer(stmt, namespace)
+    return lambda n: sum((timed(min(batch, n - done)), sync())[0] for done in range(0, n, batch))
+
 def loop_size(run, target_ms: float, max_number: int = 2_000_000) -> int:
-    """How many executions make `run(n)` last about `target_ms`, after an untimed first call."""
     run(1)
     number = 1
     while (elapsed := run(number)) < target_ms * 1e6 / 10 and number < max_number:
@@ -24,8 +27,9 @@ def in_turn(runs: list, repeats: int = 15, target_ms: float = 20.0, budget_s: fl
     return samples
 
 def measure(stmt: str, namespace: dict, ref=None, **cfg) -> dict:  # with `ref` (a runner): paired with it
-    return paired(timer(stmt, namespace), ref, **cfg) if ref else {
-        "ns": statistics.median(in_turn([timer(stmt, namespace)], **cfg)[0])}
+    if ref:
+        return paired(timer(stmt, namespace), ref, **cfg)
+    return {"ns": statistics.median(in_turn([timer(stmt, namespace)], **cfg)[0])}
 
 def paired(mine, theirs, **cfg) -> dict:
     """Two runners timed in turn; `ratio`: the median over pairs of mine / theirs, which the CPU's drift spares."""

@@ -1,4 +1,4 @@
-"""One worker: a round of one library of ops.LIBS (or `cython`, `capture`, `scale`: rows measured once a run)."""
+"""One worker: a round of one library of ops.LIBS, or rows measured once a run (cython, capture, scale, waits)."""
 
 import argparse, ctypes, importlib, json, os, pathlib, re, subprocess, sys, tempfile
 from importlib import metadata
@@ -9,7 +9,7 @@ sys.path += [os.path.join(ROOT, "cpp_tests"), os.path.join(ROOT, "cython_tests")
 
 import ops, timing  # noqa: E402
 
-N, NOT_APPLICABLE = 1 << 20, {"na": "not applicable"}  # N: the Cython loops' iterations a call
+N = 1 << 20  # the Cython loops' iterations a call
 LOOP = '''
 def {name}({args}Py_ssize_t n):
     cdef Py_ssize_t i
@@ -34,12 +34,9 @@ def time_op(lib: ops.Lib, key: str, ns: dict, cfg: dict, gpu: bool, raw) -> dict
         return {"na": spec.reason if isinstance(spec, ops.NA) else ops.NEEDS_GPU}
     expect = {"handle_int": ns["H"], "cuda_stream": (0, ns["H"])}.get(key)
     for stmt in (spec,) if isinstance(spec, str) else spec:
-        try:
-            try:
-                code = compile(stmt, "<bench>", "eval")
-            except SyntaxError:  # a statement (`with ...: pass`): run once, its value None
-                code = compile(stmt, "<bench>", "exec")
-            if (value := eval(code, ns)) == expect or expect is None:
+        try:  # a `with` statement is run once, its value None
+            value = eval(compile(stmt, "<bench>", "exec" if stmt.startswith("with ") else "eval"), ns)
+            if value == expect or expect is None:
                 break
             why = f"{stmt} gave {value!r}, expected {expect!r}"
         except Exception as e:  # a spelling this version lacks: try the next
@@ -140,7 +137,7 @@ def measure(args, lib: ops.Lib, cfg: dict) -> dict:
         p = subprocess.run([sys.executable, "-c", ops.ALONE], capture_output=True, text=True, timeout=120)
         timed["create_alone"] = ({"ns": float(p.stdout), "stmt": "custream.Stream().close()"} if p.returncode == 0
                                  else {"na": p.stderr[-200:]})
-    return {**out, "ops": {**timed, "import": import_ms(lib.import_stmt) if lib.import_stmt else NOT_APPLICABLE}}
+    return {**out, "ops": {**timed, "import": import_ms(lib.import_stmt) if lib.import_stmt else ops.NOT_APPLICABLE}}
 
 def main() -> int:
     ap = argparse.ArgumentParser()

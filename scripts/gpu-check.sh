@@ -266,7 +266,7 @@ if want bench; then
     fi
 fi
 
-# The rows of one worker each (waits.py; capture.py with ipc.py's rows; custream's own ops with the C floor of
+# The rows of one worker each (waits.py; capture.py with the IPC rows; custream's own ops with the C floor of
 # `with`), quick, when the whole bench will not fit beside the tests: JSON in $OUT/rows-*.json.
 if want rows; then
     banner "bench rows"
