@@ -102,6 +102,16 @@ double raw_time(const char *key, long n, CUstream s, void *g, long batch) {
     return failed ? -1 : now_ns() - t - untimed;
 }
 
+/* waits.py's floor for a wait that does not spin: when a host function queued on `s` behind the kernel runs
+ * (CLOCK_MONOTONIC), -1 after a failed call. */
+static volatile double stamped;
+static void stamp(void *user) { (void)user; stamped = now_ns(); }
+double raw_hostfn(CUstream s) {
+    CALL(cuLaunchHostFunc(s, stamp, NULL));
+    CALL(cuStreamSynchronize(s));
+    return failed ? -1 : stamped;
+}
+
 /* waits.py's clock for "the kernel ended": spin until the kernel's last write reaches mapped host memory, then read
  * CLOCK_MONOTONIC (Python's time.monotonic_ns). Called through ctypes, which lets the GIL go. -1 after `limit_ns`. */
 double raw_watch(volatile int *flag, double limit_ns) {
