@@ -194,7 +194,9 @@ class Stream:
         >= 0``, a greater-or-equal that survives the counter wrapping), 'eq', 'and' (``word & value
         != 0``) or 'nor' (``~(word | value) != 0``). ``flush=True`` follows the wait with a flush
         of remote writes (``CU_STREAM_WAIT_VALUE_FLUSH``, where the platform supports it). The
-        host does not wait. ``address`` as for ``write_value()``. A node of the graph in a capture."""
+        host does not wait. ``address`` as for ``write_value()``. A node of the graph in a capture.
+        Within one process, order the writer after this wait with an event too: the driver may
+        queue the writer behind it (CUDA's warning; lazy module loading synchronizes the context)."""
     @property
     def is_capturing(self) -> bool:
         """True while the stream is capturing a CUDA graph (whoever began the capture)."""
