@@ -275,7 +275,10 @@ if want rows; then
 print(run.build('floor_ext.c', 'floor_ext' + sysconfig.get_config_var('EXT_SUFFIX'), '-I' + sysconfig.get_paths()['include']) or '')")
     raw=$("$PY" -c "import sys; sys.path.insert(0, 'benches'); import run; print(run.build('raw_driver.c', 'libraw_driver.so') or '')")
     status[rows]="passed"
-    for w in waits "capture --quick" "custream --quick"; do
+    # GPU_CHECK_ROWS="waits ..." runs only those workers (each with --quick but waits).
+    read -r -a workers <<<"${GPU_CHECK_ROWS:-waits capture custream}"
+    for w in "${workers[@]}"; do
+        [ "$w" = waits ] || w="$w --quick"
         name=${w%% *}
         # shellcheck disable=SC2086
         timeout -k 5 $((t / 3)) "$PY" benches/worker.py $w --gpu --raw "$raw" ${ext:+--floor-ext "$ext"} >"$OUT/rows-$name.json" 2>"$OUT/rows-$name.err" \
