@@ -3,10 +3,11 @@
 //!
 //! A wait is *armed*: a notifier stream (custream's own, from a pool per context) waits on the
 //! event, then runs `ring`, a C host function, on the driver's thread. `ring` never touches
-//! Python: it wakes a waiting thread (a condition variable), writes an event loop's eventfd (asyncio reads it, `python/custream/_waits.py`), or posts
-//! the completion of a `concurrent.futures.Future` to custream's own thread
-//! (src/host_thread.rs), which takes the GIL there. So the driver's thread never waits for
-//! the GIL, and a pending wait takes no thread of its own and no CPU.
+//! Python: it wakes a waiting thread (a condition variable), writes an event loop's eventfd
+//! (asyncio reads it, `python/custream/_waits.py`), or posts the completion of a
+//! `concurrent.futures.Future` to custream's own thread (src/host_thread.rs), which takes the
+//! GIL there. So the driver's thread never waits for the GIL, and a pending wait takes no
+//! thread of its own and no CPU.
 //!
 //! How many notifiers: a stream runs its waits in order and events complete in any order, so
 //! each armed event wait gets a notifier of its own, up to `SPREAD` per context. Past that,
@@ -19,7 +20,8 @@
 //!
 //! A thread waits in slices (src/deadline.rs): between them it asks the driver about the
 //! event, so a context that died (a sticky fault: host functions no longer run) ends the
-//! wait with the driver's error rather than never.
+//! wait with the driver's error rather than never, and a wait on a shared notifier ends
+//! within a slice of its event.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
