@@ -239,6 +239,7 @@ impl StreamPool {
     }
 
     /// Close the streams when the bookkeeping says so (the pool closed, nothing busy).
+    #[inline]
     fn after(&self, py: Python<'_>, now: CloseNow) -> PyResult<()> {
         if now.0 {
             return self.close_streams(py);
@@ -247,6 +248,7 @@ impl StreamPool {
     }
 
     /// Close every stream made; the first error is raised after all were closed.
+    #[cold]
     fn close_streams(&self, py: Python<'_>) -> PyResult<()> {
         let mut first_error = None;
         for s in self.made_streams() {

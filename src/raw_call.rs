@@ -128,6 +128,12 @@ impl<'a, 'py> Fastcall<'a, 'py> {
         self.args.is_empty()
     }
 
+    /// Whether the call passed exactly `n` arguments, all positional.
+    #[inline]
+    pub fn is_positional(&self, n: usize) -> bool {
+        self.nargs == n && self.args.len() == n
+    }
+
     /// The positional arguments.
     pub fn positional(&self) -> impl ExactSizeIterator<Item = Borrowed<'a, 'py, PyAny>> + '_ {
         let py = self.py;
