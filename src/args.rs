@@ -61,15 +61,21 @@ impl Signature {
         PyTypeError::new_err(format!("{}() {takes} but {given} {were} given", self.name))
     }
 
+    #[inline]
     fn finish<'py, const N: usize>(&self, out: Args<'py, N>) -> PyResult<Args<'py, N>> {
         debug_assert_eq!(N, self.positional.len() + self.keyword_only.len());
-        if let Some(missing) = (0..self.required).find(|&i| out[i].is_none()) {
-            return Err(PyTypeError::new_err(format!(
-                "{}() missing required argument '{}'",
-                self.name, self.positional[missing]
-            )));
+        match (0..self.required).find(|&i| out[i].is_none()) {
+            Some(missing) => Err(self.missing_error(missing)),
+            None => Ok(out),
         }
-        Ok(out)
+    }
+
+    #[cold]
+    fn missing_error(&self, missing: usize) -> PyErr {
+        PyTypeError::new_err(format!(
+            "{}() missing required argument '{}'",
+            self.name, self.positional[missing]
+        ))
     }
 
     /// Arguments of a METH_FASTCALL | METH_KEYWORDS call.
@@ -82,8 +88,10 @@ impl Signature {
         for (slot, value) in out.iter_mut().zip(args.positional()) {
             *slot = Some(value.to_owned());
         }
-        for (key, value) in args.keywords() {
-            self.place(&mut out, &key, value)?;
+        if args.has_keywords() {
+            for (key, value) in args.keywords() {
+                self.place(&mut out, &key, value)?;
+            }
         }
         self.finish(out)
     }
@@ -171,16 +179,23 @@ pub fn device_arg(value: Option<&Bound<'_, PyAny>>, fname: &str) -> PyResult<Opt
 
 /// A flag argument that must be a real bool, so that a typo such as a string is not
 /// silently taken as True.
+#[inline]
 pub fn bool_arg(value: Option<&Bound<'_, PyAny>>, fname: &str, pname: &str, default: bool) -> PyResult<bool> {
     match value {
         None => Ok(default),
-        Some(v) => v.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| {
-            PyTypeError::new_err(format!(
-                "{fname}() {pname} must be True or False, got {}",
-                v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-            ))
-        }),
+        Some(v) => match v.cast::<PyBool>() {
+            Ok(b) => Ok(b.is_true()),
+            Err(_) => Err(bool_error(v, fname, pname)),
+        },
     }
+}
+
+#[cold]
+fn bool_error(v: &Bound<'_, PyAny>, fname: &str, pname: &str) -> PyErr {
+    PyTypeError::new_err(format!(
+        "{fname}() {pname} must be True or False, got {}",
+        v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+    ))
 }
 
 /// An int argument (not a bool) that fits an i32.

@@ -190,6 +190,7 @@ fn check_c(address: u64, value: u64, width: Width, fname: &str) -> PyResult<()> 
 
 // ---- arguments ---------------------------------------------------------------------------
 
+#[inline]
 fn width_arg(value: Option<&Bound<'_, PyAny>>, fname: &str) -> PyResult<Width> {
     let Some(v) = value else { return Ok(Width::W32) };
     if !is_int_not_bool(v) {
@@ -208,25 +209,36 @@ fn width_arg(value: Option<&Bound<'_, PyAny>>, fname: &str) -> PyResult<Width> {
     }
 }
 
+#[inline]
 fn value_arg(value: Option<&Bound<'_, PyAny>>, width: Width, fname: &str) -> PyResult<u64> {
-    let v = value.ok_or_else(|| PyTypeError::new_err(format!("{fname}() missing required argument 'value'")))?;
-    if !is_int_not_bool(v) {
+    let Some(v) = value else {
         return Err(PyTypeError::new_err(format!(
-            "{fname}() value must be an int, got {}",
-            v.get_type().name()?
+            "{fname}() missing required argument 'value'"
         )));
-    }
-    let fits = match width {
-        Width::W32 => v.extract::<u32>().map(u64::from).ok(),
-        Width::W64 => v.extract::<u64>().ok(),
     };
-    fits.ok_or_else(|| {
-        let bits = if width == Width::W32 { 32 } else { 64 };
-        PyValueError::new_err(format!(
-            "{fname}() value {} is out of range for width={bits}: it must be in [0, 2**{bits})",
-            int_repr(v)
-        ))
-    })
+    if is_int_not_bool(v) {
+        let fits = match width {
+            Width::W32 => v.extract::<u32>().map(u64::from).ok(),
+            Width::W64 => v.extract::<u64>().ok(),
+        };
+        if let Some(fits) = fits {
+            return Ok(fits);
+        }
+    }
+    Err(value_error(v, width, fname))
+}
+
+#[cold]
+fn value_error(v: &Bound<'_, PyAny>, width: Width, fname: &str) -> PyErr {
+    if !is_int_not_bool(v) {
+        let kind = v.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+        return PyTypeError::new_err(format!("{fname}() value must be an int, got {kind}"));
+    }
+    let bits = if width == Width::W32 { 32 } else { 64 };
+    PyValueError::new_err(format!(
+        "{fname}() value {} is out of range for width={bits}: it must be in [0, 2**{bits})",
+        int_repr(v)
+    ))
 }
 
 fn op_arg(value: Option<&Bound<'_, PyAny>>, fname: &str) -> PyResult<WaitOp> {
@@ -253,12 +265,10 @@ fn op_arg(value: Option<&Bound<'_, PyAny>>, fname: &str) -> PyResult<WaitOp> {
 fn address_arg(value: Option<&Bound<'_, PyAny>>, width: Width, access: Access, fname: &str) -> PyResult<u64> {
     let v = value.ok_or_else(|| PyTypeError::new_err(format!("{fname}() missing required argument 'address'")))?;
     let address = if is_int_not_bool(v) {
-        v.extract::<u64>().ok().filter(|&a| a != 0).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "{fname}() address must be a GPU address in [1, 2**64), got {}",
-                int_repr(v)
-            ))
-        })?
+        match v.extract::<u64>() {
+            Ok(a) if a != 0 => a,
+            _ => return Err(address_int_error(v, fname)),
+        }
     } else if let Some(iface) = attribute(v, intern!(v.py(), "__cuda_array_interface__"))? {
         from_array_interface(v, &iface, width, access, fname)?
     } else if v.hasattr(intern!(v.py(), "__dlpack__"))? {
@@ -274,21 +284,33 @@ fn address_arg(value: Option<&Bound<'_, PyAny>>, width: Width, access: Access, f
     Ok(address)
 }
 
+#[cold]
+fn address_int_error(v: &Bound<'_, PyAny>, fname: &str) -> PyErr {
+    PyValueError::new_err(format!(
+        "{fname}() address must be a GPU address in [1, 2**64), got {}",
+        int_repr(v)
+    ))
+}
+
+#[inline]
 fn check_alignment(address: u64, width: Width, fname: &str) -> PyResult<()> {
-    if address == 0 {
-        return Err(PyValueError::new_err(format!(
-            "{fname}() address must be a GPU address in [1, 2**64), got 0"
-        )));
-    }
-    if address % width.bytes() != 0 {
-        return Err(PyValueError::new_err(format!(
-            "{fname}() address {address:#x} is not aligned to {} bytes, as a {}-bit stream memory \
-             operation needs",
-            width.bytes(),
-            width.bytes() * 8
-        )));
+    if address == 0 || address % width.bytes() != 0 {
+        return Err(alignment_error(address, width, fname));
     }
     Ok(())
+}
+
+#[cold]
+fn alignment_error(address: u64, width: Width, fname: &str) -> PyErr {
+    if address == 0 {
+        return PyValueError::new_err(format!("{fname}() address must be a GPU address in [1, 2**64), got 0"));
+    }
+    PyValueError::new_err(format!(
+        "{fname}() address {address:#x} is not aligned to {} bytes, as a {}-bit stream memory \
+         operation needs",
+        width.bytes(),
+        width.bytes() * 8
+    ))
 }
 
 /// `obj.name`, or None when it has no such attribute (any other error propagates).

@@ -128,6 +128,12 @@ impl<'a, 'py> Fastcall<'a, 'py> {
         self.args.is_empty()
     }
 
+    /// Whether the call passed any keyword argument.
+    #[inline]
+    pub fn has_keywords(&self) -> bool {
+        self.args.len() > self.nargs
+    }
+
     /// Whether the call passed exactly `n` arguments, all positional.
     #[inline]
     pub fn is_positional(&self, n: usize) -> bool {
