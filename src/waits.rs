@@ -362,11 +362,13 @@ fn queue(ns: StreamHandle, owner: Owner, behind: Behind, signal: Signal) -> Resu
     })
 }
 
-/// How long a thread's wait polls the driver before it arms a notifier. Most waits are short,
-/// and a poll sees their end within a microsecond or two where the notifier's host function
-/// takes a hundred or more; the driver's own wait spins all along (CUDA's default scheduling),
-/// so this costs less CPU than the wait it replaces.
-const SPIN: Duration = Duration::from_millis(2);
+/// How long a thread's wait polls the driver before it arms a notifier. A poll sees the work's
+/// end within a microsecond or two; the notifier's host function runs a hundred or more after
+/// it (an H200: a main-thread `synchronize()` of a 5 ms kernel took 180 us with a 2 ms poll,
+/// the driver's own wait 66). The driver's own wait spins all along (CUDA's default
+/// scheduling), so this costs no more CPU than the wait it replaces, for the waits most
+/// kernels make; and it stays well inside the 50 ms in which a signal's handler must run.
+const SPIN: Duration = Duration::from_millis(20);
 
 /// Poll `done` with the GIL let go, for `SPIN` or until `deadline` if sooner: whether it came
 /// true. Relaxed while a capture of custream's is open, as `asked` is.
