@@ -1,18 +1,16 @@
-"""Rows measured once a GPU run, each timed in turn with what it names: host functions, graph launch and capture
-beside raw_driver.c's C loops and CuPy; a write_value + wait_value round trip beside the C loop of the same driver
-calls; an IPC event handed from another process, opened (and closed) and waited on there, beside PyTorch's
-(`torch.cuda.Event(interprocess=True)`)."""
+"""Rows measured once a GPU run, each timed in turn with what it names: host functions, graph launch and capture beside
+raw_driver.c's C loops and CuPy; a write_value + wait_value round trip beside the C loop of the same driver calls; an
+IPC event handed from another process, opened (and closed) and waited on there, beside PyTorch's."""
 
 import subprocess, sys
 
 import custream, timing
 
 # The exporter: an IPC event of custream's and one of torch's (if importable), their handles on stdout as hex, kept
-# open (recorded once, so a wait has something to wait for) until stdin closes.
+# open (recorded once, so a wait has something to wait for) until stdin closes. Unbuffered (python -u).
 EXPORTER = """
 import sys, custream
-s = custream.Stream()
-e = custream.Event(ipc=True)
+s, e = custream.Stream(), custream.Event(ipc=True)
 e.record(s)
 print(bytes(e.ipc_handle()).hex())
 try:
@@ -22,7 +20,6 @@ try:
     print(bytes(te.ipc_handle()).hex())
 except Exception as err:
     print("none", type(err).__name__, err)
-sys.stdout.flush()
 sys.stdin.read()
 """
 
@@ -74,7 +71,7 @@ def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
          "C: cuPointerGetAttributes, then the operation, twice"),
         ("  the same, beside the two operations alone", None, memops, raw.loop("memops", s.handle, W, 100),
          "C cuStreamWriteValue32_v2 + cuStreamWaitValue32_v2")]
-    out, exporter = {}, subprocess.Popen([sys.executable, "-c", EXPORTER], stdin=subprocess.PIPE,
+    out, exporter = {}, subprocess.Popen([sys.executable, "-u", "-c", EXPORTER], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, text=True)
     try:  # the exporter lives until its events' rows are timed
         rows += ipc_rows(ns, exporter)

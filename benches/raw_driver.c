@@ -49,20 +49,17 @@ static double now_ns(void) {
 static void nothing(void *user) { (void)user; }
 
 /* What custream asks of an address before it queues a memory operation on it (src/driver/memops.rs's pointer_info:
- * the memory type, managed, the device pointer, the ordinal), for the "memops_checked" loop. */
+ * the memory type, managed, the device pointer, the ordinal, each in a zeroed word), for the "memops_checked" loop. */
 static void ask(unsigned long long word) {
     int attrs[4] = {2 /* MEMORY_TYPE */, 8 /* IS_MANAGED */, 3 /* DEVICE_POINTER */, 9 /* DEVICE_ORDINAL */};
-    unsigned type = 0;
-    unsigned long long managed = 0, dptr = 0;
-    int ordinal = -1;
-    void *data[4] = {&type, &managed, &dptr, &ordinal};
+    unsigned long long v[4] = {0};
+    void *data[4] = {&v[0], &v[1], &v[2], &v[3]};
     CALL(cuPointerGetAttributes(4, attrs, data, word));
 }
 
 /* The ns that n executions of `key` take, -1 once a call has failed: on an idle stream, or in the green context `g`;
- * capture.py's on its stream `s`, launches of its graph `g` (or, for memops, a write and a wait of the 32-bit word at
- * the device address `g`; memops_checked asks the driver about the address before each, as custream does) with an
- * untimed synchronize every `batch`. */
+ * capture.py's on its stream `s`, launches of its graph `g` (memops: a write and a wait of the 32-bit word at device
+ * address `g`; memops_checked asks about it before each, as custream does), an untimed synchronize every `batch`. */
 double raw_time(const char *key, long n, CUstream s, void *g, long batch) {
     double t = now_ns(), untimed = 0;
     int green = strcmp(key, "green_create_destroy") == 0; /* non-blocking, as a green context's must be */

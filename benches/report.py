@@ -1,16 +1,11 @@
-"""The workers' rounds as one results dict (what --json writes), the table and the chart."""
+"""The workers' rounds as one results dict (what --json writes), and the table."""
 
-import textwrap
-from collections import namedtuple
 from statistics import median
 
 import ops
 
 LIBRARIES = ["raw", *(p.name for p in ops.PEERS), "custream"]
 PEERS, LEAST, NOT_APPLICABLE = LIBRARIES[1:-1], ops.LEAST.name, ops.NOT_APPLICABLE
-COLORS = {"raw": "#555555", "least binding": "#9a9a9a", "cuda.core": "#76b900", "CuPy": "#1f77b4", "torch": "#ee4c2c",
-          "numba": "#00a3e0", "rmm": "#7f4fc9", "custream": "#f2a900"}
-Bar = namedtuple("Bar", "lib value text ref", defaults=(False,))  # ref: a floor of custream's own (hatched)
 NOT_BEST = " (not a create + destroy: kept out of best peer)"
 
 def _fig(entry, unit: str = "ns") -> float | None:
@@ -82,14 +77,8 @@ def fmt(v: float | None) -> str:
 def times(r: float) -> str:
     return f"{r:.2f}x" if r >= 0.1 else f"{r:.2g}x"
 
-def machine(results: dict) -> str:
-    m = results.get("machine", {})
-    return (f"{results['mode'].upper()} run: {m.get('gpu') or 'no GPU'}, driver {m.get('driver_version') or '—'}; "
-            f"{m.get('cpu')}; Python {m.get('python')}; {m.get('date')}\n"
-            + ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if v))
-
 def table(results: dict) -> str:
-    names, opsd, panels = results["libraries"], results["operations"], groups(results)
+    names, opsd, m = results["libraries"], results["operations"], results.get("machine", {})
     head = ["operation", *names, "floor", "/best", "/raw", "target", ""]
     rows = [[o["title"] + (" [ms]" if o["unit"] == "ms" else ""),
              *["—" if (r := o["results"].get(n)) == NOT_APPLICABLE else fmt(_fig(r, o["unit"])) for n in names],
@@ -99,22 +88,23 @@ def table(results: dict) -> str:
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
     out = [f"custream benchmarks{' (quick)' if results.get('settings', {}).get('quick') else ''}: median ns per call "
            "unless marked; '—' not applicable, 'n/a' see notes",
-           machine(results), "empty timing loop (in every figure): "
+           f"{results['mode'].upper()} run: {m.get('gpu') or 'no GPU'}, driver {m.get('driver_version') or '—'}; "
+           f"{m.get('cpu')}; Python {m.get('python')}; {m.get('date')}",
+           ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if v), "empty timing loop (in every figure): "
            + ", ".join(f"{k} {fmt(v)}" for k, v in results.get("empty_loop_ns", {}).items()), ""]
     out += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
             for r in [head, ["-" * w for w in widths], *rows]]
     for o in opsd.values():  # the least binding's statement, timed in turn in custream's worker (ops.IN_TURN)
         for f in [f for f in o["floors"] if f.get("lib") == LEAST]:
-            over = (f"; custream over it, per round: {' '.join(f'{r:.2f}' for r in f['ratios'])}  median "
-                    f"{f['ratio_median']:.2f}x" if "ratios" in f else " (in a worker of its own)")
-            out += ["", f"{o['title']}: {f['label']}, {f['stmt']}: {fmt(f['ns'])} ns{over}"]
+            out += ["", f"{o['title']}: {f['label']}, {f['stmt']}: {fmt(f['ns'])} ns; custream over it, per round: "
+                    + " ".join(f"{r:.2f}" for r in f["ratios"]) + f"  median {f['ratio_median']:.2f}x"]
     cap, scale, waits = results.get("capture", {}), results.get("scale") or {}, results.get("waits") or {}
-    for key, head in (("ratio", "ratio to a C loop of the same driver calls (raw_driver.c), timed in turn; "
-                                "capture.py's rows: to the loop each names"),
-                      ("scale", f"scale rows (scale.py; driver: {scale.get('driver')}): a figure per size N; growth: "
-                                "the last size's figure over the first's")):
-        out += ["", head, *(f"{g['label']}: {g['note']}" + "".join(f"\n    {b.text}" for b in g["bars"])
-                            for g in panels[key])] if panels[key] else []
+    for groups, title in ((ratio_groups(results), "ratio to a C loop of the same driver calls (raw_driver.c), timed in "
+                           "turn; capture.py's rows: to the loop each names"),
+                          (scale_groups(scale), f"scale rows (scale.py; driver: {scale.get('driver')}): a figure per "
+                           "size N; growth: the last size's figure over the first's")):
+        out += ["", title, *(f"{label}: {note}" + "".join(f"\n    {x}" for x in lines)
+                             for label, note, lines in groups)] if groups else []
     if waits and "error" not in waits and "na" not in waits:
         out += ["", "waits (waits.py): median from a kernel's end to the waiter running again, and CPU used while "
                 "awaits are pending; ratio: to the driver's own wait (cuStreamSynchronize on another thread) on the "
@@ -132,98 +122,45 @@ def table(results: dict) -> str:
               for what in (r.get("na") not in quiet and f"n/a: {r['na']}", r.get("note")) if what]
     return "\n".join(out + (["", "notes:", *notes] if notes else []))
 
-def groups(results: dict) -> dict:
-    """Per panel of the chart ("ns", "ratio": to a C loop, timed in turn, "ms", "scale"), a group of bars a row."""
-    opsd, panels = results["operations"], {"ns": [], "ratio": [], "ms": [], "scale": []}
-    for key, o in opsd.items():
-        ratio = (op := ops.OPS.get(key)) is not None and op.raw is not None
-        unit, show = ("ratio", times) if ratio else (o["unit"], fmt)
-        if op is None or (mine := _fig(o["results"].get("custream"), unit)) is None:
+def ratio_groups(results: dict) -> list:
+    """(label, note, a line a library) per ratio row (to a C loop, timed in turn), then per capture.py row."""
+    out, caps = [], []
+    for key, o in results["operations"].items():
+        if key not in ops.RATIO_KEYS or (mine := _fig(o["results"].get("custream"), "ratio")) is None:
             continue
-        f = (results.get("paired", {}).get(key, {}).get("floor") if ratio  # the least binding's figure
-             else next((f for f in o["floors"] if f.get("lib") == LEAST), None)) or {}
-        least = f.get("ratio_median" if ratio else "ns")  # a ratio row's: to the C loop
-        over = (mine / least if least else None) if ratio else f.get("ratio_median")  # else: timed in turn with mine
+        least = results.get("paired", {}).get(key, {}).get("floor", {}).get("ratio_median")  # to the C loop
         label = (f": {times(o['ratio_best_peer'])} {o['best_peer']} (best peer)" if o.get("ratio_best_peer") else "") \
-            + (f", {over:.2f}x least binding" if over else "")
-        bars = [Bar(LEAST, least, f"{show(least)}  {f.get('label', 'least binding (floor_ext.c)')}")] if least else []
-        bars += [Bar(n, v, f"{show(v)}  {n}" + (label if n == "custream" else NOT_BEST * bool(r.get("not_best"))))
-                 for n, r in o["results"].items() if (v := _fig(r, unit)) is not None]
-        bars += [Bar("floor", f["ns"], f"{fmt(f['ns'])}  floor: {f['label']}", ref=True) for f in o["floors"]
-                 if "lib" not in f]  # custream's own floor, hatched
-        note = (f"C loop {fmt(_fig(o['results']['raw']))} ns; " if ratio else "") + (
-            f"{o['target']}: {o['status']}" if o["target"] else "")
-        cmp = o.get("compared_to") or {}
-        target = op.times[0] * cmp["ns"] if cmp.get("ns") else op.raw if ratio else op.bound
-        panels["ratio" if ratio else unit].append({"label": o["title"], "bars": bars, "target": target, "note": note})
+            + (f", {mine / least:.2f}x least binding" if least else "")
+        lines = [f"{times(least)}  least binding (floor_ext.c)"] if least else []
+        lines += [f"{times(v)}  {n}" + (label if n == "custream" else NOT_BEST * bool(r.get("not_best")))
+                  for n, r in o["results"].items() if (v := _fig(r, "ratio")) is not None]
+        target = f"{o['target']}: {o['status']}" if o["target"] else ""
+        out.append((o["title"], f"C loop {fmt(_fig(o['results']['raw']))} ns; {target}", lines))
     # capture.py's rows, as ratios to what each was timed in turn with: a main row, then its peers' ("  CuPy ...")
     cap = results.get("capture", {})
     for name, r in ({} if "error" in cap else cap).items():
         if "error" in r:  # a row that could not be made (the IPC rows, without torch): a note
             continue
-        lib = next((n for n in COLORS if name.strip().startswith(n)), name.strip()) if name[0] == " " else "custream"
-        if lib == "custream" or not panels["ratio"] or panels["ratio"][-1].get("rows") != "capture":
+        lib = next((n for n in (LEAST, *LIBRARIES) if name.strip().startswith(n)), name.strip())
+        lib = lib if name[0] == " " else "custream"
+        if lib == "custream" or not caps:
             verdict = f"; <= {r['target']}x: {'pass' if r['ratio'] <= r['target'] else 'MISS'}" if r["target"] else ""
-            panels["ratio"].append({"label": name.replace(" (custream)", ""), "bars": [], "target": r["target"],
-                                    "rows": "capture", "note": f"against {r['vs']}{verdict}"})
-        text = f"{times(r['ratio'])}  {lib} ({fmt(r['ns'])} ns, against {fmt(r['vs_ns'])} ns)"
-        panels["ratio"][-1]["bars"].append(Bar(lib, r["ratio"], text))
-    # scale.py's rows, as ns per call (per kernel; threads: the wall time per call, all threads together), a bar a size
-    for r in (results.get("scale") or {}).get("rows", []):
-        bars = []
+            caps.append((name.replace(" (custream)", ""), f"against {r['vs']}{verdict}", []))
+        caps[-1][2].append(f"{times(r['ratio'])}  {lib} ({fmt(r['ns'])} ns, against {fmt(r['vs_ns'])} ns)")
+    return out + caps
+
+def scale_groups(scale: dict) -> list:
+    """(label, note, lines) per scale.py row: a figure per size N, and the ns a call or kernel (threads: wall time)."""
+    out = []
+    for r in scale.get("rows", []):
+        lines = []
         for p in r.get("points", []):
             v = 1e9 / p["value"] if r["unit"] == "calls/s" else p["value"] / (p["n"] if r["per"] else 1)
-            text = f"N={p['n']:,}: {fmt(p['value'])} {r['unit']}" + (
-                f" ({fmt(v)} ns a {r['per'] or 'call'})" if r["per"] or r["unit"] == "calls/s" else "")
-            bars.append(Bar("custream", v, text))
+            lines.append(f"N={p['n']:,}: {fmt(p['value'])} {r['unit']}" + (
+                f" ({fmt(v)} ns a {r['per'] or 'call'})" if r["per"] or r["unit"] == "calls/s" else ""))
             if "raw_ns" in p:
-                bars.append(Bar("raw", p["raw_ns"], f"N={p['n']:,}: {fmt(p['raw_ns'])} ns  raw_driver.c"))
+                lines.append(f"N={p['n']:,}: {fmt(p['raw_ns'])} ns  raw_driver.c")
         raw, per = f"; raw_driver.c {r['raw_growth']:.2f}x" if "raw_growth" in r else "", r.get("per")
-        note = r.get("error") or f"growth{per and ' per ' + per} {r['growth']:.2f}x (expect {r['expect']}){raw}"
-        panels["scale"].append({"label": r["title"], "bars": bars, "target": None, "rows": "scale", "note": note})
-    return panels
-
-def plot(results: dict, path: str) -> None:
-    import matplotlib.pyplot as plt
-    titles = {"ns": "ns per call (log scale)", "ms": "milliseconds (log scale): import in a fresh interpreter",
-              "ratio": "ratio to the driver calls in a C loop (raw_driver.c = 1, the grey line), timed in turn",
-              "scale": "scale rows (scale.py), log scale: ns a call at each size N (capture: a kernel; threads: the "
-                       f"wall time, all together).\nDriver: {(results.get('scale') or {}).get('driver')}"}
-    panels = [(titles[k], gs, k != "ratio") for k, p in groups(results).items() if (gs := [g for g in p if g["bars"]])]
-    slots = [sum(len(g["bars"]) + 1.2 for g in gs) for _, gs, _ in panels]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(13, 2.2 + 0.24 * sum(slots) + 0.8 * len(panels)),
-                             gridspec_kw={"height_ratios": slots}, squeeze=False)
-    for ax, (title, gs, log) in zip(axes[:, 0], panels):  # a group of bars a row, top to bottom
-        y, ticks, labels, values = 0.0, [], [], [b.value for g in gs for b in g["bars"]]
-        for g in gs:
-            top = y
-            for b in g["bars"]:  # each bar's text at its end; custream's bold, but in a scale row
-                mine = b.lib == "custream" and g.get("rows") != "scale"
-                ax.barh(y, b.value, 0.8, color="#d0d0d0" if b.ref else COLORS.get(b.lib, "#999"), hatch="//" * b.ref,
-                        edgecolor="black" if mine or b.ref else "none", linewidth=0.8)
-                ax.annotate(b.text, (b.value, y), xytext=(4, 0), textcoords="offset points", va="center",
-                            zorder=5, fontsize=8.5, fontweight="bold" if mine else "normal",
-                            bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.3, "alpha": 0.85})
-                y += 1
-            if g["target"]:
-                ax.vlines(g["target"], top - 0.5, y - 0.5, colors="black", linestyles="dashed", linewidth=1.2)
-            ticks.append((top + y - 1) / 2)
-            labels.append("\n".join(textwrap.wrap(g["label"], 40)) + (f"\n{g['note']}" if g.get("note") else ""))
-            ax.axhline(y + 0.1, color="#e4e4e4", linewidth=0.8)
-            y += 1.2
-        ax.set_yticks(ticks, labels, fontsize=9)
-        ax.set_ylim(y - 1.1, -0.8)
-        if log:
-            ax.set_xscale("log")
-            ax.set_xlim(min(values) / 2, max(values) * 40)
-        else:  # the ratio panel: the C loop at 1
-            ax.axvline(1.0, color="#555555", linewidth=1.2)
-            ax.set_xlim(0, max(max(values) * 1.35, 4))
-        ax.grid(axis="x", which="major", alpha=0.3)
-        ax.set_title(title, loc="left", fontsize=10.5, fontweight="bold")
-    fig.text(0.5, 0.003, f"{machine(results)}\nbars: medians over rounds of fresh processes (capture and scale rows: "
-             "one process); custream's outlined; floors hatched; targets dashed", ha="center", va="bottom",
-             fontsize=8.5)
-    fig.tight_layout(rect=(0, 0.6 / fig.get_figheight(), 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        out.append((r["title"], r.get("error") or f"growth{per and ' per ' + per} {r['growth']:.2f}x "
+                    f"(expect {r['expect']}){raw}", lines))
+    return out

@@ -34,22 +34,15 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--gpu", action="store_true", help="measure everything (needs a CUDA device)")
     mode.add_argument("--cpu", action="store_true", help="only what needs no driver (the default without a device)")
     ap.add_argument("--json", metavar="PATH", help="write every figure, the machine and the versions here")
-    ap.add_argument("--plot", metavar="PATH", help="write a PNG chart here (needs matplotlib)")
     ap.add_argument("--quick", action="store_true", help="few, short repeats: a smoke run, not figures to quote")
     ap.add_argument("--budget-s", type=float, default=200.0, help="wall-clock budget: later workers skipped past it")
-    ap.add_argument("--from-json", metavar="PATH", help="measure nothing: print (and --plot) an earlier --json")
+    ap.add_argument("--from-json", metavar="PATH", help="measure nothing: print an earlier --json's table")
     args = ap.parse_args(argv)
     results = json.loads(pathlib.Path(args.from_json).read_text()) if args.from_json else measure(args)
     print(report.table(results))
     if args.json and not args.from_json:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=1))
         print(f"wrote {args.json}")
-    if args.plot:
-        try:
-            report.plot(results, args.plot)
-            print(f"wrote {args.plot}")
-        except ImportError as e:
-            print(f"no plot: {e}", file=sys.stderr)
     return 0
 
 def measure(args) -> dict:
@@ -78,9 +71,6 @@ def measure(args) -> dict:
     for name, least, most in [("capture", 30, 240), ("waits", 30, 120)] * bool(raw) + [("scale", 90, 240)]:
         w = worker(name, extra, max(least, min(most, left())), connections if name == "scale" else None)
         results[name] = w.get("rows") or {"error": w.get("error", "no rows")}
-    scale = results["scale"]
-    results["scale"] = {"driver": "the GPU's driver" if gpu else "the stand-in (tests/standin/capture.c): custream's "
-                        "own cost, no GPU work", **({"rows": scale} if isinstance(scale, list) else scale)}
     first = {n: next((w for w in ws if "version" in w), {}) for n, ws in rounds.items()}
     with open("/proc/cpuinfo" if os.path.exists("/proc/cpuinfo") else os.devnull) as f:
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.machine())

@@ -1,18 +1,19 @@
 """The scale rows (docs/benchmarks.md), a figure per size and the growth; without a GPU, on the stand-in driver."""
 
-import ctypes, functools, math, mmap, os, statistics, sys, tempfile, threading, time
+import ctypes, functools, math, os, statistics, sys, tempfile, threading, time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, closing, contextmanager
+from contextlib import ExitStack, closing
 
 import custream, timing  # custream opens the driver on first use: after run() has chosen it
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))  # for standin
 
 ALIVE, THREADS, KERNELS = (1, 1_000, 10_000), (1, 16), (10, 1_000, 10_000)
 PENDING, PER_STREAM = {"gpu": (1, 10_000), "cpu": (1, 1_000)}, 1_000
 PENDING_TITLE = f"launch_host_func(f) with N host functions pending, {PER_STREAM:,} per held stream"
+STANDIN = "the stand-in (tests/standin/capture.c): custream's own cost, no GPU work"
 
 def standin() -> str:
     """tests/standin/capture.c built as a libcuda.so.1 by the CPU tests' builder (it needs pytest): its path."""
-    sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
     import standin
     try:
         return str(standin.build("capture.c", standin.pathlib.Path(tempfile.mkdtemp(prefix="custream-bench-"))))
@@ -67,40 +68,8 @@ def capture(cfg: dict, gpu: bool, raw) -> tuple[list, dict]:
         stmt = f"s.begin_capture('relaxed')\n{body}s.end_capture().close()"
         return [{"n": n, "value": timing.measure(stmt, {**ns, "N": n}, **cfg)["ns"]} for n in KERNELS], {"stmt": kernel}
 
-@contextmanager
-def held(*streams, timeout: float = 5.0):
-    """Holds `streams` (a cuStreamWaitValue32 each on a host word) until leaving, or a watchdog after `timeout` s."""
-    cu = ctypes.CDLL(os.environ.get("CUSTREAM_LIBCUDA", "libcuda.so.1"))
-    ctx, device, page = ctypes.c_void_p(), ctypes.c_uint64(), mmap.mmap(-1, mmap.PAGESIZE)
-    word = ctypes.c_uint32.from_buffer(page)
-    host, state = ctypes.c_void_p(ctypes.addressof(word)), {"queued": 0, "fired": None}
-    assert cu.cuInit(0) == 0 and cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
-    assert not hasattr(cu, "cuCtxSetCurrent") or cu.cuCtxSetCurrent(ctx) == 0  # the stand-in has no current context
-    assert cu.cuMemHostRegister_v2(host, ctypes.c_size_t(mmap.PAGESIZE), 0x3) == 0  # portable, device-mapped
-    assert cu.cuMemHostGetDevicePointer_v2(ctypes.byref(device), host, 0) == 0
-
-    def release(watchdog: bool) -> None:
-        if watchdog and not word.value:
-            state["fired"] = state["queued"]
-        word.value = 1
-    (watchdog := threading.Timer(timeout, release, (True,))).daemon = True
-    watchdog.start()
-    try:
-        for s in streams:
-            r = cu.cuStreamWaitValue32_v2(ctypes.c_void_p(s.handle), device, ctypes.c_uint32(1), 1)  # _EQ
-            assert r == 0, f"cuStreamWaitValue32_v2 failed: {r}"
-        yield state
-    finally:
-        watchdog.cancel()
-        release(False)
-        for s in streams:
-            s.synchronize()
-        if hasattr(cu, "cuMemHostUnregister"):  # the stand-in has none
-            cu.cuMemHostUnregister(host)
-        word = None  # the page's last export, so that it closes
-        page.close()
-
 def pending(cfg: dict, gpu: bool, raw) -> tuple[list, dict]:
+    from standin import held  # streams held behind a wait on a host word (tests/standin: it needs pytest)
     sizes, points, noop = PENDING["gpu" if gpu else "cpu"], [], lambda *_: None
     with ExitStack() as stack:  # the streams closed on leaving
         streams = [stack.enter_context(closing(custream.Stream())) for _ in range(-(-max(sizes) // PER_STREAM))]
@@ -127,7 +96,7 @@ ROWS = [("create + destroy, N other streams alive", "ns", "flat", "", alive),
         ("capture N kernels, begin to end_capture().close()", "ns", "linear", "kernel", capture),
         (PENDING_TITLE, "ns", "flat", "", pending)]
 
-def run(cfg: dict, gpu: bool, raw=None, floor=None) -> list[dict]:
+def run(cfg: dict, gpu: bool, raw=None, floor=None) -> dict:
     if not gpu:  # the stand-in driver, before custream loads one
         os.environ["CUSTREAM_LIBCUDA"] = standin()
     rows: list[dict] = []
@@ -139,4 +108,4 @@ def run(cfg: dict, gpu: bool, raw=None, floor=None) -> list[dict]:
                          "growth": norm[-1] / norm[0], **extra})
         except Exception as e:
             rows.append({"title": title, "error": f"{type(e).__name__}: {e}"[:400]})
-    return rows
+    return {"driver": "the GPU's driver" if gpu else STANDIN, "rows": rows}

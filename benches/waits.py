@@ -2,7 +2,8 @@
 1,000 pending awaits cost. The kernel's end is seen by raw_driver.c's raw_watch spinning on mapped host memory that the
 kernel writes last; the waiter reads the same clock (CLOCK_MONOTONIC) when it runs again."""
 
-import asyncio, ctypes, math, statistics, threading, time
+import asyncio, ctypes, math, statistics, time
+from concurrent.futures import ThreadPoolExecutor
 
 import custream
 
@@ -17,85 +18,64 @@ extern "C" __global__ void sleep_then_flag(unsigned long long ns, volatile int *
 }'''
 # A wait longer than the 2 ms a thread's wait polls for before it sleeps on a notifier (src/waits.rs), and a shorter.
 LONG_NS, SHORT_NS, PENDING = 5_000_000, 500_000, 1_000
+DRIVER, MAIN = "s.synchronize(), another thread (the driver's wait)", "s.synchronize(), the main thread (interruptible)"
+AWAIT = "await s.record()"
+
+def then(fn):  # fn(), then the clock (raw_watch's: CLOCK_MONOTONIC)
+    return lambda: (fn(), time.monotonic_ns())[1]
+
+async def after(awaitable) -> int:
+    await awaitable
+    return time.monotonic_ns()
 
 def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
     if not gpu or raw is None:
         return {"na": "needs a GPU and raw_driver.c"}
     import cupy as cp
     cp.cuda.Device(0).use()
-    watch, hostfn = raw.raw_watch, raw.raw_hostfn
-    watch.restype, watch.argtypes = ctypes.c_double, [ctypes.c_void_p, ctypes.c_double]
-    hostfn.restype, hostfn.argtypes = ctypes.c_double, [ctypes.c_void_p]
-    host = cp.cuda.runtime.hostAlloc(4, 2)  # cudaHostAllocMapped
-    flag = ctypes.c_int.from_address(host)
-    dev = host  # mapped, with unified addressing: the device sees it at the host address
-    kernel = cp.RawKernel(KERNEL, "sleep_then_flag")
+    host = cp.cuda.runtime.hostAlloc(4, 2)  # mapped; with unified addressing the device sees it at this address
+    flag, kernel = ctypes.c_int.from_address(host), cp.RawKernel(KERNEL, "sleep_then_flag")
+    sleep = lambda ns: kernel((1,), (1,), (cp.uint64(ns), cp.intp(host)))  # noqa: E731 (then raises the flag)
     s = custream.Stream(device=0)
-    ext = cp.cuda.Stream.from_external(s)
+    ext, loop, pool = cp.cuda.Stream.from_external(s), asyncio.new_event_loop(), ThreadPoolExecutor(2)
     samples = max(20, min(200, int(cfg["budget_s"] * 50)))
 
-    def latency(wait, kernel_ns=LONG_NS) -> float:
-        """Median ns from the end of a `kernel_ns` kernel to `wait` (which waits for it) returning."""
+    def latency(wait, kernel_ns) -> float:
+        """Median ns from the end of a `kernel_ns` kernel (raw_watch, on a thread of the pool) to `wait` returning."""
         out = []
         for _ in range(samples):
             flag.value = 0
-            seen: list = []
-            t = threading.Thread(target=lambda: seen.append(watch(host, 5e9)))
-            t.start()
+            seen = pool.submit(raw.raw_watch, host, 5e9)
             with ext:
-                kernel((1,), (1,), (cp.uint64(kernel_ns), cp.intp(dev)))
-            back = wait()
-            t.join()
-            out.append(back - seen[0])
+                sleep(kernel_ns)
+            out.append(wait() - seen.result())
         return statistics.median(out)
-
-    def on_thread(fn):
-        box: list = []
-        th = threading.Thread(target=lambda: (fn(), box.append(time.monotonic_ns())))
-        th.start(); th.join()
-        return box[0]
-
-    loop = asyncio.new_event_loop()
-    async def awaited():
-        await s.record()
-        return time.monotonic_ns()
-    async def to_thread():
-        await asyncio.to_thread(s.synchronize)
-        return time.monotonic_ns()
-    driver = lambda: on_thread(s.synchronize)  # noqa: E731
-    main = lambda: (s.synchronize(), time.monotonic_ns())[1]  # noqa: E731
-    aw = lambda: loop.run_until_complete(awaited())  # noqa: E731
-    rows = {
-        "s.synchronize(), another thread (the driver's wait)": latency(driver),
-        "s.synchronize(), the main thread (interruptible)": latency(main),
-        "s.synchronize(timeout=10)": latency(lambda: (s.synchronize(timeout=10), time.monotonic_ns())[1]),
-        "await s.record()": latency(aw),
-        "await asyncio.to_thread(s.synchronize)": latency(lambda: loop.run_until_complete(to_thread())),
-        "CuPy stream.synchronize()": latency(lambda: (ext.synchronize(), time.monotonic_ns())[1]),
-        "a host function runs (C: the floor of a wait that does not spin)": latency(lambda: hostfn(s.handle)),
-    }
-    base = rows["s.synchronize(), another thread (the driver's wait)"]
-    out = {f"{name}, 5 ms kernel": {"ns": ns, "ratio": ns / base} for name, ns in rows.items()}
-    out["await s.record(), 5 ms kernel"]["target"] = 1.5
-    short = {name: latency(wait, SHORT_NS) for name, wait in
-             [("s.synchronize(), another thread (the driver's wait)", driver),
-              ("s.synchronize(), the main thread (interruptible)", main), ("await s.record()", aw)]}
-    base = short["s.synchronize(), another thread (the driver's wait)"]
-    out.update({f"{name}, 0.5 ms kernel": {"ns": ns, "ratio": ns / base} for name, ns in short.items()})
-    out.update(pending_cpu(loop, s, ext, kernel, dev))
+    waits = {DRIVER: lambda: pool.submit(then(s.synchronize)).result(), MAIN: then(s.synchronize),
+             "s.synchronize(timeout=10)": then(lambda: s.synchronize(timeout=10)),
+             AWAIT: lambda: loop.run_until_complete(after(s.record())),
+             "await asyncio.to_thread(s.synchronize)":
+                 lambda: loop.run_until_complete(after(asyncio.to_thread(s.synchronize))),
+             "CuPy stream.synchronize()": then(ext.synchronize),
+             "a host function runs (C: the floor of a wait that does not spin)": lambda: raw.raw_hostfn(s.handle)}
+    out = {}
+    for kernel_ns, names in ((LONG_NS, waits), (SHORT_NS, (DRIVER, MAIN, AWAIT))):
+        ns = {name: latency(waits[name], kernel_ns) for name in names}
+        label = f"{kernel_ns / 1e6:g} ms kernel"
+        out.update({f"{name}, {label}": {"ns": v, "ratio": v / ns[DRIVER]} for name, v in ns.items()})
+    out[f"{AWAIT}, 5 ms kernel"]["target"] = 1.5
+    out.update(pending_cpu(loop, s, ext, sleep))
     loop.close()
+    pool.shutdown()
     s.close()
     cp.cuda.runtime.freeHost(host)
     return out
 
-def pending_cpu(loop, s, ext, kernel, dev) -> dict:
+def pending_cpu(loop, s, ext, sleep) -> dict:
     """CPU seconds (process time) spent in one second while PENDING waits are pending, each way."""
-    import cupy as cp
-
     async def used(wait) -> float:
         """CPU of one second with PENDING `wait(event)`s pending behind a 1.2 s kernel."""
         with ext:
-            kernel((1,), (1,), (cp.uint64(1_200_000_000), cp.intp(dev)))
+            sleep(1_200_000_000)
         waits = [asyncio.ensure_future(wait(s.record())) for _ in range(PENDING)]
         await asyncio.sleep(0.1)
         t = time.process_time()
@@ -105,10 +85,7 @@ def pending_cpu(loop, s, ext, kernel, dev) -> dict:
         cpu = cpu if not any(w.done() for w in waits) else math.nan
         await asyncio.gather(*waits)
         return cpu
-
-    async def awaited(e):
-        await e
     cpu = lambda wait: loop.run_until_complete(used(wait)) * 1e9  # noqa: E731
-    return {f"CPU ms in 1 s with {PENDING:,} awaits pending": {"ns": cpu(awaited), "unit": "ms", "target_ms": 20},
+    return {f"CPU ms in 1 s with {PENDING:,} awaits pending": {"ns": cpu(after), "unit": "ms", "target_ms": 20},
             f"CPU ms in 1 s with {PENDING:,} asyncio.to_thread(e.synchronize) pending":
                 {"ns": cpu(lambda e: asyncio.to_thread(e.synchronize)), "unit": "ms"}}

@@ -10,7 +10,13 @@ sys.path += [os.path.join(ROOT, "cpp_tests"), os.path.join(ROOT, "cython_tests")
 import ops, timing  # noqa: E402
 
 N = 1 << 20  # the Cython loops' iterations a call
-LOOP = '''
+PYX = '''# cython: language_level=3
+from libc.stdint cimport uintptr_t
+from custream cimport Stream
+cdef extern from *:
+    """static inline void barrier(void) { __asm__ __volatile__("" ::: "memory"); }"""
+    void barrier() nogil
+''' + "".join(f'''
 def {name}({args}Py_ssize_t n):
     cdef Py_ssize_t i
     cdef uintptr_t acc = 0
@@ -19,14 +25,7 @@ def {name}({args}Py_ssize_t n):
             barrier()
             acc += <uintptr_t>{read}
     return acc
-'''
-PYX = '''# cython: language_level=3
-from libc.stdint cimport uintptr_t
-from custream cimport Stream
-cdef extern from *:
-    """static inline void barrier(void) { __asm__ __volatile__("" ::: "memory"); }"""
-    void barrier() nogil
-''' + LOOP.format(name="floor", args="", read="i") + LOOP.format(name="field", args="Stream s, ", read="s.handle")
+''' for name, args, read in (("floor", "", "i"), ("field", "Stream s, ", "s.handle")))
 
 def time_op(lib: ops.Lib, key: str, ns: dict, cfg: dict, gpu: bool, raw) -> dict:
     """`lib`'s first statement for operation `key` that runs (and gives the right value), timed."""
@@ -58,7 +57,9 @@ def time_op(lib: ops.Lib, key: str, ns: dict, cfg: dict, gpu: bool, raw) -> dict
 def raw_driver(path: str):
     """raw_driver.c, initialized (the primary context left current); `.loop(key, *args)`: run(n) of a C loop."""
     raw, p = ctypes.CDLL(path), ctypes.c_void_p
-    raw.raw_time.restype, raw.raw_time.argtypes = ctypes.c_double, [ctypes.c_char_p, ctypes.c_long, p, p, ctypes.c_long]
+    for f, args in ((raw.raw_time, [ctypes.c_char_p, ctypes.c_long, p, p, ctypes.c_long]), (raw.raw_hostfn, [p]),
+                    (raw.raw_watch, [p, ctypes.c_double])):  # waits.py's: the host function's time, the kernel's end
+        f.restype, f.argtypes = ctypes.c_double, args
     if step := raw.raw_init():
         raise RuntimeError(f"raw_init failed at step {step} (1: no libcuda, 2: a symbol missing, 3: a driver call)")
 

@@ -19,7 +19,7 @@
 # SANITIZER_SUITE=1 adds the gpu-marked tests under both tools to the sanitizer stage.
 #
 # Results go to $OUT (default ./gpu-out): gpu-tests.log, gpu-junit.xml, peer-table.txt,
-# versions.txt, bench.json, bench.png, sanitizer-logs/. One peer's failure never stops the
+# versions.txt, bench.json, sanitizer-logs/. One peer's failure never stops the
 # others; every stage has a time limit and the whole script ends within about 9 minutes.
 # Exit status: 0 when every stage that ran passed.
 set -uo pipefail
@@ -257,7 +257,7 @@ if want bench; then
     banner "benchmarks"
     if [ -f benches/run.py ]; then
         t=$(budget 300)
-        timeout -k 10 "$t" "$PY" benches/run.py --gpu --budget-s $((t - 15)) --json "$OUT/bench.json" --plot "$OUT/bench.png"
+        timeout -k 10 "$t" "$PY" benches/run.py --gpu --budget-s $((t - 15)) --json "$OUT/bench.json"
         rc=$?
         case $rc in 0) status[bench]="passed" ;; 124 | 137) status[bench]="TIMED OUT after ${t}s" ;; *) status[bench]="FAILED (exit $rc)" ;; esac
     else
