@@ -3,7 +3,7 @@
 //! outside Python needs its layout. Its Python methods are the one `#[pymethods]` block here.
 //! A Stream's `record()` and `wait()` are here too: they are what events are for.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use pyo3::exceptions::PyValueError;
@@ -23,7 +23,7 @@ use crate::launch::{self, Gil, Keep};
 use crate::lifecycle::{self, DriverObject, Made};
 use crate::protocol;
 use crate::raw_stream::StreamObject;
-use crate::waits::{self, PyBell, Signal};
+use crate::waits::{self, PyBell, Recorded, Signal};
 
 /// A CUDA event, created in a device's primary context.
 ///
@@ -41,7 +41,16 @@ pub struct Event {
     capture: Mutex<Option<CaptureMark>>,
     /// An IPC event's handle, exported or imported (src/ipc.rs).
     ipc: Option<IpcSide>,
+    /// Where custream last recorded it: the stream's handle, and the record's place in
+    /// custream's order of records (0: never). Two atomics, not a lock, on the path of every
+    /// record: a pair torn by two threads recording it at once only costs a wait on it its
+    /// notifier of its own (src/waits.rs).
+    recorded_on: AtomicU64,
+    record_seq: AtomicU64,
 }
+
+/// The order of custream's records, for `Recorded`.
+static RECORDS: AtomicU64 = AtomicU64::new(0);
 
 impl Event {
     /// An event in `device`'s primary context, or in `context` (that of the work it will be
@@ -59,7 +68,18 @@ impl Event {
             captured: AtomicBool::new(false),
             capture: Mutex::new(None),
             ipc,
+            recorded_on: AtomicU64::new(0),
+            record_seq: AtomicU64::new(0),
         }
+    }
+
+    /// Where custream last recorded the event, if it did.
+    pub fn recorded(&self) -> Option<Recorded> {
+        let seq = self.record_seq.load(Ordering::Acquire);
+        (seq != 0).then(|| Recorded {
+            stream: self.recorded_on.load(Ordering::Relaxed),
+            seq,
+        })
     }
 
     /// The IPC side of an event opened from another process's handle.
@@ -104,7 +124,15 @@ impl Event {
                 )
             })
         })?;
-        event.note_record(py, stream)
+        event.note_record(py, stream)?;
+        // A record in a capture is a node of a graph, in no stream's order (0: unknown).
+        let seq = match event.captured.load(Ordering::Acquire) {
+            true => 0,
+            false => RECORDS.fetch_add(1, Ordering::Relaxed) + 1,
+        };
+        event.recorded_on.store(stream.handle_value(), Ordering::Relaxed);
+        event.record_seq.store(seq, Ordering::Release);
+        Ok(())
     }
 
     /// Hold the event open for a launch that may outlive its caller (src/launch.rs).
@@ -271,7 +299,7 @@ impl Event {
             });
         }
         self.use_for_wait(py, WHAT, |ev, ctx| {
-            waits::synchronize_event(py, ev, ctx, deadline, "Event.synchronize()")
+            waits::synchronize_event(py, ev, ctx, self.recorded(), deadline, "Event.synchronize()")
         })
     }
 
@@ -290,7 +318,7 @@ impl Event {
             })?;
             let (bell, future, token): (Bound<'py, PyBell>, Bound<'py, PyAny>, u64) =
                 prepare.bind(py).call1((slf,))?.extract()?;
-            if let Err(e) = waits::arm(py, ev, ctx, Signal::bell(bell.get(), token)) {
+            if let Err(e) = waits::arm(py, ev, ctx, slf.get().recorded(), Signal::bell(bell.get(), token)) {
                 future.call_method0("cancel")?;
                 return Err(e);
             }
@@ -304,9 +332,9 @@ impl Event {
     /// own thread). Cancelling it only stops the waiting. A fault that kills the context
     /// fails it with the driver's error (``CudaError``) within about a second.
     fn future<'py>(slf: &Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let future = slf
-            .get()
-            .use_for_wait(py, "future()", |ev, ctx| waits::future(py, ev, ctx))?;
+        let future = slf.get().use_for_wait(py, "future()", |ev, ctx| {
+            waits::future(py, ev, ctx, slf.get().recorded())
+        })?;
         if !future.call_method0("done")?.is_truthy()? {
             // After a sticky fault the driver runs no host function: custream._waits asks about
             // the event once a second while the future is pending.

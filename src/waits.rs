@@ -213,29 +213,54 @@ const SPREAD: usize = 16;
 struct Busy {
     notifier: Notifier,
     queued: usize,
+    /// Where the event of the last wait queued on it was recorded, if custream knows.
+    last: Option<Recorded>,
+}
+
+/// Where custream recorded an awaited event: the stream's handle and the record's place in
+/// custream's order of records. A stream completes its events in the order they were
+/// recorded, so a wait on a later event of the same stream can queue on the notifier of an
+/// earlier one at no cost: the notifier reaches it no later than the stream does.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Recorded {
+    pub stream: u64,
+    pub seq: u64,
 }
 
 fn busy() -> std::sync::MutexGuard<'static, Option<HashMap<u64, Busy>>> {
     BUSY.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// One more wait on a busy notifier of the context, if it has `SPREAD` already: the one with
-/// the fewest queued. Its stream handle.
-fn join_busy(context_id: u64) -> Option<StreamHandle> {
+/// A busy notifier of the context for one more wait, on an event recorded at `after` if
+/// known: the notifier whose last wait is on an earlier record of the same stream; else, once
+/// the context has `SPREAD` busy ones, the one with the fewest queued. Its stream handle.
+fn join_busy(context_id: u64, after: Option<Recorded>) -> Option<StreamHandle> {
     let mut guard = busy();
     let map = guard.get_or_insert_with(HashMap::new);
-    let mine = map.values_mut().filter(|b| b.notifier.context_id == context_id);
-    let (count, least) = mine.fold((0, None::<&mut Busy>), |(n, least), b| {
-        let fewer = least.as_ref().is_none_or(|l| b.queued < l.queued);
-        (n + 1, if fewer { Some(b) } else { least })
-    });
-    match least {
-        Some(b) if count >= SPREAD => {
-            b.queued += 1;
-            Some(b.notifier.stream.handle())
+    let seq = |b: &Busy| b.last.map(|l| l.seq);
+    let mut count = 0;
+    let mut least: Option<&mut Busy> = None;
+    let mut behind: Option<&mut Busy> = None;
+    for b in map.values_mut().filter(|b| b.notifier.context_id == context_id) {
+        count += 1;
+        let earlier = match (b.last, after) {
+            (Some(last), Some(after)) => last.stream == after.stream && last.seq < after.seq,
+            _ => false,
+        };
+        if earlier && behind.as_deref().is_none_or(|x| seq(x) < seq(b)) {
+            behind = Some(b);
+        } else if least.as_deref().is_none_or(|l| b.queued < l.queued) {
+            least = Some(b);
         }
-        _ => None,
     }
+    let chosen = match (behind, least) {
+        (Some(b), _) => b,
+        (None, Some(l)) if count >= SPREAD => l,
+        _ => return None,
+    };
+    chosen.queued += 1;
+    chosen.last = after;
+    Some(chosen.notifier.stream.handle())
 }
 
 /// A wait queued on the busy notifier `h` is over (rung, or never queued): the last gives the
@@ -307,18 +332,22 @@ fn complete(py: Python<'_>, future: Py<PyAny>) {
     }
 }
 
-/// Queue `signal` behind `ev`, a live event of `ctx` (the caller holds it open for the call),
-/// on a notifier of its own or, past `SPREAD`, a busy one's.
-pub fn arm(py: Python<'_>, ev: EventHandle, ctx: Context, signal: Signal) -> PyResult<()> {
+/// Queue `signal` behind `ev`, a live event of `ctx` (the caller holds it open for the call)
+/// recorded at `after` if custream knows, on a notifier of its own or a busy one's
+/// (`join_busy`).
+pub fn arm(py: Python<'_>, ev: EventHandle, ctx: Context, after: Option<Recorded>, signal: Signal) -> PyResult<()> {
     let id = driver::context_id(ctx)?;
-    let h = match join_busy(id) {
+    let h = match join_busy(id, after) {
         Some(h) => h,
         None => {
             let n = lease(py, ctx)?;
             let h = n.stream.handle();
-            busy()
-                .get_or_insert_with(HashMap::new)
-                .insert(h.as_u64(), Busy { notifier: n, queued: 1 });
+            let busy_one = Busy {
+                notifier: n,
+                queued: 1,
+                last: after,
+            };
+            busy().get_or_insert_with(HashMap::new).insert(h.as_u64(), busy_one);
             h
         }
     };
@@ -403,6 +432,7 @@ pub fn synchronize_event(
     py: Python<'_>,
     ev: EventHandle,
     ctx: Context,
+    after: Option<Recorded>,
     deadline: Deadline,
     what: &str,
 ) -> PyResult<()> {
@@ -410,7 +440,7 @@ pub fn synchronize_event(
         return Ok(());
     }
     let done = Arc::new(Done::default());
-    arm(py, ev, ctx, Signal::thread(&done))?;
+    arm(py, ev, ctx, after, Signal::thread(&done))?;
     deadline::wait(py, deadline, what, move |slice| Ok(done.wait(slice) || asked(ev)?))
 }
 
@@ -470,7 +500,12 @@ impl Drop for StreamWait {
 
 /// A `concurrent.futures.Future` that completes with None once the work recorded before `ev`
 /// (a live event of `ctx`, held open for the call) is done.
-pub fn future<'py>(py: Python<'py>, ev: EventHandle, ctx: Context) -> PyResult<Bound<'py, PyAny>> {
+pub fn future<'py>(
+    py: Python<'py>,
+    ev: EventHandle,
+    ctx: Context,
+    after: Option<Recorded>,
+) -> PyResult<Bound<'py, PyAny>> {
     static FUTURE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let cls = FUTURE.get_or_try_init(py, || {
         Ok::<_, PyErr>(py.import("concurrent.futures")?.getattr("Future")?.unbind())
@@ -479,7 +514,7 @@ pub fn future<'py>(py: Python<'py>, ev: EventHandle, ctx: Context) -> PyResult<B
     if gil::brief(py, move || driver::event_query(ev))? {
         future.call_method1("set_result", (py.None(),))?;
     } else {
-        arm(py, ev, ctx, Signal(Kind::Future(future.clone().unbind())))?;
+        arm(py, ev, ctx, after, Signal(Kind::Future(future.clone().unbind())))?;
     }
     Ok(future)
 }

@@ -304,11 +304,13 @@ def test_off_the_main_thread_plain_and_timed_waits_work(fake):
 def test_hundreds_of_awaits_never_block_the_loop_in_the_driver(fake):
     """The driver blocks a host function launched onto one more stream once about 56 of a
     context have one pending (an H100: 400 awaits behind 0.3 s kernels froze the event loop
-    for the kernels' length). The stand-in blocks so past 20 streams: custream arms at most 16
-    event waits on notifiers of their own and queues the rest behind those, so the loop runs
-    on, every await ends, and the notifiers are given back."""
+    for the kernels' length). The stand-in blocks so past 20 streams: custream queues a wait
+    on a later record of a stream behind the notifier of an earlier one (four notifiers for
+    four streams), gives any other wait a notifier of its own up to 16, and queues the rest
+    behind those; the loop runs on, every await ends, and the notifiers are given back."""
     out = run(fake, """
         fake.fake_host_func_waiters.restype = ctypes.c_int
+        fake.fake_host_func_peak.restype = ctypes.c_int
         fake.fake_host_func_streams(20)
         streams = [Stream() for _ in range(4)]
         async def _await(e):
@@ -329,16 +331,24 @@ def test_hundreds_of_awaits_never_block_the_loop_in_the_driver(fake):
             armed = time.monotonic()
             assert fake.fake_host_func_waiters() == 0
             assert _pending_waits() == 400, _pending_waits()
+            assert fake.fake_host_func_peak() == 4, fake.fake_host_func_peak()  # a notifier a stream
             ticks0 = ticks
             await asyncio.gather(*waits)
             assert all(s.query() for s in streams)
             assert ticks - ticks0 >= 20, (ticks - ticks0, time.monotonic() - armed)
-            # A thread's wait beside them: its own notifier, within the driver's bound.
+            # Events custream did not record in stream order (awaited latest first, and
+            # foreign records): notifiers of their own up to 16, then shared.
             kernel(streams[0], 50)
-            e = streams[0].record()
-            futures = [streams[i % 4].record().future() for i in range(100)]
-            e.synchronize(timeout=5)
+            events = [streams[i % 4].record() for i in range(100)]
+            foreign = [Event() for _ in range(50)]
+            for e in foreign:
+                fake.cuEventRecord(ctypes.c_void_p(e.handle), ctypes.c_void_p(streams[1].handle))
+            fake.fake_host_func_streams(20)
+            futures = [e.future() for e in reversed(events)] + [e.future() for e in foreign]
+            events[-1].synchronize(timeout=5)  # a thread's wait beside them
             await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+            assert fake.fake_host_func_waiters() == 0
+            assert 4 <= fake.fake_host_func_peak() <= 17, fake.fake_host_func_peak()
             tick.cancel()
         asyncio.run(main())
         settle()

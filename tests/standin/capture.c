@@ -109,8 +109,9 @@ static int wait_met(const Item *it) {
     }
 }
 
-/* Streams with a host function pending, and the bound on them (fake_host_func_streams). */
-static int hostfn_limit, hostfn_streams, hostfn_waiters;
+/* Streams with a host function pending, the bound on them (fake_host_func_streams) and the
+ * most there were since it was set (fake_host_func_peak). */
+static int hostfn_limit, hostfn_streams, hostfn_waiters, hostfn_peak;
 
 static void *worker(void *arg) {
     (void)arg;
@@ -298,15 +299,23 @@ CUresult cuStreamDestroy_v2(void *h) {
 }
 /* fake_host_func_streams(n): as the driver does (from about 56 streams on an H100), a host
  * function launched onto a stream with none pending waits, in a wait no signal ends, while n
- * streams have one pending (0, the default: no limit). fake_host_func_waiters(): the launches
- * waiting so. */
+ * streams have one pending (0, the default: no limit), and starts counting the peak anew.
+ * fake_host_func_waiters(): the launches waiting so; fake_host_func_peak(): the most streams
+ * with one pending at once. */
 void fake_host_func_streams(int n) {
     pthread_mutex_lock(&mu);
     hostfn_limit = n;
+    hostfn_peak = hostfn_streams;
     pthread_cond_broadcast(&cv);
     pthread_mutex_unlock(&mu);
 }
 int fake_host_func_waiters(void) { return __atomic_load_n(&hostfn_waiters, __ATOMIC_RELAXED); }
+int fake_host_func_peak(void) {
+    pthread_mutex_lock(&mu);
+    int peak = hostfn_peak;
+    pthread_mutex_unlock(&mu);
+    return peak;
+}
 CUresult cuLaunchHostFunc(void *h, hostfn fn, void *user) {
     pthread_mutex_lock(&mu);
     Stream *s = S(h);
@@ -316,7 +325,7 @@ CUresult cuLaunchHostFunc(void *h, hostfn fn, void *user) {
         while (hostfn_limit && hostfn_streams >= hostfn_limit) pthread_cond_wait(&cv, &mu);
         __atomic_sub_fetch(&hostfn_waiters, 1, __ATOMIC_RELAXED);
     }
-    if (counted && s->hostfns++ == 0) hostfn_streams++;
+    if (counted && s->hostfns++ == 0 && ++hostfn_streams > hostfn_peak) hostfn_peak = hostfn_streams;
     pthread_mutex_unlock(&mu);
     CUresult r = queue_or_capture(h, (Item){.fn = fn, .user = user, .hostfn = counted});
     if (r != OK && counted) {
