@@ -42,9 +42,10 @@ pub struct Event {
     /// An IPC event's handle, exported or imported (src/ipc.rs).
     ipc: Option<IpcSide>,
     /// Where custream last recorded it: the stream's handle, and the record's place in
-    /// custream's order of records (0: never). Two atomics, not a lock, on the path of every
-    /// record: a pair torn by two threads recording it at once only costs a wait on it its
-    /// notifier of its own (src/waits.rs).
+    /// custream's order of records (0: never, or in a capture). Two atomics, not a lock, on
+    /// the path of every record: a pair torn by two threads recording the event at once can
+    /// only queue a wait on it behind a notifier it did not need to share (src/waits.rs):
+    /// seen later, never sooner.
     recorded_on: AtomicU64,
     record_seq: AtomicU64,
 }

@@ -462,7 +462,7 @@ impl Lease {
         if self.ended_before(py) {
             return Ok(());
         }
-        // The winner of the swap above is the field's only user until `hold_again`: a load and
+        // The one caller that ended it is the field's only user until `hold_again`: a load and
         // a store.
         let pool = self.pool.load(Ordering::Acquire);
         self.pool.store(null_mut(), Ordering::Release);
