@@ -291,6 +291,24 @@ enum Owner {
     Busy(StreamHandle),
 }
 
+impl Owner {
+    /// The notifier stream the wait is queued on.
+    fn stream(&self) -> StreamHandle {
+        match self {
+            Owner::Alone(n) => n.stream.handle(),
+            Owner::Busy(h) => *h,
+        }
+    }
+
+    /// The wait is over (rung, or never queued): give the notifier back, or leave it.
+    fn release(self) {
+        match self {
+            Owner::Alone(n) => give_back(n),
+            Owner::Busy(h) => leave_busy(h),
+        }
+    }
+}
+
 /// What `ring` owns: the signal and the notifier to give back.
 struct Pending {
     signal: Signal,
@@ -316,10 +334,7 @@ unsafe extern "C" fn ring(user: *mut c_void) {
     }
     // After the signal: a thread that looks at the notifier's event between its slices sees
     // it done, not recorded again for another wait.
-    match owner {
-        Owner::Alone(n) => give_back(n),
-        Owner::Busy(h) => leave_busy(h),
-    }
+    owner.release();
     PENDING.fetch_sub(1, Ordering::Release);
 }
 
@@ -352,7 +367,7 @@ pub fn arm(py: Python<'_>, ev: EventHandle, ctx: Context, after: Option<Recorded
         }
     };
     // The signal that comes back with an error is dropped here, attached.
-    gil::brief(py, move || queue(h, Owner::Busy(h), Behind::Event(ev), signal)).map_err(|(e, _signal)| e.into())
+    gil::brief(py, move || queue(Owner::Busy(h), Behind::Event(ev), signal)).map_err(|(e, _signal)| e.into())
 }
 
 /// What a notifier waits behind.
@@ -364,10 +379,11 @@ enum Behind {
     Stream(StreamHandle, EventHandle),
 }
 
-/// Queue on the notifier stream `ns` its wait and its `ring` of `signal`. On failure `ring`
+/// Queue on `owner`'s notifier stream its wait and its `ring` of `signal`. On failure `ring`
 /// will never run: the notifier goes back and the signal comes back with the error, to be
 /// dropped where Python may be entered (a future's reference).
-fn queue(ns: StreamHandle, owner: Owner, behind: Behind, signal: Signal) -> Result<(), (DriverError, Signal)> {
+fn queue(owner: Owner, behind: Behind, signal: Signal) -> Result<(), (DriverError, Signal)> {
+    let ns = owner.stream();
     let user = Box::into_raw(Box::new(Pending { signal, owner }));
     PENDING.fetch_add(1, Ordering::AcqRel);
     let queued = (|| {
@@ -383,10 +399,7 @@ fn queue(ns: StreamHandle, owner: Owner, behind: Behind, signal: Signal) -> Resu
         PENDING.fetch_sub(1, Ordering::AcqRel);
         // SAFETY: the launch failed, so `ring` will never run: the box is still ours.
         let Pending { signal, owner } = *unsafe { Box::from_raw(user) };
-        match owner {
-            Owner::Alone(n) => give_back(n),
-            Owner::Busy(h) => leave_busy(h),
-        }
+        owner.release();
         (e, signal)
     })
 }
@@ -472,8 +485,8 @@ impl StreamWait {
         let signal = Signal::thread(&self.done);
         move || match notifier {
             Some(n) => {
-                let (ns, own) = (n.stream.handle(), n.event.handle());
-                queue(ns, Owner::Alone(n), Behind::Stream(h, own), signal).map_err(|(e, _)| e)
+                let own = n.event.handle();
+                queue(Owner::Alone(n), Behind::Stream(h, own), signal).map_err(|(e, _)| e)
             }
             None => Ok(()),
         }
