@@ -55,6 +55,17 @@ PRELUDE = textwrap.dedent(
     signal.signal(signal.SIGINT, signal.default_int_handler)
     def signal_after(seconds, sig=signal.SIGINT):
         threading.Timer(seconds, os.kill, (os.getpid(), sig)).start()
+    async def _await(e):
+        await e
+    def ticker(every):
+        # A task counting the running loop's turns, one every `every` s: the count (in a
+        # one-item list) and the task.
+        count = [0]
+        async def tick():
+            while True:
+                await asyncio.sleep(every)
+                count[0] += 1
+        return count, asyncio.create_task(tick())
     """
 )
 
@@ -313,16 +324,8 @@ def test_hundreds_of_awaits_never_block_the_loop_in_the_driver(fake):
         fake.fake_host_func_peak.restype = ctypes.c_int
         fake.fake_host_func_streams(20)
         streams = [Stream() for _ in range(4)]
-        async def _await(e):
-            await e
         async def main():
-            ticks = 0
-            async def ticker():
-                nonlocal ticks
-                while True:
-                    await asyncio.sleep(0.005)
-                    ticks += 1
-            tick = asyncio.create_task(ticker())
+            ticks, tick = ticker(0.005)
             for s in streams:
                 kernel(s, 100)  # the stand-in runs its queue in order: 0.4 s in all
             events = [streams[i % 4].record() for i in range(400)]
@@ -332,10 +335,10 @@ def test_hundreds_of_awaits_never_block_the_loop_in_the_driver(fake):
             assert fake.fake_host_func_waiters() == 0
             assert _pending_waits() == 400, _pending_waits()
             assert fake.fake_host_func_peak() == 4, fake.fake_host_func_peak()  # a notifier a stream
-            ticks0 = ticks
+            ticks0 = ticks[0]
             await asyncio.gather(*waits)
             assert all(s.query() for s in streams)
-            assert ticks - ticks0 >= 20, (ticks - ticks0, time.monotonic() - armed)
+            assert ticks[0] - ticks0 >= 20, (ticks[0] - ticks0, time.monotonic() - armed)
             # Events custream did not record in stream order (awaited latest first, and
             # foreign records): notifiers of their own up to 16, then shared.
             kernel(streams[0], 50)
@@ -362,19 +365,13 @@ def test_await_lets_the_loop_run_and_cancelling_leaves_nothing(fake):
     out = run(fake, """
         s = Stream()
         async def main():
-            ticks = 0
-            async def ticker():
-                nonlocal ticks
-                while True:
-                    await asyncio.sleep(0.01)
-                    ticks += 1
-            tick = asyncio.create_task(ticker())
+            ticks, tick = ticker(0.01)
             kernel(s, 300)
             t = time.monotonic()
             await s.record()
             assert s.query() is True
             took = time.monotonic() - t
-            assert took >= 0.25 and ticks >= 10, (took, ticks)
+            assert took >= 0.25 and ticks[0] >= 10, (took, ticks[0])
             await s.record()  # idle: at once
             done = Event(); done.record(s)
             await done
@@ -398,8 +395,6 @@ def test_await_lets_the_loop_run_and_cancelling_leaves_nothing(fake):
             else:
                 raise AssertionError("wait_for did not time out")
             tick.cancel()
-        async def _await(e):
-            await e
         asyncio.run(main())
         s.synchronize()
         settle()
@@ -424,8 +419,6 @@ def test_hundreds_of_awaits_take_no_thread_each_and_two_loops_await_at_once(fake
             assert not any(w.done() for w in waits)
             await asyncio.gather(*waits)
             return before, during
-        async def _await(e):
-            await e
         warm = asyncio.run(many(4))
         before, during = asyncio.run(many(400))
         assert during <= before, (before, during)
@@ -539,8 +532,6 @@ def test_a_fault_ends_pending_waits_with_the_drivers_error(sticky):
                 assert err.name == "CUDA_ERROR_ILLEGAL_ADDRESS", err
             else:
                 raise AssertionError("no fault")
-        async def _await(ev):
-            await ev
         asyncio.run(main())
         assert custream._waits.pending_futures() == 0
         # A future made before the fault: failed by custream's watch within about a second.
