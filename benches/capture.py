@@ -47,7 +47,8 @@ def ipc_rows(ns: dict, exporter) -> list:
 
 def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
     s = custream.Stream(device=0)
-    ns = {**cupy_on(s), "custream": custream, "noop": lambda *_: None, "flaunch": floor and floor.flaunch}
+    ns = {**cupy_on(s), "custream": custream, "noop": lambda *_: None, "flaunch": floor and floor.flaunch,
+          "fwrite": floor and floor.fwrite, "fwait": floor and floor.fwait}
     kernels = lambda n: f"\n    for _ in range({n}):\n        cp.add(x, 1, out=x)\n"  # noqa: E731 (in `with ext:`)
     exec(f"s.begin_capture('relaxed')\nwith ext:{kernels(10)}g = s.end_capture()", ns)  # a graph of 10 kernels
     g, W = ns["g"], ns["x"].data.ptr  # W: a device word (CuPy's array), given as an int: the fast path
@@ -69,6 +70,9 @@ def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
          timer(f"cs.begin_capture(mode=relaxed)\nwith cs:{kernels(100)}cs.end_capture()"), "CuPy begin/end_capture"),
         ("write_value + wait_value", 1.15, memops, raw.loop("memops_checked", s.handle, W, 100),
          "C: cuPointerGetAttributes, then the operation, twice"),
+        *[("  least binding fwrite(S, W, 1); fwait(S, W, 1)", None, batches("fwrite(S, W, 1); fwait(S, W, 1)"),
+           raw.loop("memops_checked", s.handle, W, 100), "C: cuPointerGetAttributes, then the operation, twice")]
+        * bool(floor),
         ("  the same, beside the two operations alone", None, memops, raw.loop("memops", s.handle, W, 100),
          "C cuStreamWriteValue32_v2 + cuStreamWaitValue32_v2")]
     out, exporter = {}, subprocess.Popen([sys.executable, "-u", "-c", EXPORTER], stdin=subprocess.PIPE,

@@ -49,6 +49,20 @@ static PyObject *floor_launch(PyObject *mod, PyObject *const *args, Py_ssize_t n
     return DONE("cuGraphLaunch", r);
 }
 
+/* fwrite(S, W, v) / fwait(S, W, v): the 32-bit memory operations, each after the pointer query custream makes. */
+static PyObject *floor_memop(PyObject *const *args, Py_ssize_t n, int wait) {
+    if (n != 3) return PyErr_Format(PyExc_TypeError, "fwrite/fwait(S, W, v) take 3 arguments");
+    CUstream s = PyLong_AsVoidPtr(args[0]);
+    unsigned long long w = PyLong_AsUnsignedLongLong(args[1]);
+    unsigned long v = PyLong_AsUnsignedLong(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    ask(w);
+    CUresult r = failed ? failed : wait ? cuStreamWaitValue32_v2(s, w, v, 0) : cuStreamWriteValue32_v2(s, w, v, 0);
+    return DONE("cuStreamWrite/WaitValue32", r);
+}
+static PyObject *floor_write(PyObject *m, PyObject *const *a, Py_ssize_t n) { return floor_memop(a, n, 0); }
+static PyObject *floor_wait(PyObject *m, PyObject *const *a, Py_ssize_t n) { return floor_memop(a, n, 1); }
+
 /* FloorStream: its handle, an int, and the getset `handle` that returns it, no check. */
 typedef struct { PyObject_HEAD PyObject *handle; } FloorStream;
 static PyObject *fs_handle(PyObject *fs, void *closure) { return Py_NewRef(((FloorStream *)fs)->handle); }
@@ -71,7 +85,8 @@ static PyObject *floor_stream(PyObject *mod, PyObject *handle) {
 
 static PyMethodDef driver_methods[] = {{"fcreate", floor_create, METH_NOARGS, NULL},
     {"fdestroy", floor_destroy, METH_O, NULL}, {"fquery", floor_query, METH_O, NULL},
-    {"fsync", floor_sync, METH_O, NULL}, {"flaunch", FASTCALL(floor_launch), NULL}, {NULL, NULL, 0, NULL}};
+    {"fsync", floor_sync, METH_O, NULL}, {"flaunch", FASTCALL(floor_launch), NULL},
+    {"fwrite", FASTCALL(floor_write), NULL}, {"fwait", FASTCALL(floor_wait), NULL}, {NULL, NULL, 0, NULL}};
 static PyMethodDef methods[] = {{"fstream", floor_stream, METH_O, NULL}, {NULL, NULL, 0, NULL}};
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "floor_ext", NULL, -1, methods};
 

@@ -58,7 +58,7 @@ def raw_driver(path: str):
     """raw_driver.c, initialized (the primary context left current); `.loop(key, *args)`: run(n) of a C loop."""
     raw, p = ctypes.CDLL(path), ctypes.c_void_p
     for f, args in ((raw.raw_time, [ctypes.c_char_p, ctypes.c_long, p, p, ctypes.c_long]), (raw.raw_hostfn, [p]),
-                    (raw.raw_watch, [p, ctypes.c_double])):  # waits.py's: the host function's time, the kernel's end
+                    (raw.raw_blocking, [p]), (raw.raw_watch, [p, ctypes.c_double])):  # waits.py's floors, the kernel's end
         f.restype, f.argtypes = ctypes.c_double, args
     if step := raw.raw_init():
         raise RuntimeError(f"raw_init failed at step {step} (1: no libcuda, 2: a symbol missing, 3: a driver call)")
