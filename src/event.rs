@@ -23,7 +23,8 @@ use crate::launch::{self, Gil, Keep};
 use crate::lifecycle::{self, DriverObject, Made};
 use crate::protocol;
 use crate::raw_stream::StreamObject;
-use crate::waits::{self, PyBell, Recorded, Signal};
+use crate::signals::{PyBell, Signal};
+use crate::waits::{self, Recorded};
 
 /// A CUDA event, created in a device's primary context.
 ///

@@ -6,7 +6,9 @@
 //! - core: `stream`, `event`, `pool`, `lease` (a pool's leases), `graph`, `green`, `current`,
 //!   `callback`, `protocol`, `host_thread` (where Python host functions run), `host_semaphores`
 //!   (the mapped words a host function's stream waits on), `owner_release` (giving back a
-//!   borrowed stream's owner), `waits` (timed and interruptible waits, `await`, futures)
+//!   borrowed stream's owner), `waits` (timed and interruptible waits, `await`, futures),
+//!   `notifiers` (the streams whose host functions tell a wait its event is reached),
+//!   `signals` (what a wait is told: a thread, an event loop's bell, a future)
 //! - capture: `capture` (what a capture is to custream, by handle)
 //! - base: `raw_stream` (a Stream's memory, raw), `raw_call` (CPython's calling
 //!   conventions), `lifecycle`, `state_word`, `home` (where a driver object lives; the primary-context policy),
@@ -52,12 +54,14 @@ mod lease;
 mod libcuda;
 mod lifecycle;
 mod memops;
+mod notifiers;
 mod owner_release;
 mod pool;
 mod process;
 mod protocol;
 mod raw_call;
 mod raw_stream;
+mod signals;
 mod state_word;
 mod stream;
 mod stream_make;
@@ -110,7 +114,7 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(functions::live_stream_count, m)?)?;
     m.add_class::<graph::Graph>()?;
     m.add_class::<callback::HostFunction>()?;
-    m.add_class::<waits::PyBell>()?;
+    m.add_class::<signals::PyBell>()?;
     m.add_function(wrap_pyfunction!(functions::_pending_waits, m)?)?;
     m.add_function(wrap_pyfunction!(functions::check_foreign_captures, m)?)?;
     let finalize = wrap_pyfunction!(functions::_finalize, m)?;

@@ -29,6 +29,8 @@ FLOORS = {
             "host_semaphores",
             "owner_release",
             "waits",
+            "notifiers",
+            "signals",
             "ipc",
             "memops",
             "launch",

@@ -313,16 +313,17 @@ def test_off_the_main_thread_plain_and_timed_waits_work(fake):
 
 
 def test_hundreds_of_awaits_never_block_the_loop_in_the_driver(fake):
-    """The driver blocks a host function launched onto one more stream once about 56 of a
-    context have one pending (an H100: 400 awaits behind 0.3 s kernels froze the event loop
-    for the kernels' length). The stand-in blocks so past 20 streams: custream queues a wait
-    on a later record of a stream behind the notifier of an earlier one (four notifiers for
-    four streams), gives any other wait a notifier of its own up to 16, and queues the rest
-    behind those; the loop runs on, every await ends, and the notifiers are given back."""
+    """The driver blocks a host function launched while too many are pending (an H100: at 56
+    pending on 56 streams, and at 224 on four; 400 awaits behind 0.3 s kernels froze the event
+    loop for the kernels' length). The stand-in blocks so past 20 pending: custream keeps one
+    host function pending per notifier and at most 16 notifiers busy per context; a wait on a
+    later record of a stream parks behind the notifier of an earlier one (four notifiers for
+    four streams), any other wait gets a notifier of its own up to 16 and parks behind those
+    after. The loop runs on, every await ends, and the notifiers are given back."""
     out = run(fake, """
         fake.fake_host_func_waiters.restype = ctypes.c_int
         fake.fake_host_func_peak.restype = ctypes.c_int
-        fake.fake_host_func_streams(20)
+        fake.fake_host_funcs(20)
         streams = [Stream() for _ in range(4)]
         async def main():
             ticks, tick = ticker(0.005)
@@ -334,7 +335,7 @@ def test_hundreds_of_awaits_never_block_the_loop_in_the_driver(fake):
             armed = time.monotonic()
             assert fake.fake_host_func_waiters() == 0
             assert _pending_waits() == 400, _pending_waits()
-            assert fake.fake_host_func_peak() == 4, fake.fake_host_func_peak()  # a notifier a stream
+            assert fake.fake_host_func_peak() == 4, fake.fake_host_func_peak()  # one a notifier, a notifier a stream
             ticks0 = ticks[0]
             await asyncio.gather(*waits)
             assert all(s.query() for s in streams)
@@ -346,7 +347,7 @@ def test_hundreds_of_awaits_never_block_the_loop_in_the_driver(fake):
             foreign = [Event() for _ in range(50)]
             for e in foreign:
                 fake.cuEventRecord(ctypes.c_void_p(e.handle), ctypes.c_void_p(streams[1].handle))
-            fake.fake_host_func_streams(20)
+            fake.fake_host_funcs(20)
             futures = [e.future() for e in reversed(events)] + [e.future() for e in foreign]
             events[-1].synchronize(timeout=5)  # a thread's wait beside them
             await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
@@ -355,7 +356,46 @@ def test_hundreds_of_awaits_never_block_the_loop_in_the_driver(fake):
             tick.cancel()
         asyncio.run(main())
         settle()
-        fake.fake_host_func_streams(0)
+        fake.fake_host_funcs(0)
+        print("ok")
+    """)
+    assert out.strip().endswith("ok"), out
+
+
+def test_parked_waits_ring_from_custreams_thread_or_end_by_the_drivers_answer(fake):
+    """Waits parked behind a busy notifier get their host function from custream's thread, on
+    the notifier's bell stream, once the notifier rings: they end when their work does. If
+    the driver refuses those launches, nothing will ring for them: the event loop's check
+    (once a second) and a future's watch see the events reached and end them. No wait stays
+    pending either way."""
+    out = run(fake, """
+        s, s2 = Stream(), Stream()
+        async def main(fail):
+            kernel(s, 100)
+            first = s.record()
+            waits = [asyncio.ensure_future(_await(first))]
+            await asyncio.sleep(0)  # armed: its notifier waits, then rings
+            kernel(s2, 200)  # the stand-in runs one queue: the marks below come 0.2 s after the ring
+            later, later_f = s.record(), s.record()
+            waits.append(asyncio.ensure_future(_await(later)))
+            await asyncio.sleep(0)  # armed before the future: both park behind the first's ring
+            future = later_f.future()
+            await asyncio.sleep(0.02)
+            assert _pending_waits() == 3, _pending_waits()  # the two later ones parked
+            fake.fake_host_func_fail(fail)  # the next launches: the parked waits' rings
+            t0 = time.monotonic()
+            await waits[0]
+            await asyncio.wait_for(asyncio.gather(waits[1], asyncio.wrap_future(future)), 5)
+            took = time.monotonic() - t0
+            assert later.query() and future.result() is None
+            left = fake.fake_host_func_fail(0)
+            assert left == 0, left  # the launches were tried (and failed, if asked to)
+            return took
+        took = asyncio.run(main(0))
+        assert 0.15 < took < 0.6, took  # rung when the work ended
+        took = asyncio.run(main(2))
+        assert 0.6 < took < 2.5, took  # by the check a second after, not before the work
+        settle()
         print("ok")
     """)
     assert out.strip().endswith("ok"), out

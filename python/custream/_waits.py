@@ -53,7 +53,8 @@ class _Ring:
 
     def watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """While awaits are pending, ask the driver about their events every CHECK_S: after a
-        sticky fault the driver runs no host function, and the awaits end with its error."""
+        sticky fault the driver runs no host function, and the awaits end with its error; an
+        event reached without its ring (a notifier custream could not queue) ends its await."""
         if not self.checking:
             self.checking = True
             loop.call_later(CHECK_S, self.check, loop)
@@ -62,13 +63,18 @@ class _Ring:
         self.checking = False
         for token, (future, event) in list(self.futures.items()):
             try:
-                event.query()
+                reached = event.query()
             except CudaError as e:
                 self.futures.pop(token, None)
                 if not future.done():
                     future.set_exception(e)
             except ValueError:
                 pass  # closed meanwhile: the notifier still rings
+            else:
+                if reached:  # a notifier that could not be queued (a failed driver call) never rings
+                    self.futures.pop(token, None)
+                    if not future.done():
+                        future.set_result(None)
         if self.futures and not loop.is_closed():
             self.watch(loop)
 
@@ -116,7 +122,8 @@ _watcher: "threading.Thread | None" = None
 def watch_future(future: "concurrent.futures.Future[None]", event: Event) -> None:
     """For ``Event.future()``: while the future is pending, ask the driver about its event every
     CHECK_S, so that a sticky fault (after which the driver runs no host function) fails it
-    with the driver's error instead of leaving it pending for ever."""
+    with the driver's error instead of leaving it pending for ever, and an event reached
+    without its notifier ringing completes it."""
     global _watcher
     with _watch_lock:
         _watched[future] = event
@@ -142,15 +149,26 @@ def _watch() -> None:
             pending = list(_watched.items())
         for future, event in pending:
             try:
-                event.query()
+                reached = event.query()
             except CudaError as e:
                 _unwatch(future)
-                try:
-                    future.set_exception(e)
-                except concurrent.futures.InvalidStateError:
-                    pass  # completed or cancelled meanwhile
+                _settle(future, e)
             except ValueError:
                 pass  # closed meanwhile: the notifier still rings
+            else:
+                if reached:  # a notifier that could not be queued never rings
+                    _unwatch(future)
+                    _settle(future, None)
+
+
+def _settle(future: "concurrent.futures.Future[None]", error: "CudaError | None") -> None:
+    try:
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+    except concurrent.futures.InvalidStateError:
+        pass  # completed or cancelled meanwhile
 
 
 def _after_fork_in_child() -> None:

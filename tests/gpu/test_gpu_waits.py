@@ -220,8 +220,9 @@ async def main():
           f"ticks {ticks - ticks0}")
     assert all(s.query() for s in streams)
     assert ticks - ticks0 >= 30, ticks - ticks0  # the loop ran while 400 awaits were pending
-    # Awaited latest first: no record-order sharing, so 16 notifiers and then queues behind
-    # them; the driver's bound (about 56 streams with a host function pending) never met.
+    # Awaited latest first: no record-order sharing, so 16 notifiers and then parked behind
+    # them, one host function pending each: the driver's bound (an H100 blocked at 56 pending
+    # on 56 streams, at 224 on four) never met.
     for s in streams:
         sleep(s, 0.3)
     events = [streams[i % 4].record() for i in range(400)]

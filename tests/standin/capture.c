@@ -27,8 +27,8 @@
  *   record and wait: a record made with the GIL held while a Python host function is queued
  *   deadlocks against it (the H200's hang of issue 23's stress loop).
  * - A queue of fixed size per stream (fake_queue_limit): a launch into a full one waits for
- *   room, as the driver's does, in a wait no signal ends. A bound on the streams with a host
- *   function pending (fake_host_func_streams), past which cuLaunchHostFunc waits so too.
+ *   room, as the driver's does, in a wait no signal ends. A bound on the host functions
+ *   pending (fake_host_funcs), past which cuLaunchHostFunc waits so too.
  * - Capture: cuStreamBeginCapture_v2 / IsCapturing / EndCapture keep the state CUDA keeps. A
  *   query or synchronize of a capturing stream invalidates the capture (as CUDA does), and so
  *   does one of another stream while a "global" capture is open, unless the calling thread's
@@ -58,13 +58,13 @@ enum {
 typedef struct UObj { int refs; void *ptr; hostfn destroy; } UObj;
 typedef struct Item Item;
 typedef struct Graph { int nodes; int nitems; struct Item *items; int nobj; UObj *objs[256]; } Graph;
-typedef struct Stream { int capturing, invalid, mode, pending, hostfns; Graph *graph; struct Stream *origin; pthread_t thread; } Stream;
+typedef struct Stream { int capturing, invalid, mode, pending; Graph *graph; struct Stream *origin; pthread_t thread; } Stream;
 typedef struct Event { Stream *captured_in; long ticket; } Event;
 struct Item {
     Stream *s; hostfn fn; void *user; int ms; UObj *release;
     volatile uint32_t *wait, *write; uint32_t value;  /* a stream memory operation */
     int wide, op; uint64_t value64;                     /* 64 bits when wide; op: CUDA's condition */
-    int hostfn;                                         /* a host function counted in hostfn_streams */
+    int hostfn;                                         /* a host function counted in hostfn_pending */
 };
 #define GRAPH_ITEMS 256
 
@@ -109,9 +109,9 @@ static int wait_met(const Item *it) {
     }
 }
 
-/* Streams with a host function pending, the bound on them (fake_host_func_streams) and the
- * most there were since it was set (fake_host_func_peak). */
-static int hostfn_limit, hostfn_streams, hostfn_waiters, hostfn_peak;
+/* Host functions pending, the bound on them (fake_host_funcs) and the most there were since
+ * it was set (fake_host_func_peak). */
+static int hostfn_limit, hostfn_pending, hostfn_waiters, hostfn_peak;
 
 static void *worker(void *arg) {
     (void)arg;
@@ -138,7 +138,7 @@ static void *worker(void *arg) {
         head++;
         done_tickets++;
         if (it.s) it.s->pending--;
-        if (it.hostfn && --it.s->hostfns == 0) hostfn_streams--;
+        if (it.hostfn) hostfn_pending--;
         pthread_cond_broadcast(&cv);
     }
     return NULL;
@@ -297,18 +297,22 @@ CUresult cuStreamDestroy_v2(void *h) {
     (void)h;  /* leaked: a handle is never reused, so a use after destroy stays detectable */
     return OK;
 }
-/* fake_host_func_streams(n): as the driver does (from about 56 streams on an H100), a host
- * function launched onto a stream with none pending waits, in a wait no signal ends, while n
- * streams have one pending (0, the default: no limit), and starts counting the peak anew.
- * fake_host_func_waiters(): the launches waiting so; fake_host_func_peak(): the most streams
- * with one pending at once. */
-void fake_host_func_streams(int n) {
+/* fake_host_funcs(n): as the driver does (an H100 blocked at 56 pending on 56 streams, and at
+ * 224 on four), a host function launched while n are pending waits, in a wait no signal ends,
+ * until one has run (0, the default: no limit); the peak is counted anew.
+ * fake_host_func_waiters(): the launches waiting so; fake_host_func_peak(): the most pending
+ * at once. */
+void fake_host_funcs(int n) {
     pthread_mutex_lock(&mu);
     hostfn_limit = n;
-    hostfn_peak = hostfn_streams;
+    hostfn_peak = hostfn_pending;
     pthread_cond_broadcast(&cv);
     pthread_mutex_unlock(&mu);
 }
+/* fake_host_func_fail(n): the next n host function launches fail (CUDA_ERROR_OUT_OF_MEMORY);
+ * the failures the last call asked for and that are still to come. */
+static int hostfn_fail;
+int fake_host_func_fail(int n) { return __atomic_exchange_n(&hostfn_fail, n, __ATOMIC_RELAXED); }
 int fake_host_func_waiters(void) { return __atomic_load_n(&hostfn_waiters, __ATOMIC_RELAXED); }
 int fake_host_func_peak(void) {
     pthread_mutex_lock(&mu);
@@ -317,20 +321,24 @@ int fake_host_func_peak(void) {
     return peak;
 }
 CUresult cuLaunchHostFunc(void *h, hostfn fn, void *user) {
+    int failing = __atomic_load_n(&hostfn_fail, __ATOMIC_RELAXED);
+    if (failing > 0 && __atomic_compare_exchange_n(&hostfn_fail, &failing, failing - 1, 0, __ATOMIC_RELAXED,
+                                                   __ATOMIC_RELAXED))
+        return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
     pthread_mutex_lock(&mu);
     Stream *s = S(h);
     int counted = !s->capturing;
-    if (counted && !s->hostfns && hostfn_limit && hostfn_streams >= hostfn_limit) {
+    if (counted && hostfn_limit && hostfn_pending >= hostfn_limit) {
         __atomic_add_fetch(&hostfn_waiters, 1, __ATOMIC_RELAXED);
-        while (hostfn_limit && hostfn_streams >= hostfn_limit) pthread_cond_wait(&cv, &mu);
+        while (hostfn_limit && hostfn_pending >= hostfn_limit) pthread_cond_wait(&cv, &mu);
         __atomic_sub_fetch(&hostfn_waiters, 1, __ATOMIC_RELAXED);
     }
-    if (counted && s->hostfns++ == 0 && ++hostfn_streams > hostfn_peak) hostfn_peak = hostfn_streams;
+    if (counted && ++hostfn_pending > hostfn_peak) hostfn_peak = hostfn_pending;
     pthread_mutex_unlock(&mu);
     CUresult r = queue_or_capture(h, (Item){.fn = fn, .user = user, .hostfn = counted});
     if (r != OK && counted) {
         pthread_mutex_lock(&mu);
-        if (--s->hostfns == 0) hostfn_streams--;
+        hostfn_pending--;
         pthread_cond_broadcast(&cv);
         pthread_mutex_unlock(&mu);
     }

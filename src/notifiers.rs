@@ -1,0 +1,450 @@
+//! Notifier streams: how an armed wait learns, without a thread of its own and without
+//! Python on the driver's thread, that the GPU reached its event (src/waits.rs composes them).
+//!
+//! A notifier is a stream of custream's (from a pool per context, kept for the process) that
+//! waits on the awaited event and then runs `ring`, a C host function, on the driver's
+//! thread. `ring` makes no CUDA call and never touches Python: it gives the wait's `Signal`
+//! (a condition variable, an event loop's eventfd, or a post to custream's host thread).
+//!
+//! The driver bounds the host functions pending at once: on an H100 (driver 580)
+//! `cuLaunchHostFunc` blocked until one had run when 56 streams had one pending, and again
+//! at the 225th pending on four streams (56 each), which froze the event loop that armed
+//! them (tests/gpu/test_gpu_waits.py arms 400 awaits). So custream keeps at most one host
+//! function of its waits pending per notifier, and at most `SPREAD` notifiers busy per
+//! context:
+//! - A wait gets a notifier of its own while the context has fewer than `SPREAD` busy;
+//!   a wait on a later custream record of a stream joins the notifier of an earlier one (a
+//!   stream completes its events in the order they were recorded); the rest join the least
+//!   busy.
+//! - A wait that joins a busy notifier queues the event wait on it at once (the event is
+//!   live only for the call) and records a *mark*, an event of the notifier's own, after it.
+//!   The mark stands for the wait from then on: it is parked, in order. When the notifier's
+//!   host function rings, custream's host thread takes the next parked wait: its mark done
+//!   already, it gives the signal; else it queues the next host function on the notifier's
+//!   *bell* stream behind the mark. So a parked wait is signalled once the notifier passes
+//!   its event (as if queued there), one host-thread hop later.
+//!
+//! A notifier goes back to the pool when its last wait is signalled.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use pyo3::prelude::*;
+
+use crate::driver::{
+    self, CaptureMode, CaptureModeScope, Context, DriverError, EventHandle, OwnedEvent, OwnedStream, StreamHandle,
+};
+use crate::gil;
+use crate::host_thread::{self, After};
+use crate::signals::Signal;
+
+/// Waits armed and not yet signalled (for tests: nothing stays behind a finished wait).
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+
+/// Armed waits not yet signalled, parked ones included.
+pub fn pending_count() -> usize {
+    PENDING.load(Ordering::Acquire)
+}
+
+/// A notifier: a stream that waits on awaited events and rings; an event a thread's stream
+/// wait records on the synchronized stream; the bell stream and the marks of parked waits.
+/// Made in one context, kept for the process.
+pub struct Notifier {
+    stream: OwnedStream,
+    event: OwnedEvent,
+    context: Context,
+    context_id: u64,
+    bell: Option<OwnedStream>,
+    marks: Vec<OwnedEvent>,
+}
+
+impl Notifier {
+    /// The event a thread's stream wait records on the stream it synchronizes.
+    pub fn event(&self) -> EventHandle {
+        self.event.handle()
+    }
+}
+
+/// Idle notifiers, by context id (an id is never reused, so a reset context's notifiers are
+/// never handed out again).
+static IDLE: Mutex<Option<HashMap<u64, Vec<Notifier>>>> = Mutex::new(None);
+
+/// A stream of `ctx` for custream's own use, made relaxed: a capture open on this thread
+/// (custream's or another library's) would take the creation as unsafe.
+fn make_stream(ctx: Context) -> driver::Result<OwnedStream> {
+    let _relaxed = CaptureModeScope::enter(CaptureMode::Relaxed)?;
+    driver::create_stream(ctx, driver::current_context()?, true, 0)
+}
+
+/// An idle notifier of `ctx`, or a new one.
+pub fn lease(py: Python<'_>, ctx: Context) -> PyResult<Notifier> {
+    let id = driver::context_id(ctx)?;
+    let idle = IDLE
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get_or_insert_with(HashMap::new)
+        .get_mut(&id)
+        .and_then(Vec::pop);
+    if let Some(n) = idle {
+        return Ok(n);
+    }
+    // Without the GIL: making a stream takes the driver's locks.
+    let (stream, event) = gil::detach(py, move || {
+        let stream = make_stream(ctx)?;
+        match driver::event_create(ctx, false) {
+            Ok(event) => Ok((stream, event)),
+            Err(e) => {
+                let _ = stream.destroy();
+                Err(e)
+            }
+        }
+    })?;
+    Ok(Notifier {
+        stream,
+        event,
+        context: ctx,
+        context_id: id,
+        bell: None,
+        marks: Vec::new(),
+    })
+}
+
+pub fn give_back(n: Notifier) {
+    IDLE.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get_or_insert_with(HashMap::new)
+        .entry(n.context_id)
+        .or_default()
+        .push(n);
+}
+
+/// Busy notifiers of event waits, by stream handle. Every context's, at most `SPREAD` of each.
+static BUSY: Mutex<Option<HashMap<u64, Busy>>> = Mutex::new(None);
+
+/// Notifiers of event waits busy at once per context, each with one host function pending:
+/// well under the driver's bound, which thread waits' notifiers (`StreamWait`) and other
+/// libraries' host functions share.
+const SPREAD: usize = 16;
+
+struct Busy {
+    notifier: Notifier,
+    /// Waits queued and not yet signalled: the one whose host function is pending, the
+    /// parked ones, and any being queued now.
+    queued: usize,
+    /// Whether a host function of this notifier's is pending (or on its way, the next parked
+    /// wait's, through custream's host thread).
+    ringing: bool,
+    parked: VecDeque<Parked>,
+    /// Where the event of the last wait queued on it was recorded, if custream knows.
+    last: Option<Recorded>,
+}
+
+/// A wait queued on a busy notifier without a host function: signalled once `mark`,
+/// recorded on the notifier after the wait's event wait, is reached.
+struct Parked {
+    mark: OwnedEvent,
+    signal: Signal,
+}
+
+/// Where custream recorded an awaited event: the stream's handle and the record's place in
+/// custream's order of records. A stream completes its events in the order they were
+/// recorded, so a wait on a later event of the same stream can queue on the notifier of an
+/// earlier one at no cost: the notifier reaches it no later than the stream does.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Recorded {
+    pub stream: u64,
+    pub seq: u64,
+}
+
+fn busy() -> MutexGuard<'static, Option<HashMap<u64, Busy>>> {
+    BUSY.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A busy notifier of the context for one more wait, on an event recorded at `after` if
+/// known: the notifier whose last wait is on an earlier record of the same stream; else, once
+/// the context has `SPREAD` busy ones, the one with the fewest queued. Its stream handle and
+/// context.
+fn join_busy(context_id: u64, after: Option<Recorded>) -> Option<(StreamHandle, Context)> {
+    let mut guard = busy();
+    let map = guard.get_or_insert_with(HashMap::new);
+    let seq = |b: &Busy| b.last.map(|l| l.seq);
+    let mut count = 0;
+    let mut least: Option<&mut Busy> = None;
+    let mut behind: Option<&mut Busy> = None;
+    for b in map.values_mut().filter(|b| b.notifier.context_id == context_id) {
+        count += 1;
+        let earlier = match (b.last, after) {
+            (Some(last), Some(after)) => last.stream == after.stream && last.seq < after.seq,
+            _ => false,
+        };
+        if earlier && behind.as_deref().is_none_or(|x| seq(x) < seq(b)) {
+            behind = Some(b);
+        } else if least.as_deref().is_none_or(|l| b.queued < l.queued) {
+            least = Some(b);
+        }
+    }
+    let chosen = match (behind, least) {
+        (Some(b), _) => b,
+        (None, Some(l)) if count >= SPREAD => l,
+        _ => return None,
+    };
+    chosen.queued += 1;
+    chosen.last = after;
+    Some((chosen.notifier.stream.handle(), chosen.notifier.context))
+}
+
+/// A wait queued on the busy notifier `h` is over (signalled, or never queued), its mark
+/// (if any) free again. If it was the one rung for (`rang`), the next parked wait goes to
+/// custream's host thread; the last wait gives the notifier back. No CUDA call: `ring`
+/// calls it on the driver's thread.
+fn leave_busy(h: StreamHandle, mark: Option<OwnedEvent>, rang: bool) {
+    let mut next = None;
+    let idle = {
+        let mut guard = busy();
+        let map = guard.get_or_insert_with(HashMap::new);
+        match map.get_mut(&h.as_u64()) {
+            Some(b) => {
+                b.notifier.marks.extend(mark);
+                b.queued -= 1;
+                if rang {
+                    next = b.parked.pop_front();
+                    b.ringing = next.is_some();
+                }
+                match b.queued {
+                    0 => map.remove(&h.as_u64()),
+                    _ => None,
+                }
+            }
+            None => None,
+        }
+    };
+    if let Some(n) = idle {
+        give_back(n.notifier);
+    }
+    if let Some(p) = next {
+        host_thread::post(Box::new(move |py| {
+            advance(py, h, p);
+            After::Nothing
+        }));
+    }
+}
+
+/// Whose notifier a pending wait is queued on.
+pub enum Owner {
+    /// A thread's stream wait: its own, which records its event on the stream.
+    Alone(Box<Notifier>),
+    /// An event wait: a busy notifier's, by stream handle.
+    Busy(StreamHandle),
+}
+
+impl Owner {
+    /// The wait is over (signalled, or never queued): give the notifier back, or leave it.
+    fn release(self, mark: Option<OwnedEvent>) {
+        match self {
+            Owner::Alone(n) => give_back(*n),
+            Owner::Busy(h) => leave_busy(h, mark, true),
+        }
+    }
+}
+
+/// What `ring` owns: the signal, the notifier to give back or leave, the mark to free.
+struct Pending {
+    signal: Signal,
+    owner: Owner,
+    mark: Option<OwnedEvent>,
+}
+
+impl Pending {
+    /// The wait is reached: signal, then free the notifier. After the signal: a thread that
+    /// looks at the notifier's event between its slices sees it done, not recorded again for
+    /// another wait.
+    fn give(self) {
+        self.signal.give();
+        self.owner.release(self.mark);
+        PENDING.fetch_sub(1, Ordering::Release);
+    }
+
+    /// The wait can no longer be signalled (a driver call failed): free the notifier; the
+    /// signal comes back, to be dropped where Python may be entered (a future's reference).
+    /// The waiter learns from the driver: a thread between its slices, an event loop or a
+    /// future's watch once a second.
+    fn fail(self) -> Signal {
+        self.owner.release(self.mark);
+        PENDING.fetch_sub(1, Ordering::Release);
+        self.signal
+    }
+}
+
+/// The host function behind every armed wait, on the driver's thread: no Python, no CUDA.
+unsafe extern "C" fn ring(user: *mut c_void) {
+    // SAFETY: `user` is the `Pending` that `queue` leaked for this one call.
+    unsafe { Box::from_raw(user.cast::<Pending>()) }.give();
+}
+
+/// Queue `pending`'s `ring` on stream `h` behind `awaited`. On failure `ring` will never
+/// run: `pending` comes back with the error.
+fn ring_behind(h: StreamHandle, awaited: EventHandle, pending: Pending) -> Result<(), (DriverError, Pending)> {
+    let user = Box::into_raw(Box::new(pending));
+    let queued = (|| {
+        driver::stream_wait_event(h, awaited)?;
+        // SAFETY: `ring` takes no Python and makes no CUDA call; it owns `user` once called.
+        unsafe { driver::launch_host_func(h, ring, user.cast()) }
+    })();
+    // SAFETY: the launch failed, so `ring` will never run: the box is still ours.
+    queued.map_err(|e| (e, *unsafe { Box::from_raw(user) }))
+}
+
+/// Queue `signal` behind `ev`, a live event of `ctx` (the caller holds it open for the call)
+/// recorded at `after` if custream knows: on a notifier of its own, or parked on a busy one.
+pub fn arm(py: Python<'_>, ev: EventHandle, ctx: Context, after: Option<Recorded>, signal: Signal) -> PyResult<()> {
+    let id = driver::context_id(ctx)?;
+    if let Some((h, ctx)) = join_busy(id, after) {
+        // A signal that comes back with an error is dropped here, attached.
+        return gil::brief(py, move || park(h, ctx, ev, signal)).map_err(|(e, _signal)| e.into());
+    }
+    let n = lease(py, ctx)?;
+    let h = n.stream.handle();
+    let busy_one = Busy {
+        notifier: n,
+        queued: 1,
+        ringing: true,
+        parked: VecDeque::new(),
+        last: after,
+    };
+    busy().get_or_insert_with(HashMap::new).insert(h.as_u64(), busy_one);
+    PENDING.fetch_add(1, Ordering::AcqRel);
+    let pending = Pending {
+        signal,
+        owner: Owner::Busy(h),
+        mark: None,
+    };
+    gil::brief(py, move || ring_behind(h, ev, pending).map_err(|(e, p)| (e, p.fail()))).map_err(|(e, _signal)| e.into())
+}
+
+/// Queue the wait on `ev` on `h`, a busy notifier of `ctx` joined for it, with a mark after
+/// it; park it, or ring behind the mark on the bell if the notifier rings for no one now.
+fn park(h: StreamHandle, ctx: Context, ev: EventHandle, signal: Signal) -> Result<(), (DriverError, Signal)> {
+    let free = busy()
+        .as_mut()
+        .and_then(|m| m.get_mut(&h.as_u64()))
+        .and_then(|b| b.notifier.marks.pop());
+    let mark = match free.map_or_else(|| driver::event_create(ctx, false), Ok) {
+        Ok(mark) => mark,
+        Err(e) => {
+            leave_busy(h, None, false);
+            return Err((e, signal));
+        }
+    };
+    if let Err(e) = driver::stream_wait_event(h, ev).and_then(|()| driver::event_record(mark.handle(), h)) {
+        leave_busy(h, Some(mark), false);
+        return Err((e, signal));
+    }
+    PENDING.fetch_add(1, Ordering::AcqRel);
+    let first = {
+        let mut guard = busy();
+        let b = guard.as_mut().and_then(|m| m.get_mut(&h.as_u64()));
+        // `queued` counts this wait: the notifier stays busy until it is signalled.
+        let b = b.expect("a joined notifier stays busy while a wait is queued on it");
+        let parked = Parked { mark, signal };
+        if b.ringing {
+            b.parked.push_back(parked);
+            None
+        } else {
+            b.ringing = true;
+            Some(parked)
+        }
+    };
+    match first {
+        Some(p) => ring_parked(h, p).map_err(|(e, pending)| (e, pending.fail())),
+        None => Ok(()),
+    }
+}
+
+/// Ring for the parked wait `p` of busy notifier `h` on its bell stream, behind its mark.
+fn ring_parked(h: StreamHandle, p: Parked) -> Result<(), (DriverError, Pending)> {
+    let Parked { mark, signal } = p;
+    let m = mark.handle();
+    let pending = Pending {
+        signal,
+        owner: Owner::Busy(h),
+        mark: Some(mark),
+    };
+    let bell = match bell_of(h) {
+        Ok(bell) => bell,
+        Err(e) => return Err((e, pending)),
+    };
+    ring_behind(bell, m, pending)
+}
+
+/// Busy notifier `h`'s bell stream, made on first use.
+fn bell_of(h: StreamHandle) -> driver::Result<StreamHandle> {
+    let ctx = {
+        let guard = busy();
+        let b = guard.as_ref().and_then(|m| m.get(&h.as_u64()));
+        let b = b.expect("a notifier ringing for a parked wait stays busy");
+        if let Some(bell) = &b.notifier.bell {
+            return Ok(bell.handle());
+        }
+        b.notifier.context
+    };
+    // One caller at a time (the one that set `ringing`): no other makes it meanwhile.
+    let made = make_stream(ctx)?;
+    let bell = made.handle();
+    let mut guard = busy();
+    let b = guard.as_mut().and_then(|m| m.get_mut(&h.as_u64()));
+    b.expect("a notifier ringing for a parked wait stays busy")
+        .notifier
+        .bell = Some(made);
+    Ok(bell)
+}
+
+/// On custream's host thread, after busy notifier `h` rang: the next parked wait `p` is
+/// signalled now if its mark is reached, else rung for on the bell. Driver calls without the
+/// GIL (the thread holds it for Python jobs).
+fn advance(py: Option<Python<'_>>, h: StreamHandle, p: Parked) {
+    let step = move || match driver::event_query(p.mark.handle()) {
+        Ok(true) => Ok(Some(Pending {
+            signal: p.signal,
+            owner: Owner::Busy(h),
+            mark: Some(p.mark),
+        })),
+        Ok(false) => ring_parked(h, p).map(|()| None),
+        Err(e) => Err((
+            e,
+            Pending {
+                signal: p.signal,
+                owner: Owner::Busy(h),
+                mark: Some(p.mark),
+            },
+        )),
+    };
+    let stepped = match py {
+        Some(py) => gil::detach(py, step),
+        None => step(),
+    };
+    match stepped {
+        Ok(Some(reached)) => reached.give(),
+        Ok(None) => {}
+        Err((_, pending)) => pending.fail().abandon(py),
+    }
+}
+
+/// What a notifier waits behind for a thread's stream wait: the work queued so far on a live
+/// stream of the notifier's context, recorded on the notifier's own event.
+pub fn queue_behind_stream(n: Notifier, h: StreamHandle, signal: Signal) -> Result<(), (DriverError, Signal)> {
+    let own = n.event.handle();
+    let ns = n.stream.handle();
+    if let Err(e) = driver::event_record(own, h) {
+        give_back(n);
+        return Err((e, signal));
+    }
+    PENDING.fetch_add(1, Ordering::AcqRel);
+    let pending = Pending {
+        signal,
+        owner: Owner::Alone(Box::new(n)),
+        mark: None,
+    };
+    ring_behind(ns, own, pending).map_err(|(e, p)| (e, p.fail()))
+}
