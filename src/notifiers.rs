@@ -56,7 +56,7 @@ pub struct Notifier {
     event: OwnedEvent,
     context: Context,
     context_id: u64,
-    bell: Option<OwnedStream>,
+    bell: OwnedStream,
     marks: Vec<OwnedEvent>,
 }
 
@@ -91,10 +91,17 @@ pub fn lease(py: Python<'_>, ctx: Context) -> PyResult<Notifier> {
         return Ok(n);
     }
     // Without the GIL: making a stream takes the driver's locks.
-    let (stream, event) = gil::detach(py, move || {
+    let (stream, bell, event) = gil::detach(py, move || {
         let stream = make_stream(ctx)?;
-        match driver::event_create(ctx, false) {
-            Ok(event) => Ok((stream, event)),
+        let made = make_stream(ctx).and_then(|bell| match driver::event_create(ctx, false) {
+            Ok(event) => Ok((bell, event)),
+            Err(e) => {
+                let _ = bell.destroy();
+                Err(e)
+            }
+        });
+        match made {
+            Ok((bell, event)) => Ok((stream, bell, event)),
             Err(e) => {
                 let _ = stream.destroy();
                 Err(e)
@@ -106,7 +113,7 @@ pub fn lease(py: Python<'_>, ctx: Context) -> PyResult<Notifier> {
         event,
         context: ctx,
         context_id: id,
-        bell: None,
+        bell,
         marks: Vec::new(),
     })
 }
@@ -364,6 +371,14 @@ fn park(h: StreamHandle, ctx: Context, ev: EventHandle, signal: Signal) -> Resul
 
 /// Ring for the parked wait `p` of busy notifier `h` on its bell stream, behind its mark.
 fn ring_parked(h: StreamHandle, p: Parked) -> Result<(), (DriverError, Pending)> {
+    let bell = {
+        let guard = busy();
+        let b = guard.as_ref().and_then(|m| m.get(&h.as_u64()));
+        b.expect("a notifier ringing for a parked wait stays busy")
+            .notifier
+            .bell
+            .handle()
+    };
     let Parked { mark, signal } = p;
     let m = mark.handle();
     let pending = Pending {
@@ -371,38 +386,12 @@ fn ring_parked(h: StreamHandle, p: Parked) -> Result<(), (DriverError, Pending)>
         owner: Owner::Busy(h),
         mark: Some(mark),
     };
-    let bell = match bell_of(h) {
-        Ok(bell) => bell,
-        Err(e) => return Err((e, pending)),
-    };
     ring_behind(bell, m, pending)
-}
-
-/// Busy notifier `h`'s bell stream, made on first use.
-fn bell_of(h: StreamHandle) -> driver::Result<StreamHandle> {
-    let ctx = {
-        let guard = busy();
-        let b = guard.as_ref().and_then(|m| m.get(&h.as_u64()));
-        let b = b.expect("a notifier ringing for a parked wait stays busy");
-        if let Some(bell) = &b.notifier.bell {
-            return Ok(bell.handle());
-        }
-        b.notifier.context
-    };
-    // One caller at a time (the one that set `ringing`): no other makes it meanwhile.
-    let made = make_stream(ctx)?;
-    let bell = made.handle();
-    let mut guard = busy();
-    let b = guard.as_mut().and_then(|m| m.get_mut(&h.as_u64()));
-    b.expect("a notifier ringing for a parked wait stays busy")
-        .notifier
-        .bell = Some(made);
-    Ok(bell)
 }
 
 /// On custream's host thread, after busy notifier `h` rang: the next parked wait `p` is
 /// signalled now if its mark is reached, else rung for on the bell. Driver calls without the
-/// GIL (the thread holds it for Python jobs).
+/// GIL, which the thread holds for its Python jobs.
 fn advance(py: Option<Python<'_>>, h: StreamHandle, p: Parked) {
     let step = move || match driver::event_query(p.mark.handle()) {
         Ok(true) => Ok(Some(Pending {
