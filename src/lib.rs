@@ -8,7 +8,8 @@
 //!   (the mapped words a host function's stream waits on), `owner_release` (giving back a
 //!   borrowed stream's owner), `waits` (timed and interruptible waits, `await`, futures),
 //!   `notifiers` (the streams whose host functions tell a wait its event is reached),
-//!   `signals` (what a wait is told: a thread, an event loop's bell, a future)
+//!   `signals` (what a wait is told: a thread, an event loop's bell, a future), `maker` (the
+//!   thread that makes notifier streams, which the driver may block while the GPU is busy)
 //! - capture: `capture` (what a capture is to custream, by handle)
 //! - base: `raw_stream` (a Stream's memory, raw), `raw_call` (CPython's calling
 //!   conventions), `lifecycle`, `state_word`, `home` (where a driver object lives; the primary-context policy),
@@ -53,6 +54,7 @@ mod layout;
 mod lease;
 mod libcuda;
 mod lifecycle;
+mod maker;
 mod memops;
 mod notifiers;
 mod owner_release;

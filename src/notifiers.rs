@@ -38,6 +38,7 @@ use crate::driver::{
 };
 use crate::gil;
 use crate::host_thread::{self, After};
+use crate::maker;
 use crate::signals::Signal;
 
 /// Waits armed and not yet signalled (for tests: nothing stays behind a finished wait).
@@ -56,7 +57,8 @@ pub struct Notifier {
     event: OwnedEvent,
     context: Context,
     context_id: u64,
-    bell: OwnedStream,
+    /// Made on the maker thread when a parked wait first needs it.
+    bell: Option<OwnedStream>,
     marks: Vec<OwnedEvent>,
 }
 
@@ -78,44 +80,76 @@ fn make_stream(ctx: Context) -> driver::Result<OwnedStream> {
     driver::create_stream(ctx, driver::current_context()?, true, 0)
 }
 
-/// An idle notifier of `ctx`, or a new one.
-pub fn lease(py: Python<'_>, ctx: Context) -> PyResult<Notifier> {
-    let id = driver::context_id(ctx)?;
-    let idle = IDLE
-        .lock()
+/// An idle notifier of the context `id`, if there is one.
+fn take_idle(id: u64) -> Option<Notifier> {
+    IDLE.lock()
         .unwrap_or_else(PoisonError::into_inner)
         .get_or_insert_with(HashMap::new)
         .get_mut(&id)
-        .and_then(Vec::pop);
-    if let Some(n) = idle {
-        return Ok(n);
+        .and_then(Vec::pop)
+}
+
+/// A new notifier of `ctx` (whose id is `id`).
+fn make(ctx: Context, id: u64) -> driver::Result<Notifier> {
+    let stream = make_stream(ctx)?;
+    match driver::event_create(ctx, false) {
+        Ok(event) => Ok(Notifier {
+            stream,
+            event,
+            context: ctx,
+            context_id: id,
+            bell: None,
+            marks: Vec::new(),
+        }),
+        Err(e) => {
+            let _ = stream.destroy();
+            Err(e)
+        }
     }
-    // Without the GIL: making a stream takes the driver's locks.
-    let (stream, bell, event) = gil::detach(py, move || {
-        let stream = make_stream(ctx)?;
-        let made = make_stream(ctx).and_then(|bell| match driver::event_create(ctx, false) {
-            Ok(event) => Ok((bell, event)),
-            Err(e) => {
-                let _ = bell.destroy();
-                Err(e)
-            }
-        });
-        match made {
-            Ok((bell, event)) => Ok((stream, bell, event)),
-            Err(e) => {
-                let _ = stream.destroy();
-                Err(e)
+}
+
+/// An idle notifier of `ctx`, or a new one made here, without the GIL (making a stream
+/// takes the driver's locks, and may wait while the GPU is busy).
+pub fn lease(py: Python<'_>, ctx: Context) -> PyResult<Notifier> {
+    let id = driver::context_id(ctx)?;
+    match take_idle(id) {
+        Some(n) => Ok(n),
+        None => Ok(gil::detach(py, move || make(ctx, id))?),
+    }
+}
+
+/// Contexts (by id) whose spare notifier the maker thread is making now.
+static MAKING: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// Spare notifiers the maker thread makes at a time for a context.
+const SPARES: usize = 4;
+
+/// Have the maker thread make spare notifiers of `ctx` for the next event waits (up to
+/// `SPARES`, and `SPREAD` with the `busy_now`), unless it is making some already.
+fn make_spare(ctx: Context, id: u64, busy_now: usize) {
+    let wanted = SPARES.min(SPREAD.saturating_sub(busy_now));
+    if wanted == 0 {
+        return;
+    }
+    {
+        let mut making = MAKING.lock().unwrap_or_else(PoisonError::into_inner);
+        if making.contains(&id) {
+            return;
+        }
+        making.push(id);
+    }
+    maker::later(Box::new(move || {
+        for _ in 0..wanted {
+            match make(ctx, id) {
+                Ok(n) => give_back(n),
+                Err(_) => break,
             }
         }
-    })?;
-    Ok(Notifier {
-        stream,
-        event,
-        context: ctx,
-        context_id: id,
-        bell,
-        marks: Vec::new(),
-    })
+        MAKING
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|&m| m != id);
+    }));
 }
 
 pub fn give_back(n: Notifier) {
@@ -169,11 +203,19 @@ fn busy() -> MutexGuard<'static, Option<HashMap<u64, Busy>>> {
     BUSY.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// A busy notifier of the context joined by one more wait.
+struct Joined {
+    h: StreamHandle,
+    ctx: Context,
+    /// The context's busy notifiers.
+    busy: usize,
+}
+
 /// A busy notifier of the context for one more wait, on an event recorded at `after` if
 /// known: the notifier whose last wait is on an earlier record of the same stream; else, once
-/// the context has `SPREAD` busy ones, the one with the fewest queued. Its stream handle and
-/// context.
-fn join_busy(context_id: u64, after: Option<Recorded>) -> Option<(StreamHandle, Context)> {
+/// the context has `SPREAD` busy ones (or with `any`, whenever it has one), the one with the
+/// fewest queued.
+fn join_busy(context_id: u64, after: Option<Recorded>, any: bool) -> Option<Joined> {
     let mut guard = busy();
     let map = guard.get_or_insert_with(HashMap::new);
     let seq = |b: &Busy| b.last.map(|l| l.seq);
@@ -194,12 +236,16 @@ fn join_busy(context_id: u64, after: Option<Recorded>) -> Option<(StreamHandle, 
     }
     let chosen = match (behind, least) {
         (Some(b), _) => b,
-        (None, Some(l)) if count >= SPREAD => l,
+        (None, Some(l)) if any || count >= SPREAD => l,
         _ => return None,
     };
     chosen.queued += 1;
     chosen.last = after;
-    Some((chosen.notifier.stream.handle(), chosen.notifier.context))
+    Some(Joined {
+        h: chosen.notifier.stream.handle(),
+        ctx: chosen.notifier.context,
+        busy: count,
+    })
 }
 
 /// A wait queued on the busy notifier `h` is over (signalled, or never queued), its mark
@@ -304,14 +350,32 @@ fn ring_behind(h: StreamHandle, awaited: EventHandle, pending: Pending) -> Resul
 }
 
 /// Queue `signal` behind `ev`, a live event of `ctx` (the caller holds it open for the call)
-/// recorded at `after` if custream knows: on a notifier of its own, or parked on a busy one.
+/// recorded at `after` if custream knows: parked on a busy notifier that reaches it in stream
+/// order, else on an idle notifier of its own, else parked on the least busy one while the
+/// maker thread makes another; only a context's first wait makes its notifier here.
 pub fn arm(py: Python<'_>, ev: EventHandle, ctx: Context, after: Option<Recorded>, signal: Signal) -> PyResult<()> {
     let id = driver::context_id(ctx)?;
-    if let Some((h, ctx)) = join_busy(id, after) {
+    let joined = join_busy(id, after, false).map(Ok).or_else(|| {
+        let idle = take_idle(id)?;
+        Some(Err(idle))
+    });
+    let joined = match joined {
+        Some(j) => Some(j),
+        None => join_busy(id, after, true).map(|j| {
+            make_spare(ctx, id, j.busy);
+            Ok(j)
+        }),
+    };
+    let n = match joined {
         // A signal that comes back with an error is dropped here, attached.
-        return gil::brief(py, move || park(h, ctx, ev, signal)).map_err(|(e, _signal)| e.into());
-    }
-    let n = lease(py, ctx)?;
+        Some(Ok(j)) => return gil::brief(py, move || park(j.h, j.ctx, ev, signal)).map_err(|(e, _s)| e.into()),
+        Some(Err(idle)) => idle,
+        None => {
+            let n = lease(py, ctx)?;
+            make_spare(ctx, id, 1);
+            n
+        }
+    };
     let h = n.stream.handle();
     let busy_one = Busy {
         notifier: n,
@@ -369,15 +433,20 @@ fn park(h: StreamHandle, ctx: Context, ev: EventHandle, signal: Signal) -> Resul
     }
 }
 
-/// Ring for the parked wait `p` of busy notifier `h` on its bell stream, behind its mark.
+/// The bell stream of busy notifier `h`, if made.
+fn bell_of(h: StreamHandle) -> Option<StreamHandle> {
+    let guard = busy();
+    let b = guard.as_ref().and_then(|m| m.get(&h.as_u64()));
+    let b = b.expect("a notifier ringing for a parked wait stays busy");
+    b.notifier.bell.as_ref().map(OwnedStream::handle)
+}
+
+/// Ring for the parked wait `p` of busy notifier `h` on its bell stream, behind its mark; if
+/// the bell is not made yet, the maker thread makes it and rings.
 fn ring_parked(h: StreamHandle, p: Parked) -> Result<(), (DriverError, Pending)> {
-    let bell = {
-        let guard = busy();
-        let b = guard.as_ref().and_then(|m| m.get(&h.as_u64()));
-        b.expect("a notifier ringing for a parked wait stays busy")
-            .notifier
-            .bell
-            .handle()
+    let Some(bell) = bell_of(h) else {
+        maker::later(Box::new(move || make_bell_and_ring(h, p)));
+        return Ok(());
     };
     let Parked { mark, signal } = p;
     let m = mark.handle();
@@ -389,29 +458,66 @@ fn ring_parked(h: StreamHandle, p: Parked) -> Result<(), (DriverError, Pending)>
     ring_behind(bell, m, pending)
 }
 
-/// On custream's host thread, after busy notifier `h` rang: the next parked wait `p` is
-/// signalled now if its mark is reached, else rung for on the bell. Driver calls without the
-/// GIL, which the thread holds for its Python jobs.
-fn advance(py: Option<Python<'_>>, h: StreamHandle, p: Parked) {
-    let step = move || match driver::event_query(p.mark.handle()) {
-        Ok(true) => Ok(Some(Pending {
-            signal: p.signal,
-            owner: Owner::Busy(h),
-            mark: Some(p.mark),
-        })),
-        Ok(false) => ring_parked(h, p).map(|()| None),
-        Err(e) => Err((
-            e,
-            Pending {
-                signal: p.signal,
-                owner: Owner::Busy(h),
-                mark: Some(p.mark),
-            },
-        )),
+/// On the maker thread: make busy notifier `h`'s bell, then ring for `p` (a failure abandons
+/// it, its signal dropped on custream's host thread, where Python may be entered).
+fn make_bell_and_ring(h: StreamHandle, p: Parked) {
+    let ctx = {
+        let guard = busy();
+        let b = guard.as_ref().and_then(|m| m.get(&h.as_u64()));
+        b.expect("a notifier ringing for a parked wait stays busy")
+            .notifier
+            .context
     };
+    let made = make_stream(ctx).map(|bell| {
+        let mut guard = busy();
+        let b = guard.as_mut().and_then(|m| m.get_mut(&h.as_u64()));
+        b.expect("a notifier ringing for a parked wait stays busy")
+            .notifier
+            .bell = Some(bell);
+    });
+    let rung = match made {
+        Ok(()) => step(h, p),
+        Err(e) => Err((e, p.pending(h))),
+    };
+    match rung {
+        Ok(Some(reached)) => reached.give(),
+        Ok(None) => {}
+        Err((_, pending)) => {
+            let signal = pending.fail();
+            host_thread::post(Box::new(move |py| {
+                signal.abandon(py);
+                After::Nothing
+            }));
+        }
+    }
+}
+
+impl Parked {
+    fn pending(self, h: StreamHandle) -> Pending {
+        Pending {
+            signal: self.signal,
+            owner: Owner::Busy(h),
+            mark: Some(self.mark),
+        }
+    }
+}
+
+/// The next parked wait `p` of busy notifier `h`: reached already (its pending, to give), or
+/// rung for on the bell.
+fn step(h: StreamHandle, p: Parked) -> Result<Option<Pending>, (DriverError, Pending)> {
+    match driver::event_query(p.mark.handle()) {
+        Ok(true) => Ok(Some(p.pending(h))),
+        Ok(false) => ring_parked(h, p).map(|()| None),
+        Err(e) => Err((e, p.pending(h))),
+    }
+}
+
+/// On custream's host thread, after busy notifier `h` rang: `step` for the next parked wait,
+/// its driver calls without the GIL, which the thread holds for its Python jobs.
+fn advance(py: Option<Python<'_>>, h: StreamHandle, p: Parked) {
     let stepped = match py {
-        Some(py) => gil::detach(py, step),
-        None => step(),
+        Some(py) => gil::detach(py, move || step(h, p)),
+        None => step(h, p),
     };
     match stepped {
         Ok(Some(reached)) => reached.give(),

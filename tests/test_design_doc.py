@@ -31,6 +31,7 @@ FLOORS = {
             "waits",
             "notifiers",
             "signals",
+            "maker",
             "ipc",
             "memops",
             "launch",

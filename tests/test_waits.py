@@ -335,7 +335,9 @@ def test_hundreds_of_awaits_never_block_the_loop_in_the_driver(fake):
             armed = time.monotonic()
             assert fake.fake_host_func_waiters() == 0
             assert _pending_waits() == 400, _pending_waits()
-            assert fake.fake_host_func_peak() == 4, fake.fake_host_func_peak()  # one a notifier, a notifier a stream
+            # One host function pending a notifier; a notifier a stream at most (awaits armed
+            # before custream's maker thread made spares park on the first notifier).
+            assert 1 <= fake.fake_host_func_peak() <= 4, fake.fake_host_func_peak()
             ticks0 = ticks[0]
             await asyncio.gather(*waits)
             assert all(s.query() for s in streams)
