@@ -349,32 +349,41 @@ fn ring_behind(h: StreamHandle, awaited: EventHandle, pending: Pending) -> Resul
     queued.map_err(|e| (e, *unsafe { Box::from_raw(user) }))
 }
 
+/// Where an event wait goes.
+enum Place {
+    /// Parked on a busy notifier.
+    Park(Joined),
+    /// On a notifier of its own.
+    Own(Notifier),
+}
+
+/// Where a wait on an event of `ctx` (whose id is `id`) recorded at `after` goes: parked on
+/// a busy notifier that reaches it in stream order (or any, once the context has `SPREAD`),
+/// else an idle notifier of its own, else parked on the least busy one while the maker
+/// thread makes spares; only a context's first wait makes its notifier here.
+fn place(py: Python<'_>, ctx: Context, id: u64, after: Option<Recorded>) -> PyResult<Place> {
+    if let Some(j) = join_busy(id, after, false) {
+        return Ok(Place::Park(j));
+    }
+    if let Some(n) = take_idle(id) {
+        return Ok(Place::Own(n));
+    }
+    if let Some(j) = join_busy(id, after, true) {
+        make_spare(ctx, id, j.busy);
+        return Ok(Place::Park(j));
+    }
+    let n = lease(py, ctx)?;
+    make_spare(ctx, id, 1);
+    Ok(Place::Own(n))
+}
+
 /// Queue `signal` behind `ev`, a live event of `ctx` (the caller holds it open for the call)
-/// recorded at `after` if custream knows: parked on a busy notifier that reaches it in stream
-/// order, else on an idle notifier of its own, else parked on the least busy one while the
-/// maker thread makes another; only a context's first wait makes its notifier here.
+/// recorded at `after` if custream knows (`place`).
 pub fn arm(py: Python<'_>, ev: EventHandle, ctx: Context, after: Option<Recorded>, signal: Signal) -> PyResult<()> {
-    let id = driver::context_id(ctx)?;
-    let joined = join_busy(id, after, false).map(Ok).or_else(|| {
-        let idle = take_idle(id)?;
-        Some(Err(idle))
-    });
-    let joined = match joined {
-        Some(j) => Some(j),
-        None => join_busy(id, after, true).map(|j| {
-            make_spare(ctx, id, j.busy);
-            Ok(j)
-        }),
-    };
-    let n = match joined {
+    let n = match place(py, ctx, driver::context_id(ctx)?, after)? {
         // A signal that comes back with an error is dropped here, attached.
-        Some(Ok(j)) => return gil::brief(py, move || park(j.h, j.ctx, ev, signal)).map_err(|(e, _s)| e.into()),
-        Some(Err(idle)) => idle,
-        None => {
-            let n = lease(py, ctx)?;
-            make_spare(ctx, id, 1);
-            n
-        }
+        Place::Park(j) => return gil::brief(py, move || park(j.h, j.ctx, ev, signal)).map_err(|(e, _s)| e.into()),
+        Place::Own(n) => n,
     };
     let h = n.stream.handle();
     let busy_one = Busy {
