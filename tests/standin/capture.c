@@ -269,9 +269,22 @@ CUresult cuStreamGetCtx(void *s, void **ctx) { (void)s; *ctx = &fake_context; re
 static int unsafe_during_capture(void);
 static int strict_create;
 void fake_strict_stream_create(int on) { strict_create = on; }
+/* fake_busy_stream_create(n): as an H100 did a few dozen streams in, making a stream once n
+ * were made waits, in a wait no signal ends, while any work is queued (0: never). The count
+ * of streams made so far: fake_streams_made(). */
+static int busy_create_after, streams_made;
+void fake_busy_stream_create(int n) { __atomic_store_n(&busy_create_after, n, __ATOMIC_RELAXED); }
+int fake_streams_made(void) { return __atomic_load_n(&streams_made, __ATOMIC_RELAXED); }
 CUresult cuStreamCreateWithPriority(void **s, unsigned flags, int prio) {
     (void)flags; (void)prio;
     if (strict_create && unsafe_during_capture()) return CAPTURE_UNSUPPORTED;
+    int after = __atomic_load_n(&busy_create_after, __ATOMIC_RELAXED);
+    if (after && __atomic_load_n(&streams_made, __ATOMIC_RELAXED) >= after) {
+        pthread_mutex_lock(&mu);
+        while (head != tail) pthread_cond_wait(&cv, &mu);
+        pthread_mutex_unlock(&mu);
+    }
+    __atomic_add_fetch(&streams_made, 1, __ATOMIC_RELAXED);
     *s = calloc(1, sizeof(Stream));
     return OK;
 }
