@@ -66,7 +66,7 @@ fn two_ints(args: &Fastcall<'_, '_>) -> Option<(u64, u64)> {
         return None;
     }
     let (address, value) = (address.extract::<u64>().ok()?, value.extract::<u32>().ok()?);
-    (address != 0 && address % Width::W32.bytes() == 0).then_some((address, u64::from(value)))
+    aligned(address, Width::W32).then_some((address, u64::from(value)))
 }
 
 /// `s.write_value(address, value, *, width=32, flush=False)`.
@@ -316,9 +316,15 @@ fn address_int_error(v: &Bound<'_, PyAny>, fname: &str) -> PyErr {
     ))
 }
 
+/// Whether `address` is a GPU address (not 0) aligned for a `width` operation.
+#[inline]
+fn aligned(address: u64, width: Width) -> bool {
+    address != 0 && address % width.bytes() == 0
+}
+
 #[inline]
 fn check_alignment(address: u64, width: Width, fname: &str) -> PyResult<()> {
-    if address == 0 || address % width.bytes() != 0 {
+    if !aligned(address, width) {
         return Err(alignment_error(address, width, fname));
     }
     Ok(())

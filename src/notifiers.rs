@@ -285,7 +285,7 @@ fn leave_busy(h: StreamHandle, mark: Option<OwnedEvent>, rang: bool) {
 }
 
 /// Whose notifier a pending wait is queued on.
-pub enum Owner {
+enum Owner {
     /// A thread's stream wait: its own, which records its event on the stream.
     Alone(Box<Notifier>),
     /// An event wait: a busy notifier's, by stream handle.
