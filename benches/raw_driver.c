@@ -14,8 +14,7 @@ typedef void *CUstream;
     X(cuLaunchHostFunc, (CUstream, void (*)(void *), void *)) X(cuGraphLaunch, (void *, CUstream)) \
     X(cuStreamWriteValue32_v2, (CUstream, unsigned long long, unsigned, unsigned)) \
     X(cuStreamWaitValue32_v2, (CUstream, unsigned long long, unsigned, unsigned)) \
-    X(cuPointerGetAttributes, (unsigned, int *, void **, unsigned long long)) \
-    X(cuEventCreate, (void **, unsigned)) X(cuEventRecord, (void *, CUstream)) X(cuEventSynchronize, (void *))
+    X(cuPointerGetAttributes, (unsigned, int *, void **, unsigned long long))
 #define DECLARE(name, args) static CUresult(*name) args;
 ENTRY_POINTS(DECLARE)
 
@@ -108,15 +107,6 @@ double raw_hostfn(CUstream s) {
     CALL(cuLaunchHostFunc(s, stamp, NULL));
     CALL(cuStreamSynchronize(s));
     return failed ? -1 : stamped;
-}
-
-/* The other wait that does not spin: the driver's own sleep on a blocking-sync event recorded behind the kernel. */
-double raw_blocking(CUstream s) {
-    static void *ev;
-    if (!ev) CALL(cuEventCreate(&ev, 1 /* BLOCKING_SYNC */ | 2 /* DISABLE_TIMING */));
-    CALL(cuEventRecord(ev, s));
-    CALL(cuEventSynchronize(ev));
-    return failed ? -1 : now_ns();
 }
 
 /* waits.py's clock for "the kernel ended": spin until the kernel's last write reaches mapped host memory, then read

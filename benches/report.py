@@ -98,24 +98,16 @@ def table(results: dict) -> str:
         for f in [f for f in o["floors"] if f.get("lib") == LEAST]:
             out += ["", f"{o['title']}: {f['label']}, {f['stmt']}: {fmt(f['ns'])} ns; custream over it, per round: "
                     + " ".join(f"{r:.2f}" for r in f["ratios"]) + f"  median {f['ratio_median']:.2f}x"]
-    cap, scale, waits = results.get("capture", {}), results.get("scale") or {}, results.get("waits") or {}
-    for groups, title in ((ratio_groups(results), "ratio to a C loop of the same driver calls (raw_driver.c), timed in "
-                           "turn; capture.py's rows: to the loop each names"),
-                          (scale_groups(scale), f"scale rows (scale.py; driver: {scale.get('driver')}): a figure per "
-                           "size N; growth: the last size's figure over the first's")):
-        out += ["", title, *(f"{label}: {note}" + "".join(f"\n    {x}" for x in lines)
-                             for label, note, lines in groups)] if groups else []
-    if waits and "error" not in waits and "na" not in waits:
-        out += ["", "waits (waits.py): median from a kernel's end to the waiter running again, and CPU used while "
-                "awaits are pending; ratio: to the driver's own wait (cuStreamSynchronize on another thread) on the "
-                "same kernel"]
-        out += [f"  {name}: " + (f"{w['ns'] / 1e6:.1f} ms" if w.get("unit") == "ms" else f"{fmt(w['ns'])} ns")
-                + (f"  {w['ratio']:.2f}x" if "ratio" in w else "")
-                + (f"  (target {w['target']}x)" if "target" in w else "")
-                + (f"  (target < {w['target_ms']} ms)" if "target_ms" in w else "") for name, w in waits.items()]
+    cap, waits, groups = results.get("capture", {}), results.get("waits") or {}, ratio_groups(results)
+    out += ["", "ratio to a C loop of the same driver calls (raw_driver.c), timed in turn",
+            *(f"{label}: {note}" + "".join(f"\n    {x}" for x in lines) for label, note, lines in groups)] * bool(groups)
+    for rows, title in ((cap, "capture.py: each row beside what it names, timed in turn (an indented row: a peer's)"),
+                        (waits, "waits.py: median from a kernel's end to the waiter running again, and CPU used while "
+                         "awaits are pending; ratio: to the driver's own wait (on another thread), same kernel")):
+        out += ["", title, *once_lines(rows)] if rows and "error" not in rows and "na" not in rows else []
     errors, quiet = results.get("lib_errors", {}), (None, "not applicable", "not measured", ops.NEEDS_GPU)
     notes = [f"  {x}" for x in results.get("round_errors", [])] + [f"  {n}: {e}" for n, e in errors.items()]
-    notes += [f"  {n}.py: {x['error']}" for n, x in (("capture", cap), ("scale", scale), ("waits", waits))
+    notes += [f"  {n}.py: {x['error']}" for n, x in (("capture", cap), ("waits", waits))
               if "error" in x]
     notes += [f"  capture.py / {n}: {r['error']}" for n, r in cap.items() if isinstance(r, dict) and "error" in r]
     notes += [f"  {n} / {o['title']}: {what}" for o in opsd.values() for n, r in o["results"].items() if n not in errors
@@ -123,8 +115,8 @@ def table(results: dict) -> str:
     return "\n".join(out + (["", "notes:", *notes] if notes else []))
 
 def ratio_groups(results: dict) -> list:
-    """(label, note, a line a library) per ratio row (to a C loop, timed in turn), then per capture.py row."""
-    out, caps = [], []
+    """(label, note, a line a library) per ratio row (to a C loop, timed in turn)."""
+    out = []
     for key, o in results["operations"].items():
         if key not in ops.RATIO_KEYS or (mine := _fig(o["results"].get("custream"), "ratio")) is None:
             continue
@@ -136,31 +128,13 @@ def ratio_groups(results: dict) -> list:
                   for n, r in o["results"].items() if (v := _fig(r, "ratio")) is not None]
         target = f"{o['target']}: {o['status']}" if o["target"] else ""
         out.append((o["title"], f"C loop {fmt(_fig(o['results']['raw']))} ns; {target}", lines))
-    # capture.py's rows, as ratios to what each was timed in turn with: a main row, then its peers' ("  CuPy ...")
-    cap = results.get("capture", {})
-    for name, r in ({} if "error" in cap else cap).items():
-        if "error" in r:  # a row that could not be made (the IPC rows, without torch): a note
-            continue
-        lib = next((n for n in (LEAST, *LIBRARIES) if name.strip().startswith(n)), name.strip())
-        lib = lib if name[0] == " " else "custream"
-        if lib == "custream" or not caps:
-            verdict = f"; <= {r['target']}x: {'pass' if r['ratio'] <= r['target'] else 'MISS'}" if r["target"] else ""
-            caps.append((name.replace(" (custream)", ""), f"against {r['vs']}{verdict}", []))
-        caps[-1][2].append(f"{times(r['ratio'])}  {lib} ({fmt(r['ns'])} ns, against {fmt(r['vs_ns'])} ns)")
-    return out + caps
-
-def scale_groups(scale: dict) -> list:
-    """(label, note, lines) per scale.py row: a figure per size N, and the ns a call or kernel (threads: wall time)."""
-    out = []
-    for r in scale.get("rows", []):
-        lines = []
-        for p in r.get("points", []):
-            v = 1e9 / p["value"] if r["unit"] == "calls/s" else p["value"] / (p["n"] if r["per"] else 1)
-            lines.append(f"N={p['n']:,}: {fmt(p['value'])} {r['unit']}" + (
-                f" ({fmt(v)} ns a {r['per'] or 'call'})" if r["per"] or r["unit"] == "calls/s" else ""))
-            if "raw_ns" in p:
-                lines.append(f"N={p['n']:,}: {fmt(p['raw_ns'])} ns  raw_driver.c")
-        raw, per = f"; raw_driver.c {r['raw_growth']:.2f}x" if "raw_growth" in r else "", r.get("per")
-        out.append((r["title"], r.get("error") or f"growth{per and ' per ' + per} {r['growth']:.2f}x "
-                    f"(expect {r['expect']}){raw}", lines))
     return out
+
+def once_lines(rows: dict) -> list:
+    """capture.py's and waits.py's rows, a line each: the figure, its ratio and what to, the target."""
+    return [f"  {name}: " + (f"{r['ns'] / 1e6:.1f} ms" if r.get("unit") == "ms" else f"{fmt(r['ns'])} ns")
+            + (f"  {times(r['ratio'])}" if "ratio" in r else "")
+            + (f" against {r['vs']} ({fmt(r['vs_ns'])} ns)" if "vs" in r else "")
+            + (f"  (<= {r['target']}x: {'pass' if r['ratio'] <= r['target'] else 'MISS'})" if r.get("target") else "")
+            + (f"  (target < {r['target_ms']} ms)" if "target_ms" in r else "")
+            for name, r in rows.items() if "ns" in r]

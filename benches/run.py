@@ -7,11 +7,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import ops, report  # noqa: E402
 
-def worker(lib: str, args: list[str], timeout: float, env: dict | None = None) -> dict:
+def worker(lib: str, args: list[str], timeout: float) -> dict:
     print(f"{lib} ...", file=sys.stderr, flush=True)
     try:
         p = subprocess.run([sys.executable, os.path.join(HERE, "worker.py"), lib, *args], capture_output=True,
-                           text=True, timeout=timeout, env=env and {**os.environ, **env})
+                           text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"worker timed out after {timeout:.0f} s"}
     if p.returncode == 0 and (lines := [ln for ln in p.stdout.splitlines() if ln.startswith("{")]):
@@ -67,9 +67,8 @@ def measure(args) -> dict:
                 rounds[name].append({"error": f"skipped: the {args.budget_s:.0f} s budget was spent"})
     cython = cy.get("rows") or {"custream": {"na": cy.get("error", "not measured")}}
     results = report.assemble("gpu" if gpu else "cpu", rounds, cython)
-    connections = {"CUDA_DEVICE_MAX_CONNECTIONS": "16"}  # the scale worker's (docs/benchmarks.md says why)
-    for name, least, most in [("capture", 30, 240), ("waits", 30, 120)] * bool(raw) + [("scale", 90, 240)]:
-        w = worker(name, extra, max(least, min(most, left())), connections if name == "scale" else None)
+    for name, least, most in [("capture", 30, 240), ("waits", 30, 120)] * bool(raw):
+        w = worker(name, extra, max(least, min(most, left())))
         results[name] = w.get("rows") or {"error": w.get("error", "no rows")}
     first = {n: next((w for w in ws if "version" in w), {}) for n, ws in rounds.items()}
     with open("/proc/cpuinfo" if os.path.exists("/proc/cpuinfo") else os.devnull) as f:

@@ -56,8 +56,7 @@ def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
              "await asyncio.to_thread(s.synchronize)":
                  lambda: loop.run_until_complete(after(asyncio.to_thread(s.synchronize))),
              "CuPy stream.synchronize()": then(ext.synchronize),
-             "a host function runs (C: the floor of a wait that does not spin)": lambda: raw.raw_hostfn(s.handle),
-             "a blocking-sync event's wait (C: the driver's wait that does not spin)": lambda: raw.raw_blocking(s.handle)}
+             "a host function runs (C: the floor of a wait that does not spin)": lambda: raw.raw_hostfn(s.handle)}
     out = {}
     for kernel_ns, names in ((LONG_NS, waits), (SHORT_NS, (DRIVER, MAIN, AWAIT))):
         ns = {name: latency(waits[name], kernel_ns) for name in names}

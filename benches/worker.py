@@ -1,4 +1,4 @@
-"""One worker: a round of one library of ops.LIBS, or rows measured once a run (cython, capture, scale, waits)."""
+"""One worker: a round of one library of ops.LIBS, or rows measured once a run (cython, capture, waits)."""
 
 import argparse, ctypes, importlib, json, os, pathlib, re, subprocess, sys, tempfile
 from importlib import metadata
@@ -58,7 +58,7 @@ def raw_driver(path: str):
     """raw_driver.c, initialized (the primary context left current); `.loop(key, *args)`: run(n) of a C loop."""
     raw, p = ctypes.CDLL(path), ctypes.c_void_p
     for f, args in ((raw.raw_time, [ctypes.c_char_p, ctypes.c_long, p, p, ctypes.c_long]), (raw.raw_hostfn, [p]),
-                    (raw.raw_blocking, [p]), (raw.raw_watch, [p, ctypes.c_double])):  # waits.py's floors, the kernel's end
+                    (raw.raw_watch, [p, ctypes.c_double])):  # waits.py's: the host function's time, the kernel's end
         f.restype, f.argtypes = ctypes.c_double, args
     if step := raw.raw_init():
         raise RuntimeError(f"raw_init failed at step {step} (1: no libcuda, 2: a symbol missing, 3: a driver call)")
@@ -152,7 +152,7 @@ def main() -> int:
     cfg = dict(repeats=5, target_ms=2.0, budget_s=0.5) if args.quick else dict(repeats=15, target_ms=20.0, budget_s=4.0)
     result: dict = {"lib": args.lib}
     try:
-        if args.lib in ("cython", "capture", "scale", "waits"):  # rows measured once a run
+        if args.lib in ("cython", "capture", "waits"):  # rows measured once a run
             once = cython if args.lib == "cython" else importlib.import_module(args.lib).run
             result["rows"] = once(cfg, args.gpu, args.raw and raw_driver(args.raw),
                                   args.floor_ext and importlib.import_module("floor_ext"))

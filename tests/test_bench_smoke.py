@@ -55,70 +55,28 @@ def test_cpu_quick_run_reports_every_operation(tmp_path):
     for line in ("s.__cuda_stream__()", "wrap a raw int handle", "Cython handle read"):
         assert line in p.stdout
 
-    # The scale rows (scale.py), against the stand-in driver: every row, a figure per size.
-    scale = results["scale"]
-    if "error" in scale:
-        assert not (shutil.which(os.environ.get("CC", "gcc"))), scale["error"]  # no C compiler: no stand-in
-        return
-    rows = {r["title"]: r for r in scale["rows"]}
-    assert len(rows) == 6 and not [r for r in rows.values() if "error" in r], rows
-    for r in rows.values():
-        assert r["points"][0]["n"] < r["points"][-1]["n"] and all(p["value"] > 0 for p in r["points"]), r
-        assert r["growth"] > 0 and r["expect"] in ("flat", "no collapse", "linear"), r
-        assert r["title"] in p.stdout
-    assert [p["n"] for p in rows["create + destroy, N other streams alive"]["points"]] == [1, 1000, 10000]
-    assert [p["n"] for p in rows["s.query(), N threads at once"]["points"]] == [1, 16]
-    pending = rows["launch_host_func(f) with N host functions pending, 1,000 per held stream"]
-    assert [(p["n"], p["streams"]) for p in pending["points"]] == [(1, 1), (1000, 1)]
 
-
-def test_the_blocker_is_released_by_its_watchdog(tmp_path):
-    """standin.held (scale.py's pending-host-function row) holds streams with a wait each on
-    one host word; a launch that waits for room in a full queue is let go by the watchdog,
-    which records how many were queued. Here nothing else releases the streams: the
-    synchronize returns."""
-    import standin
-
-    lib = standin.build("capture.c", tmp_path)
-    out = standin.run(lib, """
-        from standin import held
-        s, t, ran = custream.Stream(), custream.Stream(), []
-        with held(s, t, timeout=0.2) as state:
-            s.launch_host_func(ran.append, 1)
-            t.launch_host_func(ran.append, 2)
-            state["queued"] = 2
-            assert not s.query() and not t.query() and not ran
-            t.synchronize()
-        assert state["fired"] == 2 and ran == [1, 2]
-        with held(s) as state:
-            s.launch_host_func(ran.append, 3)
-        assert state["fired"] is None and ran == [1, 2, 3] and s.query() and t.query()
-        print("ok")
-    """)
-    assert out.strip() == "ok"
-
-
-def test_the_table_prints_a_stored_run_with_scale_rows():
-    """report.table on the stored H200 run, with scale rows added (one of them failed): the
-    scale rows printed, a figure per size, and the failure."""
+def test_the_table_prints_the_once_a_run_rows_with_their_verdicts():
+    """report.table on the stored H200 run, with capture.py and waits.py rows added: a line a
+    row, its ratio, what it was timed against and its target's verdict; CPU rows in ms."""
     sys.path.insert(0, str(BENCHES))
     try:
         import report
-        import scale
     finally:
         sys.path.remove(str(BENCHES))
     results = json.loads((BENCHES / "results" / "h200.json").read_text())
-    points = [{"n": 1, "value": 4000.0, "raw_ns": 3500.0, "ratio": 1.14},
-              {"n": 10_000, "value": 4100.0, "raw_ns": 3600.0, "ratio": 1.14}]
-    results["scale"] = {"driver": "test", "rows": [
-        {"title": "create + destroy, N other streams alive", "unit": "ns", "expect": "flat", "per": "",
-         "points": points, "growth": 1.025, "raw_growth": 1.03},
-        {"title": "pool.get(), N threads at once", "unit": "calls/s", "expect": "no collapse", "per": "",
-         "points": [{"n": 1, "value": 2e7}, {"n": 16, "value": 1.8e7}], "growth": 0.9},
-        {"title": scale.PENDING_TITLE, "error": "RuntimeError: a held stream's queue filled"}]}
+    results["capture"] = {
+        "write_value + wait_value": {"ns": 2300.0, "vs_ns": 2000.0, "ratio": 1.15, "vs": "C", "target": 1.15},
+        "  least binding fwrite": {"ns": 2100.0, "vs_ns": 2000.0, "ratio": 1.05, "vs": "C", "target": None},
+        "IPC rows": {"error": "RuntimeError: no torch IPC event to compare with"}}
+    results["waits"] = {"await s.record(), 5 ms kernel": {"ns": 211705.0, "ratio": 7.32, "target": 1.5},
+                        "CPU ms in 1 s with 1,000 awaits pending": {"ns": 1536547.0, "unit": "ms", "target_ms": 20}}
     text = report.table(results)
-    assert "create + destroy, N other streams alive" in text and "growth 1.02x (expect flat)" in text
-    assert "N=16: 18,000,000 calls/s (55.6 ns a call)" in text and "a held stream's queue filled" in text
+    assert "  write_value + wait_value: 2,300 ns  1.15x against C (2,000 ns)  (<= 1.15x: pass)" in text
+    assert "    least binding fwrite: 2,100 ns  1.05x against C (2,000 ns)\n" in text
+    assert "  await s.record(), 5 ms kernel: 211,705 ns  7.32x  (<= 1.5x: MISS)" in text
+    assert "  CPU ms in 1 s with 1,000 awaits pending: 1.5 ms  (target < 20 ms)" in text
+    assert "capture.py / IPC rows: RuntimeError: no torch IPC event to compare with" in text
 
 
 def test_paired_timing_takes_the_ratio_within_each_pair():

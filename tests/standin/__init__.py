@@ -9,13 +9,8 @@ grows.
 custream opens libcuda once per process, and this test process has none, so each check runs
 in a fresh interpreter with ``CUSTREAM_LIBCUDA`` naming the stand-in; ``standin`` in that
 interpreter is the library itself (ctypes), for its counters, and ``tests/`` is on its path.
-
-``held`` holds streams behind a memory-operation wait, on a stand-in or on the real driver
-(benches/scale.py's pending-host-function row uses it too).
 """
 
-import ctypes
-import mmap
 import os
 import pathlib
 import re
@@ -23,8 +18,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import threading
-from contextlib import contextmanager
 
 import pytest
 
@@ -83,37 +76,3 @@ def run(lib, code):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "panicked" not in out.stderr, out.stderr
     return out.stdout
-
-
-@contextmanager
-def held(*streams, timeout: float = 5.0):
-    """Holds `streams` (a cuStreamWaitValue32 each on a host word) until leaving, or a watchdog after `timeout` s."""
-    cu = ctypes.CDLL(os.environ.get("CUSTREAM_LIBCUDA", "libcuda.so.1"))
-    ctx, device, page = ctypes.c_void_p(), ctypes.c_uint64(), mmap.mmap(-1, mmap.PAGESIZE)
-    word = ctypes.c_uint32.from_buffer(page)
-    host, state = ctypes.c_void_p(ctypes.addressof(word)), {"queued": 0, "fired": None}
-    assert cu.cuInit(0) == 0 and cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
-    assert not hasattr(cu, "cuCtxSetCurrent") or cu.cuCtxSetCurrent(ctx) == 0  # the stand-in has no current context
-    assert cu.cuMemHostRegister_v2(host, ctypes.c_size_t(mmap.PAGESIZE), 0x3) == 0  # portable, device-mapped
-    assert cu.cuMemHostGetDevicePointer_v2(ctypes.byref(device), host, 0) == 0
-
-    def release(watchdog: bool) -> None:
-        if watchdog and not word.value:
-            state["fired"] = state["queued"]
-        word.value = 1
-    (watchdog := threading.Timer(timeout, release, (True,))).daemon = True
-    watchdog.start()
-    try:
-        for s in streams:
-            r = cu.cuStreamWaitValue32_v2(ctypes.c_void_p(s.handle), device, ctypes.c_uint32(1), 1)  # _EQ
-            assert r == 0, f"cuStreamWaitValue32_v2 failed: {r}"
-        yield state
-    finally:
-        watchdog.cancel()
-        release(False)
-        for s in streams:
-            s.synchronize()
-        if hasattr(cu, "cuMemHostUnregister"):  # the stand-in has none
-            cu.cuMemHostUnregister(host)
-        word = None  # the page's last export, so that it closes
-        page.close()
