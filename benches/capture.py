@@ -57,8 +57,9 @@ def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
     timer, batches = lambda stmt: timing.timer(stmt, ns), lambda stmt: timing.batches(stmt, ns, s.synchronize)
     host = raw.loop("host_func", s.handle), "C cuLaunchHostFunc + sync"
     launch = raw.loop("graph_launch", s.handle, g.handle, 100), "C cuGraphLaunch"
-    # custream asks the driver about the address before each (cuPointerGetAttributes: a freed or unmapped buffer is
-    # a ValueError, not a GPU fault): against C making those same driver calls, and the two operations alone.
+    # Before each, custream checks the stream's context was not reset (cuCtxGetId) and asks the driver about the address
+    # (cuPointerGetAttributes: a freed or unmapped buffer is a ValueError, not a GPU fault): against C making those same
+    # driver calls, and the two operations alone.
     memops = batches("s.write_value(W, 1); s.wait_value(W, 1)")
     rows = [  # name, target, the loop timed, the C loop (or a peer's) it is timed in turn with, what that is
         ("launch_host_func round trip", None, timer("s.launch_host_func(noop); s.synchronize()"), *host),
@@ -69,9 +70,9 @@ def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
          timer(f"s.begin_capture('relaxed')\nwith ext:{kernels(100)}s.end_capture().close()"),
          timer(f"cs.begin_capture(mode=relaxed)\nwith cs:{kernels(100)}cs.end_capture()"), "CuPy begin/end_capture"),
         ("write_value + wait_value", 1.15, memops, raw.loop("memops_checked", s.handle, W, 100),
-         "C: cuPointerGetAttributes, then the operation, twice"),
+         "C: cuCtxGetId, cuPointerGetAttributes, the operation; twice"),
         *[("  least binding fwrite(S, W, 1); fwait(S, W, 1)", None, batches("fwrite(S, W, 1); fwait(S, W, 1)"),
-           raw.loop("memops_checked", s.handle, W, 100), "C: cuPointerGetAttributes, then the operation, twice")]
+           raw.loop("memops_checked", s.handle, W, 100), "C: cuCtxGetId, cuPointerGetAttributes, the operation; twice")]
         * bool(floor),
         ("  the same, beside the two operations alone", None, memops, raw.loop("memops", s.handle, W, 100),
          "C cuStreamWriteValue32_v2 + cuStreamWaitValue32_v2")]

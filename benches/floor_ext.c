@@ -49,14 +49,14 @@ static PyObject *floor_launch(PyObject *mod, PyObject *const *args, Py_ssize_t n
     return DONE("cuGraphLaunch", r);
 }
 
-/* fwrite(S, W, v) / fwait(S, W, v): the 32-bit memory operations, each after the pointer query custream makes. */
+/* fwrite(S, W, v) / fwait(S, W, v): the 32-bit memory operations, each after the driver calls custream makes first. */
 static PyObject *floor_memop(PyObject *const *args, Py_ssize_t n, int wait) {
     if (n != 3) return PyErr_Format(PyExc_TypeError, "fwrite/fwait(S, W, v) take 3 arguments");
     CUstream s = PyLong_AsVoidPtr(args[0]);
     unsigned long long w = PyLong_AsUnsignedLongLong(args[1]);
     unsigned long v = PyLong_AsUnsignedLong(args[2]);
     if (PyErr_Occurred()) return NULL;
-    ask(w);
+    ask(s, w);
     CUresult r = failed ? failed : wait ? cuStreamWaitValue32_v2(s, w, v, 0) : cuStreamWriteValue32_v2(s, w, v, 0);
     return DONE("cuStreamWrite/WaitValue32", r);
 }

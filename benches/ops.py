@@ -42,6 +42,9 @@ RATIO_KEYS = [op.key for op in OPERATIONS if op.raw is not None]  # timed in tur
 # Timed in turn with the least binding's statement, in custream's worker (no driver). `with` statements are timed as
 # written (no `with_` call): beside the same `with` over floor_ext.c's least context manager, CPython's own floor.
 IN_TURN = {"handle_int": "fs.handle", "pool_lease": "with fs.lease(): pass"}
+# Rows whose target is a multiple of another of custream's rows, timed in turn with that row too (issue 39's): their
+# verdict takes the median ratio per pair, which the machine's drift between two rows' medians spares.
+PAIRED = ("pool_get_priority", "pool_lease", "stream_id")
 ALONE = ("import custream, time\ncustream.Stream().close()\nt = time.perf_counter()\n"  # nothing else holds the context
          "for _ in range(2000):\n    custream.Stream().close()\nprint((time.perf_counter() - t) / 2000 * 1e9)\n")
 

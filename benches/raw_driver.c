@@ -14,7 +14,8 @@ typedef void *CUstream;
     X(cuLaunchHostFunc, (CUstream, void (*)(void *), void *)) X(cuGraphLaunch, (void *, CUstream)) \
     X(cuStreamWriteValue32_v2, (CUstream, unsigned long long, unsigned, unsigned)) \
     X(cuStreamWaitValue32_v2, (CUstream, unsigned long long, unsigned, unsigned)) \
-    X(cuPointerGetAttributes, (unsigned, int *, void **, unsigned long long))
+    X(cuPointerGetAttributes, (unsigned, int *, void **, unsigned long long)) \
+    X(cuStreamGetCtx, (CUstream, void **)) X(cuCtxGetId, (void *, unsigned long long *))
 #define DECLARE(name, args) static CUresult(*name) args;
 ENTRY_POINTS(DECLARE)
 
@@ -48,9 +49,22 @@ static double now_ns(void) {
 
 static void nothing(void *user) { (void)user; }
 
-/* What custream asks of an address before it queues a memory operation on it (src/driver/memops.rs's pointer_info:
- * the memory type, managed, the device pointer, the ordinal, each in a zeroed word), for the "memops_checked" loop. */
-static void ask(unsigned long long word) {
+/* What custream checks before a memory operation (the "memops_checked" loop, floor_ext.c's fwrite/fwait): that the
+ * stream's context was not reset since custream learned it (src/stream.rs's check_context: one cuCtxGetId, the context
+ * learned once per stream), and what the driver knows of the address (src/driver/memops.rs's pointer_info: the memory
+ * type, managed, the device pointer, the ordinal, each in a zeroed word). */
+static void ask(CUstream s, unsigned long long word) {
+    static CUstream known;
+    static void *ctx;
+    static unsigned long long id;
+    unsigned long long now = 0;
+    if (s != known) {
+        CALL(cuStreamGetCtx(s, &ctx));
+        CALL(cuCtxGetId(ctx, &id));
+        known = s;
+    }
+    CALL(cuCtxGetId(ctx, &now));
+    if (now != id && !failed) failed = 709; /* CUDA_ERROR_CONTEXT_IS_DESTROYED */
     int attrs[4] = {2 /* MEMORY_TYPE */, 8 /* IS_MANAGED */, 3 /* DEVICE_POINTER */, 9 /* DEVICE_ORDINAL */};
     unsigned long long v[4] = {0};
     void *data[4] = {&v[0], &v[1], &v[2], &v[3]};
@@ -59,7 +73,7 @@ static void ask(unsigned long long word) {
 
 /* The ns that n executions of `key` take, -1 once a call has failed: on an idle stream, or in the green context `g`;
  * capture.py's on its stream `s`, launches of its graph `g` (memops: a write and a wait of the 32-bit word at device
- * address `g`; memops_checked asks about it before each, as custream does), an untimed synchronize every `batch`. */
+ * address `g`; memops_checked makes custream's checks before each), an untimed synchronize every `batch`. */
 double raw_time(const char *key, long n, CUstream s, void *g, long batch) {
     double t = now_ns(), untimed = 0;
     int green = strcmp(key, "green_create_destroy") == 0; /* non-blocking, as a green context's must be */
@@ -84,9 +98,9 @@ double raw_time(const char *key, long n, CUstream s, void *g, long batch) {
             unsigned long long word = (unsigned long long)(uintptr_t)g;
             for (long i = 0; i < batch && done + i < n; i++)
                 if (memops) {
-                    if (checked) ask(word);
+                    if (checked) ask(s, word);
                     CALL(cuStreamWriteValue32_v2(s, word, 1, 0));
-                    if (checked) ask(word);
+                    if (checked) ask(s, word);
                     CALL(cuStreamWaitValue32_v2(s, word, 1, 0 /* geq */));
                 } else
                     CALL(cuGraphLaunch(g, s));

@@ -23,6 +23,9 @@ def combine(entries: list[dict]) -> dict:
         out.update({"raw_ns": each("raw_ns")} if "raw_ns" in good[0] else {})
     if "least" in good[0]:
         out["least"] = combine(each("least"))
+    if "paired" in good[0]:  # ops.PAIRED: the ratio to the row its target names, per round
+        ratios = [p["ratio"] for p in each("paired")]
+        out["paired"] = {"stmt": good[0]["paired"]["stmt"], "ratio": median(ratios), "ratios": ratios}
     return out
 
 def assemble(mode: str, rounds: dict, cython: dict) -> dict:
@@ -66,6 +69,9 @@ def assemble(mode: str, rounds: dict, cython: dict) -> dict:
             factor, lib, key = op.times
             other = _fig(figures.get(lib, {}).get(key, {}), op.unit)
             row["compared_to"], limit = {"lib": lib, "op": key, op.unit: other}, other and factor * other
+            if "paired" in mine:  # timed in turn with it (ops.PAIRED): the verdict takes the ratio per pair
+                row["compared_to"]["in_turn"] = mine["paired"]
+                value, limit = mine["paired"]["ratio"], factor
         row["status"] = ("needs GPU" if op.gpu and mode != "gpu" else "" if not op.target  # no target: to compare with
                          else "n/a" if value is None or (limit is None and not op.load)
                          else "pass" if limit is not None and value <= limit else "MISS")
@@ -98,6 +104,9 @@ def table(results: dict) -> str:
         for f in [f for f in o["floors"] if f.get("lib") == LEAST]:
             out += ["", f"{o['title']}: {f['label']}, {f['stmt']}: {fmt(f['ns'])} ns; custream over it, per round: "
                     + " ".join(f"{r:.2f}" for r in f["ratios"]) + f"  median {f['ratio_median']:.2f}x"]
+        if p := o.get("compared_to", {}).get("in_turn"):  # ops.PAIRED
+            out += ["", f"{o['title']}: in turn with {p['stmt']}, per round: "
+                    + " ".join(f"{r:.2f}" for r in p["ratios"]) + f"  median {p['ratio']:.2f}x; {o['target']}"]
     cap, waits, groups = results.get("capture", {}), results.get("waits") or {}, ratio_groups(results)
     out += ["", "ratio to a C loop of the same driver calls (raw_driver.c), timed in turn",
             *(f"{label}: {note}" + "".join(f"\n    {x}" for x in lines) for label, note, lines in groups)] * bool(groups)

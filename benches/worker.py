@@ -47,6 +47,10 @@ def time_op(lib: ops.Lib, key: str, ns: dict, cfg: dict, gpu: bool, raw) -> dict
         ref = (timing.timer(least, ns) if least else raw.loop(key, None, getattr(ns.get("gc"), "handle", None))
                if raw and key in ops.RATIO_KEYS else None)  # gc: custream's green context, for its row's C loop
         timed = timing.measure(stmt, ns, ref, **cfg)
+        if key in ops.PAIRED and lib.name == ops.CUSTREAM.name:  # in turn with the row its target names
+            mate = lib.ops[ops.OPS[key].times[2]]
+            timed["paired"] = {"stmt": mate, "ratio": timing.paired(timing.timer(stmt, ns), timing.timer(mate, ns),
+                                                                     **cfg)["ratio"]}
     except Exception as e:
         return {"na": f"{stmt} failed while timed: {type(e).__name__}: {e}"}
     if least:  # its figure and custream's ratio to it (a ratio row's are to raw_driver.c's loop)

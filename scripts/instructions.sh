@@ -4,18 +4,20 @@
 # binding's own work, with the driver's taken out (docs/benchmarks.md, "Where the time goes").
 # Each figure is (a loop of 20,000 calls) - (a loop of none), over 20,000, loop included
 # (the `pass` row). Needs valgrind and a C compiler; uses the custream that $PYTHON imports.
+# STANDIN=capture.c counts against the stand-in that models memory (for W, a device word).
 #   bash scripts/instructions.sh ['STATEMENT' ...]
+#   STANDIN=capture.c bash scripts/instructions.sh pass "s.write_value(W, 1)" "fwrite(S, W, 1)"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 dir=$(mktemp -d)
-"$PYTHON" - "$dir" <<'PY'
+"$PYTHON" - "$dir" "${STANDIN:-libcuda.c}" <<'PY'
 import pathlib, re, subprocess, sys, sysconfig
 sys.path.insert(0, "tests")
 import standin
 out = pathlib.Path(sys.argv[1])
 raw = re.findall(r"X\((cu\w+),", pathlib.Path("benches/raw_driver.c").read_text())  # floor_ext.c's entry points
-standin.build("libcuda.c", out, also=raw)
+standin.build(sys.argv[2], out, also=raw)
 subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-I" + sysconfig.get_paths()["include"], "benches/floor_ext.c",
                 "-o", str(out / ("floor_ext" + sysconfig.get_config_var("EXT_SUFFIX"))), "-ldl"], check=True)
 PY
@@ -25,8 +27,12 @@ sys.path.insert(0, sys.argv[3])
 cu, ctx = ctypes.CDLL("libcuda.so.1"), ctypes.c_void_p()
 assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0 and cu.cuCtxPushCurrent_v2(ctx) == 0
 import custream
-from floor_ext import fcreate, fdestroy, fquery, fsync, fstream
+from floor_ext import fcreate, fdestroy, fquery, fsync, fstream, fwrite, fwait
 CS, s, Hf = custream.Stream, custream.Stream(), fcreate()
+S = s.handle
+if hasattr(cu, "fake_mem_alloc"):  # STANDIN=capture.c: a device word W for the memory operations' rows
+    cu.fake_mem_alloc.restype = ctypes.c_void_p
+    W = cu.fake_mem_alloc(ctypes.c_size_t(64))
 fs = fstream(Hf)
 def with_(cm):
     with cm:

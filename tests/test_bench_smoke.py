@@ -127,6 +127,32 @@ def test_rounds_summary_keeps_the_floor_binding_beside_custream():
     assert q["floor"]["ratios"] == [1.1, 1.2] and abs(q["floor"]["ratio_median"] - 1.15) < 1e-12
 
 
+def test_a_row_timed_in_turn_with_its_reference_row_takes_its_verdict_from_the_pairs():
+    """ops.PAIRED: `pool.lease()`'s target is 3x `pool.get()`. Its two medians, taken at
+    different moments, say 3.2x (a MISS), while timed in turn each round it was 2.9x and 2.8x:
+    the verdict is the median ratio per pair, and the table prints each round's."""
+    sys.path.insert(0, str(BENCHES))
+    try:
+        import report
+    finally:
+        sys.path.remove(str(BENCHES))
+
+    def round_(lease, get, ratio):
+        return {"ops": {"pool_get": {"ns": get, "stmt": "pool.get()"},
+                        "pool_lease": {"ns": lease, "stmt": "with pool.lease(): pass",
+                                       "paired": {"stmt": "pool.get()", "ratio": ratio}}}}
+
+    results = report.assemble("gpu", {"custream": [round_(160.0, 50.0, 2.9), round_(160.0, 50.0, 2.8)]}, {})
+    row = results["operations"]["pool_lease"]
+    assert row["compared_to"]["ns"] == 50.0 and row["compared_to"]["in_turn"]["ratios"] == [2.9, 2.8]
+    assert abs(row["compared_to"]["in_turn"]["ratio"] - 2.85) < 1e-12 and row["status"] == "pass"
+    results["machine"] = {}
+    assert ("pool.lease() enter + exit: in turn with pool.get(), per round: 2.90 2.80  median 2.85x; "
+            "<= 3x pool.get()") in report.table(results)
+    rounds = {"custream": [round_(160.0, 50.0, 3.1)]}
+    assert report.assemble("gpu", rounds, {})["operations"]["pool_lease"]["status"] == "MISS"
+
+
 def test_paired_peers_give_the_ratio_rows_their_best_peer():
     """Every library is timed against raw in rounds of its own fresh workers and summarized
     as custream is, a peer that fails is reported, and the '/best' of a ratio row compares
