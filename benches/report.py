@@ -24,8 +24,9 @@ def combine(entries: list[dict]) -> dict:
     if "least" in good[0]:
         out["least"] = combine(each("least"))
     if "paired" in good[0]:  # ops.PAIRED: the ratio to the row its target names, per round
-        ratios = [p["ratio"] for p in each("paired")]
-        out["paired"] = {"stmt": good[0]["paired"]["stmt"], "ratio": median(ratios), "ratios": ratios}
+        ratios, floors = [p["ratio"] for p in each("paired")], [p.get("floor_ratio") for p in each("paired")]
+        out["paired"] = {"stmt": good[0]["paired"]["stmt"], "ratio": median(ratios), "ratios": ratios,
+                         **({"floor_ratio": median(floors), "floor_ratios": floors} if None not in floors else {})}
     return out
 
 def assemble(mode: str, rounds: dict, cython: dict) -> dict:
@@ -106,7 +107,9 @@ def table(results: dict) -> str:
                     + " ".join(f"{r:.2f}" for r in f["ratios"]) + f"  median {f['ratio_median']:.2f}x"]
         if p := o.get("compared_to", {}).get("in_turn"):  # ops.PAIRED
             out += ["", f"{o['title']}: in turn with {p['stmt']}, per round: "
-                    + " ".join(f"{r:.2f}" for r in p["ratios"]) + f"  median {p['ratio']:.2f}x; {o['target']}"]
+                    + " ".join(f"{r:.2f}" for r in p["ratios"]) + f"  median {p['ratio']:.2f}x; {o['target']}"
+                    + (f"; the least binding's, the same way: median {p['floor_ratio']:.2f}x" if "floor_ratio" in p
+                       else "")]
     cap, waits, groups = results.get("capture", {}), results.get("waits") or {}, ratio_groups(results)
     out += ["", "ratio to a C loop of the same driver calls (raw_driver.c), timed in turn",
             *(f"{label}: {note}" + "".join(f"\n    {x}" for x in lines) for label, note, lines in groups)] * bool(groups)

@@ -49,8 +49,8 @@ def time_op(lib: ops.Lib, key: str, ns: dict, cfg: dict, gpu: bool, raw) -> dict
         timed = timing.measure(stmt, ns, ref, **cfg)
         if key in ops.PAIRED and lib.name == ops.CUSTREAM.name:  # in turn with the row its target names
             mate = lib.ops[ops.OPS[key].times[2]]
-            timed["paired"] = {"stmt": mate, "ratio": timing.paired(timing.timer(stmt, ns), timing.timer(mate, ns),
-                                                                     **cfg)["ratio"]}
+            pair = lambda a: timing.paired(timing.timer(a, ns), timing.timer(mate, ns), **cfg)["ratio"]  # noqa: E731
+            timed["paired"] = {"stmt": mate, "ratio": pair(stmt), **({"floor_ratio": pair(least)} if least else {})}
     except Exception as e:
         return {"na": f"{stmt} failed while timed: {type(e).__name__}: {e}"}
     if least:  # its figure and custream's ratio to it (a ratio row's are to raw_driver.c's loop)
