@@ -29,10 +29,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use pyo3::prelude::*;
 
+use crate::deadline::{self, Deadline};
 use crate::driver::{
     self, CaptureMode, CaptureModeScope, Context, DriverError, EventHandle, OwnedEvent, OwnedStream, StreamHandle,
 };
@@ -118,6 +120,50 @@ pub fn lease(py: Python<'_>, ctx: Context) -> PyResult<Notifier> {
     }
 }
 
+/// Notifiers given back: threads waiting for one (`lease_within`) wake, counted in `AWAITING`
+/// so that a give-back with none waiting makes no wake-up call.
+static GIVEN: Condvar = Condvar::new();
+static AWAITING: AtomicUsize = AtomicUsize::new(0);
+
+/// Longest a thread waiting for a notifier goes without asking whether its work ended.
+const LOOK: Duration = Duration::from_millis(2);
+
+/// For a thread's wait (src/waits.rs, `StreamWait`): an idle notifier of `ctx`, or, when there
+/// is none, one the maker thread makes while the caller waits in `deadline`'s slices (signal
+/// handlers run, a timeout holds; the driver may block making a stream for as long as the
+/// GPU is busy, and that wait no signal ends), asking `done` every `LOOK` meanwhile: None
+/// when the work ended first.
+pub fn lease_within(
+    py: Python<'_>,
+    ctx: Context,
+    deadline: Deadline,
+    what: &str,
+    done: impl Fn() -> driver::Result<bool> + Send,
+) -> PyResult<Option<Notifier>> {
+    let id = driver::context_id(ctx)?;
+    if let Some(n) = take_idle(id) {
+        return Ok(Some(n));
+    }
+    let mut got = None;
+    let found = &mut got;
+    deadline::wait(py, deadline, what, move |slice| {
+        make_spare(ctx, id, 0);
+        let none_idle = |idle: &mut Option<HashMap<u64, Vec<Notifier>>>| {
+            idle.as_ref().and_then(|m| m.get(&id)).is_none_or(Vec::is_empty)
+        };
+        let idle = IDLE.lock().unwrap_or_else(PoisonError::into_inner);
+        AWAITING.fetch_add(1, Ordering::SeqCst);
+        let (mut idle, _) = GIVEN
+            .wait_timeout_while(idle, slice.min(LOOK), none_idle)
+            .unwrap_or_else(PoisonError::into_inner);
+        AWAITING.fetch_sub(1, Ordering::SeqCst);
+        *found = idle.get_or_insert_with(HashMap::new).get_mut(&id).and_then(Vec::pop);
+        drop(idle);
+        Ok(found.is_some() || done()?)
+    })?;
+    Ok(got)
+}
+
 /// Contexts (by id) whose spare notifier the maker thread is making now.
 static MAKING: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 
@@ -159,6 +205,10 @@ pub fn give_back(n: Notifier) {
         .entry(n.context_id)
         .or_default()
         .push(n);
+    // After the push, under the lock a waiter holds from its look to its sleep: seen, or woken.
+    if AWAITING.load(Ordering::SeqCst) > 0 {
+        GIVEN.notify_all();
+    }
 }
 
 /// Busy notifiers of event waits, by stream handle. Every context's, at most `SPREAD` of each.

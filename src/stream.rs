@@ -261,7 +261,13 @@ impl StreamObject<'_> {
         if self.use_handle(py, WHAT, |h| waits::spin(py, deadline, move || driver::stream_query(h)))? {
             return Ok(());
         }
-        let mut wait = StreamWait::new(py, self.context(py)?)?;
+        let ctx = self.context(py)?;
+        let waited = self.use_handle_py(py, WHAT, |h| {
+            StreamWait::new(py, ctx, h, deadline, "Stream.synchronize()")
+        })?;
+        let Some(mut wait) = waited else {
+            return Ok(());
+        };
         let queue = &mut wait;
         self.use_handle_py(py, WHAT, move |h| {
             launch::run(py, self, h, Gil::Brief, |_| true, queue.queue_on(h))

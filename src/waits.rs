@@ -82,7 +82,8 @@ pub fn synchronize_event(
 
 /// A stream's synchronize through a notifier: `new` leases one in the stream's context,
 /// `queue_on` is the launch that records its event on the stream, and
-/// `wait` waits for it, in slices.
+/// `wait` waits for it, in slices. Where no notifier is idle, `new` waits for the maker
+/// thread's within the deadline (src/notifiers.rs, `lease_within`).
 pub struct StreamWait {
     notifier: Option<Notifier>,
     own: EventHandle,
@@ -90,13 +91,27 @@ pub struct StreamWait {
 }
 
 impl StreamWait {
-    pub fn new(py: Python<'_>, ctx: Context) -> PyResult<StreamWait> {
-        let notifier = notifiers::lease(py, ctx)?;
-        Ok(StreamWait {
+    /// For `h`, a live stream of `ctx` the caller holds open: None when its work ended while
+    /// no notifier was idle yet.
+    pub fn new(
+        py: Python<'_>,
+        ctx: Context,
+        h: StreamHandle,
+        deadline: Deadline,
+        what: &str,
+    ) -> PyResult<Option<StreamWait>> {
+        let ended = move || {
+            let _relaxed = capture::relaxed_while_ours_open()?;
+            driver::stream_query(h)
+        };
+        let Some(notifier) = notifiers::lease_within(py, ctx, deadline, what, ended)? else {
+            return Ok(None);
+        };
+        Ok(Some(StreamWait {
             own: notifier.event(),
             notifier: Some(notifier),
             done: Arc::new(Done::default()),
-        })
+        }))
     }
 
     /// The launch that queues the notifier behind the work queued so far on `h`, a live

@@ -371,6 +371,42 @@ def test_hundreds_of_awaits_never_block_the_loop_in_the_driver(fake):
     assert out.strip().endswith("ok"), out
 
 
+def test_a_threads_wait_keeps_its_deadline_while_the_driver_blocks_making_a_stream(fake):
+    """The driver may block making a stream while the GPU is busy (an H100 did, a few dozen
+    streams in, until the work ended), in a wait no signal cuts short. A thread's wait that
+    finds no idle notifier has custream's maker thread make one and waits for it in slices,
+    asking the driver about the stream meanwhile: a timeout comes on time, Ctrl-C ends the
+    wait, and a wait without either ends with the work."""
+    out = run(fake, """
+        s = Stream()
+        fake.fake_busy_stream_create(fake.fake_streams_made())  # any stream from now, while work is queued
+        kernel(s, 700)
+        t = time.monotonic()
+        try:
+            s.synchronize(timeout=0.1)
+            raise AssertionError("synchronize(timeout=0.1) of a 0.7 s kernel returned")
+        except TimeoutError as e:
+            assert "synchronize" in str(e), e
+        assert time.monotonic() - t < 0.15, time.monotonic() - t
+        signal_after(0.1)
+        t = time.monotonic()
+        try:
+            s.synchronize()
+            raise AssertionError("no KeyboardInterrupt")
+        except KeyboardInterrupt:
+            pass
+        assert time.monotonic() - t < 0.2, time.monotonic() - t
+        assert not s.query()  # the work runs on
+        s.synchronize()
+        assert s.query()
+        fake.fake_busy_stream_create(0)
+        s.synchronize(timeout=5)  # notifiers made by then: the usual path
+        settle()
+        print("ok")
+    """)
+    assert out.strip() == "ok", out
+
+
 def test_parked_waits_ring_from_custreams_thread_or_end_by_the_drivers_answer(fake):
     """Waits parked behind a busy notifier get their host function from custream's thread, on
     the notifier's bell stream, once the notifier rings: they end when their work does. If
