@@ -85,6 +85,43 @@ print("ok")
     assert out.strip().endswith("ok"), out
 
 
+def test_a_first_timed_wait_keeps_its_deadline_beside_dozens_of_busy_streams():
+    """The driver may block making a stream while the GPU is busy (an H100 did, with a few
+    dozen streams in the process). A process's first thread waits, with no notifier made yet,
+    behind 40 busy streams: the notifier is made on custream's maker thread, so the timeout
+    comes on time and Ctrl-C ends the next wait, whether or not the driver blocks there."""
+    out = run("""
+streams = [Stream(device=0) for _ in range(40)]
+for x in streams:
+    sleep(x, 1.5)
+s = streams[0]
+t = time.monotonic()
+try:
+    s.synchronize(timeout=0.1)
+except TimeoutError:
+    late = time.monotonic() - t - 0.1
+else:
+    raise AssertionError("synchronize(timeout=0.1) of a 1.5 s kernel returned")
+assert -0.001 <= late < 0.05, late
+sent = signal_after(0.2)
+try:
+    streams[1].synchronize()
+except KeyboardInterrupt:
+    after = time.monotonic() - sent[0]
+else:
+    raise AssertionError("no KeyboardInterrupt")
+assert after < 0.1, after
+assert not s.query()
+for x in streams:
+    x.synchronize(timeout=10)
+settle()
+print("late by", round(late * 1000, 1), "ms; Ctrl-C ended the wait", round(after * 1000, 1), "ms after SIGINT")
+print("ok")
+""")
+    print(out)
+    assert out.strip().endswith("ok"), out
+
+
 def test_ctrl_c_ends_every_wait_within_100_ms():
     out = run("""
 s = Stream(device=0)
