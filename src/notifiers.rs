@@ -82,13 +82,14 @@ fn make_stream(ctx: Context) -> driver::Result<OwnedStream> {
     driver::create_stream(ctx, driver::current_context()?, true, 0)
 }
 
+/// The idle notifiers of the context `id`, in `IDLE`'s map (its lock held).
+fn idle_of(idle: &mut Option<HashMap<u64, Vec<Notifier>>>, id: u64) -> &mut Vec<Notifier> {
+    idle.get_or_insert_with(HashMap::new).entry(id).or_default()
+}
+
 /// An idle notifier of the context `id`, if there is one.
 fn take_idle(id: u64) -> Option<Notifier> {
-    IDLE.lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .get_or_insert_with(HashMap::new)
-        .get_mut(&id)
-        .and_then(Vec::pop)
+    idle_of(&mut IDLE.lock().unwrap_or_else(PoisonError::into_inner), id).pop()
 }
 
 /// A new notifier of `ctx` (whose id is `id`).
@@ -148,16 +149,13 @@ pub fn lease_within(
     let found = &mut got;
     deadline::wait(py, deadline, what, move |slice| {
         make_spare(ctx, id, 0);
-        let none_idle = |idle: &mut Option<HashMap<u64, Vec<Notifier>>>| {
-            idle.as_ref().and_then(|m| m.get(&id)).is_none_or(Vec::is_empty)
-        };
         let idle = IDLE.lock().unwrap_or_else(PoisonError::into_inner);
         AWAITING.fetch_add(1, Ordering::SeqCst);
         let (mut idle, _) = GIVEN
-            .wait_timeout_while(idle, slice.min(LOOK), none_idle)
+            .wait_timeout_while(idle, slice.min(LOOK), |idle| idle_of(idle, id).is_empty())
             .unwrap_or_else(PoisonError::into_inner);
         AWAITING.fetch_sub(1, Ordering::SeqCst);
-        *found = idle.get_or_insert_with(HashMap::new).get_mut(&id).and_then(Vec::pop);
+        *found = idle_of(&mut idle, id).pop();
         drop(idle);
         Ok(found.is_some() || done()?)
     })?;
@@ -199,12 +197,7 @@ fn make_spare(ctx: Context, id: u64, busy_now: usize) {
 }
 
 pub fn give_back(n: Notifier) {
-    IDLE.lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .get_or_insert_with(HashMap::new)
-        .entry(n.context_id)
-        .or_default()
-        .push(n);
+    idle_of(&mut IDLE.lock().unwrap_or_else(PoisonError::into_inner), n.context_id).push(n);
     // After the push, under the lock a waiter holds from its look to its sleep: seen, or woken.
     if AWAITING.load(Ordering::SeqCst) > 0 {
         GIVEN.notify_all();
