@@ -31,8 +31,14 @@ def measure(stmt: str, namespace: dict, ref=None, **cfg) -> dict:  # with `ref` 
         return paired(timer(stmt, namespace), ref, **cfg)
     return {"ns": statistics.median(in_turn([timer(stmt, namespace)], **cfg)[0])}
 
+def medians_and_ratios(runs: list, **cfg):
+    """Runners timed in turn: each one's median ns, and ratio(i, j), the median over rounds of i's time over j's,
+    which the CPU's drift spares."""
+    samples = in_turn(runs, **cfg)
+    return ([statistics.median(s) for s in samples],
+            lambda i, j: statistics.median(x / y for x, y in zip(samples[i], samples[j])))
+
 def paired(mine, theirs, **cfg) -> dict:
-    """Two runners timed in turn; `ratio`: the median over pairs of mine / theirs, which the CPU's drift spares."""
-    a, b = in_turn([mine, theirs], **cfg)
-    return {"ns": statistics.median(a), "raw_ns": statistics.median(b),
-            "ratio": statistics.median(x / y for x, y in zip(a, b))}
+    """Two runners timed in turn; `ratio`: the median over pairs of mine / theirs."""
+    (a, b), ratio = medians_and_ratios([mine, theirs], **cfg)
+    return {"ns": a, "raw_ns": b, "ratio": ratio(0, 1)}

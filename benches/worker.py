@@ -44,13 +44,16 @@ def time_op(lib: ops.Lib, key: str, ns: dict, cfg: dict, gpu: bool, raw) -> dict
         return {"na": f"no spelling worked ({why})"}
     least = "fs" in ns and ops.IN_TURN.get(key)  # the least binding's statement, timed in turn in this process
     try:
-        ref = (timing.timer(least, ns) if least else raw.loop(key, None, getattr(ns.get("gc"), "handle", None))
-               if raw and key in ops.RATIO_KEYS else None)  # gc: custream's green context, for its row's C loop
-        timed = timing.measure(stmt, ns, ref, **cfg)
-        if key in ops.PAIRED and lib.name == ops.CUSTREAM.name:  # in turn with the row its target names
+        if key in ops.PAIRED and lib.name == ops.CUSTREAM.name:  # in turn with the row its target names, and least
             mate = lib.ops[ops.OPS[key].times[2]]
-            pair = lambda a: timing.paired(timing.timer(a, ns), timing.timer(mate, ns), **cfg)["ratio"]  # noqa: E731
-            timed["paired"] = {"stmt": mate, "ratio": pair(stmt), **({"floor_ratio": pair(least)} if least else {})}
+            fig, ratio = timing.medians_and_ratios([timing.timer(x, ns) for x in (stmt, mate, least) if x], **cfg)
+            timed = {"ns": fig[0], "paired": {"stmt": mate, "ratio": ratio(0, 1),
+                                              **({"floor_ratio": ratio(2, 1)} if least else {})},
+                     **({"raw_ns": fig[2], "ratio": ratio(0, 2)} if least else {})}
+        else:
+            ref = (timing.timer(least, ns) if least else raw.loop(key, None, getattr(ns.get("gc"), "handle", None))
+                   if raw and key in ops.RATIO_KEYS else None)  # gc: custream's green context, for its row's C loop
+            timed = timing.measure(stmt, ns, ref, **cfg)
     except Exception as e:
         return {"na": f"{stmt} failed while timed: {type(e).__name__}: {e}"}
     if least:  # its figure and custream's ratio to it (a ratio row's are to raw_driver.c's loop)
