@@ -29,14 +29,14 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::capture;
+use crate::cpython::gil;
+use crate::driver::capture_guard;
+use crate::driver::gate::{self, HostFunctionScope};
 use crate::driver::{self, CaptureStatus, StreamHandle};
-use crate::gil;
 use crate::host_semaphores::{self, Flag};
 use crate::host_thread::{self, After};
 use crate::launch::{self, Gil};
 use crate::lifecycle;
-use crate::process::{self, HostFunctionScope};
 use crate::raw_stream::StreamObject;
 
 /// A Python call queued on a stream.
@@ -131,7 +131,7 @@ unsafe extern "C" fn run_in_graph(user: *mut c_void) {
     // destroys only after the graph's last launch ran, and a launch runs only once the flag
     // this raises is up: the call outlives every use below.
     let call = unsafe { &*node.get().cast::<Call>() };
-    if process::is_finalizing() {
+    if gate::is_finalizing() {
         call.flag.raise();
         return;
     }
@@ -209,7 +209,7 @@ pub fn launch(
         args: args.unbind(),
         stream: stream.handle_value(),
         device: stream.known_device(),
-        generation: process::fork_generation(),
+        generation: gate::fork_generation(),
     });
     stream.use_handle_py(py, "launch_host_func()", |h| {
         // Asked before the call is made, so that no error leaves it behind.
@@ -238,7 +238,7 @@ pub fn launch(
         };
         let (ready_word, done_word) = (ready.device_address(), call.flag.device_address());
         // Without the GIL: the driver call can wait for room in the stream's queue. The call
-        // is handed to custream's thread here too, so that a thread parked at exit (src/gil.rs)
+        // is handed to custream's thread here too, so that a thread parked at exit (src/cpython/gil.rs)
         // never leaves the stream waiting for a call nobody watches. The launch may outlive
         // this caller (src/launch.rs): a failed one leaves its call to custream's thread.
         launch::run(
@@ -304,7 +304,7 @@ fn launch_in_capture(py: Python<'_>, h: StreamHandle, call: Box<Call>) -> driver
         return Err(e);
     }
     // The host node is in the graph: its call must live as long as the graph does.
-    capture::keep_until_captured(h, owner);
+    capture_guard::keep_until_captured(h, owner);
     gil::detach(py, move || hold_until_raised(h, word))
 }
 

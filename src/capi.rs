@@ -13,10 +13,11 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyFloat};
 
-use crate::boundary::boundary;
 use crate::callback;
+use crate::cpython::boundary::boundary;
+use crate::cpython::interrupt::{timeout_arg, Deadline};
+use crate::cpython::raw_call;
 use crate::current;
-use crate::deadline::{timeout_arg, Deadline};
 use crate::layout::{
     custream_deleter_t, custream_green_ctx_t, custream_handle_t, custream_host_fn_t, CustreamCAPI, CustreamStream,
     CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME, GROWTH, STREAM_SIZE,
@@ -24,7 +25,6 @@ use crate::layout::{
 use crate::memops;
 use crate::pool::StreamPool;
 use crate::protocol;
-use crate::raw_call;
 use crate::raw_stream::{self, StreamObject};
 use crate::stream;
 use crate::stream_make::{self, Parts};

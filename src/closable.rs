@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 use pyo3::PyClass;
 
-use crate::errors::refuse_pickle;
+use crate::cpython::errors::refuse_pickle;
 
 /// A Python object that `close()` releases.
 pub trait Closable {

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use crate::process;
+use crate::driver::gate;
 
 /// Releases a host function asked for, made by the next release or `run_deferred` outside one.
 static DEFERRED: Mutex<Vec<Box<dyn FnOnce() + Send>>> = Mutex::new(Vec::new());
@@ -20,9 +20,7 @@ pub fn defer(release: Box<dyn FnOnce() + Send>) {
 /// Make the releases deferred from host functions; nothing inside one (a load when none is
 /// waiting). Needs no GIL: call it detached, since it calls the driver.
 pub fn run_deferred() {
-    if !ANY_DEFERRED.load(Ordering::Acquire)
-        || process::in_host_function()
-        || !ANY_DEFERRED.swap(false, Ordering::AcqRel)
+    if !ANY_DEFERRED.load(Ordering::Acquire) || gate::in_host_function() || !ANY_DEFERRED.swap(false, Ordering::AcqRel)
     {
         return;
     }

@@ -11,12 +11,12 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyTuple;
 
-use crate::args::{bool_arg, device_arg};
-use crate::capture;
 use crate::closable::{self, Closable};
-use crate::deadline::{self, timeout_arg};
+use crate::cpython::args::{bool_arg, device_arg};
+use crate::cpython::gil;
+use crate::cpython::interrupt::{self, timeout_arg};
+use crate::driver::capture_guard;
 use crate::driver::{self, capture_code, Context, EventHandle, OwnedEvent};
-use crate::gil;
 use crate::home::Home;
 use crate::ipc::{self, IpcEventHandle, IpcSide};
 use crate::launch::{self, Gil, Keep};
@@ -37,7 +37,7 @@ use crate::waits::{self, Recorded};
 pub struct Event {
     event: Made<OwnedEvent>,
     timing: bool,
-    /// Set while the event's last record was made in a capture (src/capture.rs).
+    /// Set while the event's last record was made in a capture (src/driver/capture_guard.rs).
     captured: AtomicBool,
     capture: Mutex<Option<CaptureMark>>,
     /// An IPC event's handle, exported or imported (src/ipc.rs).
@@ -295,7 +295,7 @@ impl Event {
             self.refuse_if_captured(py, WHAT)?;
             return self.use_event(py, WHAT, |ev| side.synchronize(py, ev, deadline, "Event.synchronize()"));
         }
-        if deadline.is_never() && !deadline::on_main_thread() {
+        if deadline.is_never() && !interrupt::on_main_thread() {
             return self.use_for_wait(py, WHAT, |ev, _| {
                 Ok(gil::detach(py, move || driver::event_synchronize(ev))?)
             });
@@ -509,10 +509,10 @@ pub fn record<'py>(
 /// event's synchronize and query, and for joins through `wait()`). No driver call unless a
 /// capture is open through custream or foreign checks are on.
 fn mark(py: Python<'_>, stream: StreamObject<'_>) -> PyResult<Option<CaptureMark>> {
-    if !capture::checks_needed() {
+    if !capture_guard::checks_needed() {
         return Ok(None);
     }
-    if let Some(id) = capture::own_capture_of(stream.handle_value()) {
+    if let Some(id) = capture_guard::own_capture_of(stream.handle_value()) {
         return Ok(Some(CaptureMark {
             capture: Some(id),
             stream: stream.object(py).unbind(),
@@ -536,7 +536,7 @@ impl CaptureMark {
     /// Whether the capture is still open.
     fn open(&self, py: Python<'_>) -> PyResult<bool> {
         if let Some(id) = self.capture {
-            return Ok(capture::is_open(id));
+            return Ok(capture_guard::is_open(id));
         }
         let stream = self.stream.bind(py);
         let s = StreamObject::of(stream, "Event")?;
@@ -572,7 +572,7 @@ impl CaptureMark {
     /// `waiter` waited on an event recorded in this capture: it joined it.
     fn joined_by(&self, waiter: u64) {
         if let Some(id) = self.capture {
-            capture::joined(id, waiter);
+            capture_guard::joined(id, waiter);
         }
     }
 }

@@ -5,17 +5,17 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use crate::args::{bool_arg, device_arg};
-use crate::boundary::boundary;
-use crate::capture;
+use crate::cpython::args::{bool_arg, device_arg};
+use crate::cpython::boundary::boundary;
+use crate::cpython::gil;
+use crate::cpython::raw_call;
 use crate::deferred_release;
+use crate::driver::capture_guard;
+use crate::driver::gate;
+use crate::driver::libcuda::LoadError;
 use crate::driver::{self, DriverError};
-use crate::gil;
 use crate::host_thread;
-use crate::libcuda::LoadError;
-use crate::process;
 use crate::protocol;
-use crate::raw_call;
 use crate::raw_stream::{self, entry, StreamObject};
 use crate::stream_make;
 use crate::waits;
@@ -56,8 +56,8 @@ pub fn as_stream<'py>(m: &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
 #[pyo3(signature = (enabled = None))]
 pub fn check_foreign_captures(enabled: Option<Bound<'_, PyAny>>) -> PyResult<bool> {
     match enabled {
-        None => Ok(capture::foreign_checks()),
-        Some(v) => Ok(capture::set_foreign_checks(bool_arg(
+        None => Ok(capture_guard::foreign_checks()),
+        Some(v) => Ok(capture_guard::set_foreign_checks(bool_arg(
             Some(&v),
             "check_foreign_captures",
             "enabled",
@@ -137,7 +137,7 @@ pub fn live_stream_count(py: Python<'_>) -> PyResult<usize> {
 pub fn _finalize(py: Python<'_>) {
     gil::detach(py, deferred_release::run_deferred);
     driver::release_kept_primary_contexts();
-    process::set_finalizing();
+    gate::set_finalizing();
     host_thread::wait_for_running(py);
     gil::drain(py);
 }

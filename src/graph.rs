@@ -1,14 +1,14 @@
 //! `custream.Graph`: the executable graph a capture ends in (what a capture is to custream
-//! is src/capture.rs's), launched or uploaded on any stream. Its Python methods are the one
+//! is src/driver/capture_guard.rs's), launched or uploaded on any stream. Its Python methods are the one
 //! `#[pymethods]` block here. (A Stream's capture methods are in src/stream_type.rs.)
 
 use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyType};
 
-use crate::capture;
 use crate::closable::{self, Closable};
+use crate::cpython::gil;
+use crate::driver::capture_guard;
 use crate::driver::{self, CaptureStatus, Context, GraphExecHandle, OwnedGraphExec, StreamHandle};
-use crate::gil;
 use crate::home::Home;
 use crate::launch::{self, Gil, Keep};
 use crate::lifecycle::{self, DriverObject, Made};
@@ -37,10 +37,10 @@ impl Graph {
             gil::detach(py, move || {
                 let ended = driver::stream_end_capture(h);
                 match &ended {
-                    Ok(g) => capture::ended(h.as_u64(), Some(g.handle())),
+                    Ok(g) => capture_guard::ended(h.as_u64(), Some(g.handle())),
                     // Invalidated or unjoined captures end too; a wrong-thread end does not.
                     Err(_) if driver::stream_capture_status(h) == Ok(CaptureStatus::None) => {
-                        capture::ended(h.as_u64(), None)
+                        capture_guard::ended(h.as_u64(), None)
                     }
                     Err(_) => {}
                 }

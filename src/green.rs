@@ -25,11 +25,11 @@ use pyo3::types::PyWeakrefReference;
 use pyo3::PyTraverseError;
 
 use crate::closable::Closable;
+use crate::cpython::gil;
+use crate::driver::gate;
 use crate::driver::{self, Context, GreenCtxHandle, GreenMade, OwnedGreenCtx, OwnedStream};
-use crate::gil;
 use crate::home::Home;
 use crate::lifecycle::{self, InUse, Managed};
-use crate::process;
 
 /// A slice of a device's SMs (a CUDA green context, driver 12.4 and newer) to make streams
 /// in: their work runs on those SMs only.
@@ -80,7 +80,7 @@ impl GreenContext {
             sm_count: made.sm_count,
             state: AtomicU32::new(0),
             released: AtomicBool::new(false),
-            fork_generation: process::fork_generation(),
+            fork_generation: gate::fork_generation(),
             calls: Mutex::new(()),
         }
     }
@@ -199,7 +199,7 @@ impl GreenContext {
             sm_count,
             state: AtomicU32::new(0),
             released: AtomicBool::new(false),
-            fork_generation: process::fork_generation(),
+            fork_generation: gate::fork_generation(),
             calls: Mutex::new(()),
         })
     }

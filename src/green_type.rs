@@ -8,8 +8,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyType};
 use pyo3::PyTraverseError;
 
-use crate::args::{device_arg, i32_arg, int_repr, is_int_not_bool};
 use crate::closable::{self, Closable};
+use crate::cpython::args::{device_arg, i32_arg, int_repr, is_int_not_bool};
 use crate::driver;
 use crate::green::{self, closed_error, type_name, GreenContext};
 use crate::stream_make;

@@ -6,10 +6,10 @@
 
 use pyo3::prelude::*;
 
+use crate::cpython::gil;
 use crate::deferred_release::{defer, run_deferred};
+use crate::driver::gate;
 use crate::driver::{self, Context, DriverError};
-use crate::gil;
-use crate::process;
 
 /// Where a driver object lives: its context, that context's id when the object was made,
 /// its device, and whether we hold a retain on the device's primary context for it.
@@ -76,7 +76,7 @@ impl Home {
         py: Python<'_>,
         destroy: impl FnOnce(Context) -> driver::Result<()> + Send + 'static,
     ) -> driver::Result<()> {
-        if process::in_host_function() {
+        if gate::in_host_function() {
             // A host function dropped the last reference (it held the object in its
             // arguments): no CUDA call may be made on this thread, so a later call makes it.
             defer(Box::new(move || {

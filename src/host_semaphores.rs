@@ -22,8 +22,8 @@ use std::sync::{Mutex, PoisonError};
 
 use pyo3::Python;
 
+use crate::cpython::gil;
 use crate::driver::{self, CaptureMode, CaptureModeScope, Context};
-use crate::gil;
 
 /// Bytes in a page of flags: 16,384 words, page-aligned as registration wants.
 const PAGE_BYTES: usize = 1 << 16;

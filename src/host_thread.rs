@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 
 use pyo3::Python;
 
-use crate::gil::{self, Resident};
+use crate::cpython::gil::{self, Resident};
+use crate::driver::gate;
 use crate::host_semaphores::{self, Flag};
-use crate::process;
 
 /// A job: given the interpreter when Python may still be entered, `None` once it may not.
 pub type Job = Box<dyn for<'py> FnOnce(Option<Python<'py>>) -> After + Send>;
@@ -214,7 +214,7 @@ impl Worker {
     /// Move the watched calls whose flag is up (every one, once the interpreter finalizes:
     /// they are skipped, and their streams must not wait) to `due`, in order.
     fn collect_ready(&mut self) {
-        let all = process::is_finalizing();
+        let all = gate::is_finalizing();
         if !all && !self.watched.iter().any(|(ready, _)| ready.is_raised()) {
             return;
         }
@@ -236,7 +236,7 @@ impl Worker {
 /// the GIL is let go (`After`).
 fn run(resident: &mut Resident, burst: Vec<Job>) {
     ENTERING.fetch_add(1, Ordering::SeqCst);
-    if process::is_finalizing() {
+    if gate::is_finalizing() {
         ENTERING.fetch_sub(1, Ordering::SeqCst);
         for job in burst {
             attempt(job, None).finish();
@@ -267,7 +267,7 @@ fn attempt(job: Job, py: Option<Python<'_>>) -> After {
 pub fn wait_for_running(py: Python<'_>) {
     // Jobs run only where cuInit succeeded: a child forked while one ran in its parent
     // inherits the count, not the thread.
-    if !process::initialized_here() {
+    if !gate::initialized_here() {
         return;
     }
     gil::wait_in_finalize(py, || ENTERING.load(Ordering::SeqCst) == 0);

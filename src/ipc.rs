@@ -12,7 +12,7 @@
 //! of an exporter that has exited raises `CudaError` (`CUDA_ERROR_INVALID_HANDLE`) before the
 //! driver is asked; an imported event's `query()` that finds the work not done while the
 //! exporter is gone raises the same instead of answering False forever; its `synchronize()`
-//! waits in slices (src/deadline.rs), looking at the exporter between them, and raises
+//! waits in slices (src/cpython/interrupt.rs), looking at the exporter between them, and raises
 //! instead of hanging; `stream.wait()` on it refuses the same way when the work was not seen
 //! done. Closing an imported event closes this process's use of it only (`cuEventDestroy` on
 //! the imported handle): the exporter's event and the work recorded on it are not touched.
@@ -26,7 +26,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple, PyType};
 
-use crate::deadline::{self, Deadline};
+use crate::cpython::interrupt::{self, Deadline};
 use crate::driver::{self, Context, DriverError, EventHandle, OwnedEvent, IPC_HANDLE_BYTES};
 use crate::home::Home;
 
@@ -288,7 +288,7 @@ impl IpcSide {
     /// exporter looked at between polls; never a wait the exporter's exit leaves hanging.
     pub fn synchronize(&self, py: Python<'_>, ev: EventHandle, deadline: Deadline, what: &str) -> PyResult<()> {
         let mut failure: Option<DriverError> = None;
-        deadline::wait(py, deadline, what, |slice| {
+        interrupt::wait(py, deadline, what, |slice| {
             let start = Instant::now();
             let mut pause = Duration::from_micros(20);
             loop {

@@ -7,7 +7,7 @@
 //! head runs. No signal ends that wait, and Python runs a signal's handler only once the main
 //! thread is back from the driver. So custream keeps an estimate of how deep a stream's queue
 //! is, and on the main thread a launch into a deep one is handed to a thread of custream's own
-//! (a *launcher*) while the caller waits for it in slices (src/deadline.rs), running signal
+//! (a *launcher*) while the caller waits for it in slices (src/cpython/interrupt.rs), running signal
 //! handlers between them: a handler's exception ends the wait, and the launch goes on
 //! without its caller, as the launch a handler interrupts after it returned would.
 //!
@@ -37,13 +37,13 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 
-use crate::capture;
-use crate::deadline::{self, Deadline};
+use crate::cpython::gil;
+use crate::cpython::interrupt::{self, Deadline};
+use crate::driver::capture_guard;
+use crate::driver::gate;
 use crate::driver::{self, CaptureMode, CaptureModeScope, CaptureStatus, Context, OwnedEvent, StreamHandle};
-use crate::gil;
 use crate::host_thread::{self, After};
 use crate::lifecycle::{self, InUse, Managed};
-use crate::process;
 use crate::raw_stream::StreamObject;
 
 /// Launches between probes. The driver's queue holds about a thousand launches per stream
@@ -53,7 +53,7 @@ pub const CHECKPOINT: u32 = 128;
 /// `CU_STREAM_PER_THREAD`: the calling thread's default stream.
 const PER_THREAD: u64 = 2;
 
-/// How the direct launch treats the GIL: held for a brief call (src/gil.rs), or let go.
+/// How the direct launch treats the GIL: held for a brief call (src/cpython/gil.rs), or let go.
 #[derive(Clone, Copy)]
 pub enum Gil {
     Brief,
@@ -84,7 +84,7 @@ pub fn run(
         count.store(1, Ordering::Relaxed);
         return Ok(direct(py, gil_mode, f)?);
     }
-    if !deadline::on_main_thread() {
+    if !interrupt::on_main_thread() {
         // No handler runs here; the GIL goes, as for every call that can wait in the driver.
         return Ok(gil::detach(py, f)?);
     }
@@ -173,7 +173,7 @@ fn probes() -> std::sync::MutexGuard<'static, Option<HashMap<(u64, u64), Probe>>
 /// probe is recorded. Anything unusual (a capture, an error: the launch will say what) counts
 /// as shallow, which is what every launch was before.
 fn deep(py: Python<'_>, stream: StreamObject<'_>, h: StreamHandle) -> bool {
-    if capture::checks_needed() {
+    if capture_guard::checks_needed() {
         return false;
     }
     let (context, context_id) = match probe_context(stream) {
@@ -342,7 +342,7 @@ fn hop(py: Python<'_>, kept: Keep, f: impl FnOnce() -> driver::Result<()> + Send
         // No thread to be had: the launch is made here, as before launchers.
         gil::detach(py, move || job.run());
     }
-    let waited = deadline::wait(py, Deadline::NEVER, "a launch", |slice| Ok(slot.wait(slice)));
+    let waited = interrupt::wait(py, Deadline::NEVER, "a launch", |slice| Ok(slot.wait(slice)));
     match slot.take_or_abandon() {
         Some((result, kept)) => {
             kept.end(py);
@@ -379,7 +379,7 @@ mod launchers {
 
     /// Hand `job` to an idle launcher, or a new one; the job back if no thread can be made.
     pub fn post(job: Job) -> Result<(), Job> {
-        let generation = process::fork_generation();
+        let generation = gate::fork_generation();
         let mut job = job;
         loop {
             let inbox = {

@@ -9,7 +9,7 @@
 //! loads and stores at a time, never across a driver or Python call, so a thread attached to
 //! the interpreter may take it. A thread that must wait (every stream of its tier leased, or
 //! the one it wants being made by another thread) waits on the condvar inside
-//! `deadline::wait_or`'s slices, with the GIL let go and signal handlers run between slices.
+//! `interrupt::wait_or`'s slices, with the GIL let go and signal handlers run between slices.
 //!
 //! Two handshakes make the lock-free path sound, each a pair of SeqCst accesses in opposite
 //! orders (so of any two threads, at least one sees the other's write):
@@ -34,11 +34,11 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyType};
 
-use crate::args::Signature;
-use crate::boundary::boundary;
 use crate::closable::{self, Closable};
-use crate::deadline::{self, Deadline};
-use crate::raw_call::{self, Fastcall};
+use crate::cpython::args::Signature;
+use crate::cpython::boundary::boundary;
+use crate::cpython::interrupt::{self, Deadline};
+use crate::cpython::raw_call::{self, Fastcall};
 use crate::raw_stream::entry;
 
 /// Bits per word of a tier's flags.
@@ -253,7 +253,7 @@ impl Leases {
                 describe_tier()
             ))
         };
-        deadline::wait_or(py, deadline, expired, |slice: Duration| {
+        interrupt::wait_or(py, deadline, expired, |slice: Duration| {
             outcome = self.look(tier);
             if matches!(outcome, Look::None) {
                 let state = self.lock();
@@ -339,7 +339,7 @@ impl Leases {
         if decide(&mut self.lock())? {
             return Ok(decided.unwrap_or(false));
         }
-        deadline::wait(py, Deadline::NEVER, "StreamPool", |slice: Duration| {
+        interrupt::wait(py, Deadline::NEVER, "StreamPool", |slice: Duration| {
             let mut state = self.lock();
             if decide(&mut state)? {
                 return Ok(true);

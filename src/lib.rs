@@ -28,20 +28,15 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-mod args;
-mod boundary;
 mod callback;
 mod capi;
-mod capture;
 mod closable;
+mod cpython;
 mod current;
-mod deadline;
 mod deferred_release;
 mod driver;
-mod errors;
 mod event;
 mod functions;
-mod gil;
 mod graph;
 mod green;
 mod green_type;
@@ -52,16 +47,13 @@ mod ipc;
 mod launch;
 mod layout;
 mod lease;
-mod libcuda;
 mod lifecycle;
 mod maker;
 mod memops;
 mod notifiers;
 mod owner_release;
 mod pool;
-mod process;
 mod protocol;
-mod raw_call;
 mod raw_stream;
 mod signals;
 mod state_word;
@@ -86,9 +78,9 @@ pub mod handles {
 #[pymodule(gil_used = false)]
 fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    process::install_fork_handler();
-    gil::install_fork_handler();
-    deadline::learn_main_thread(py)?;
+    driver::gate::install_fork_handler();
+    cpython::gil::install_fork_handler();
+    cpython::interrupt::learn_main_thread(py)?;
     let stream_type = stream_type::create(py)?;
     protocol::init(py, &stream_type)?;
     m.add("Stream", stream_type)?;
@@ -98,8 +90,11 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     pool::install(&py.get_type::<pool::StreamPool>())?;
     m.add_class::<lease::Lease>()?;
     m.add_class::<green::GreenContext>()?;
-    m.add("CudaError", py.get_type::<errors::CudaError>())?;
-    m.add("CudaUnavailableError", py.get_type::<errors::CudaUnavailableError>())?;
+    m.add("CudaError", py.get_type::<cpython::errors::CudaError>())?;
+    m.add(
+        "CudaUnavailableError",
+        py.get_type::<cpython::errors::CudaUnavailableError>(),
+    )?;
     m.add("DEFAULT_STREAM", stream_make::default_stream(py, 0)?)?;
     m.add("LEGACY_DEFAULT_STREAM", stream_make::default_stream(py, 1)?)?;
     m.add("PER_THREAD_DEFAULT_STREAM", stream_make::default_stream(py, 2)?)?;

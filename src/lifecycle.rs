@@ -12,9 +12,9 @@ use std::sync::{Mutex, PoisonError};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use crate::driver::gate;
 use crate::driver::{self, Context, DriverError};
 use crate::home::Home;
-use crate::process;
 use crate::state_word::{Release, Word};
 
 /// An object with this lifecycle: its state word, the fork generation it was made in, and
@@ -32,7 +32,7 @@ pub trait Managed {
 /// `generation`: not in a forked child, not during finalization, where its handles belong
 /// to a dead parent or to the process's exit.
 pub fn may_release(generation: u32) -> bool {
-    generation == process::fork_generation() && !process::is_finalizing()
+    generation == gate::fork_generation() && !gate::is_finalizing()
 }
 
 pub fn is_closed<T: Managed>(obj: &T) -> bool {
@@ -47,7 +47,7 @@ pub fn closed_error(kind: &str, what: &str) -> PyErr {
 /// Fails with the closed-object error naming `what`, without holding the object open: for a
 /// use that keeps the GIL from start to end, during which no close can begin.
 pub fn ensure_usable<T: Managed>(obj: &T, what: &str) -> PyResult<()> {
-    if obj.fork_generation() != process::fork_generation() {
+    if obj.fork_generation() != gate::fork_generation() {
         return Err(DriverError::Forked.into());
     }
     if is_closed(obj) {
@@ -65,7 +65,7 @@ pub struct InUse<'a, T: Managed> {
 
 /// Begin a use of `obj`: fails after a fork or once closed. `what` names it in errors.
 pub fn enter<'a, T: Managed>(obj: &'a T, py: Python<'a>, what: &str) -> PyResult<InUse<'a, T>> {
-    if obj.fork_generation() != process::fork_generation() {
+    if obj.fork_generation() != gate::fork_generation() {
         return Err(DriverError::Forked.into());
     }
     if !Word(obj.state()).enter() {
@@ -170,7 +170,7 @@ impl<H: DriverObject> Made<H> {
             owned: Mutex::new(Some(owned)),
             home,
             state: AtomicU32::new(0),
-            fork_generation: process::fork_generation(),
+            fork_generation: gate::fork_generation(),
         }
     }
 

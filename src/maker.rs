@@ -8,7 +8,7 @@
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Mutex, PoisonError};
 
-use crate::process;
+use crate::driver::gate;
 
 pub type Job = Box<dyn FnOnce() + Send>;
 
@@ -18,7 +18,7 @@ static QUEUE: Mutex<Option<(u32, Sender<Job>)>> = Mutex::new(None);
 
 /// Run `job` on the maker thread, made on first use. Never waits, but for the queue's lock.
 pub fn later(job: Job) {
-    let generation = process::fork_generation();
+    let generation = gate::fork_generation();
     let mut queue = QUEUE.lock().unwrap_or_else(PoisonError::into_inner);
     let mut job = job;
     if let Some((_, q)) = queue.as_ref().filter(|(g, _)| *g == generation) {

@@ -22,11 +22,11 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict, PyInt, PyString, PyTuple};
 
-use crate::args::{bool_arg, int_repr, is_int_not_bool, short_repr, Signature};
+use crate::cpython::args::{bool_arg, int_repr, is_int_not_bool, short_repr, Signature};
+use crate::cpython::gil;
+use crate::cpython::raw_call::Fastcall;
 use crate::driver::{self, memory_type, MemOpSupport, WaitOp, Width};
-use crate::gil;
 use crate::launch::{self, Gil};
-use crate::raw_call::Fastcall;
 use crate::raw_stream::StreamObject;
 use crate::stream::closed_error;
 

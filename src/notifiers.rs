@@ -34,11 +34,11 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 
-use crate::deadline::{self, Deadline};
+use crate::cpython::gil;
+use crate::cpython::interrupt::{self, Deadline};
 use crate::driver::{
     self, CaptureMode, CaptureModeScope, Context, DriverError, EventHandle, OwnedEvent, OwnedStream, StreamHandle,
 };
-use crate::gil;
 use crate::host_thread::{self, After};
 use crate::maker;
 use crate::signals::Signal;
@@ -147,7 +147,7 @@ pub fn lease_within(
     }
     let mut got = None;
     let found = &mut got;
-    deadline::wait(py, deadline, what, move |slice| {
+    interrupt::wait(py, deadline, what, move |slice| {
         make_spare(ctx, id, 0);
         let idle = IDLE.lock().unwrap_or_else(PoisonError::into_inner);
         AWAITING.fetch_add(1, Ordering::SeqCst);

@@ -13,15 +13,15 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyList, PyTuple, PyType};
 
-use crate::args::{bool_arg, device_arg, i32_arg, int_repr, is_int_not_bool, short_repr, Signature};
-use crate::boundary::boundary;
 use crate::closable::{self, Closable};
-use crate::deadline::{timeout_arg, Deadline};
+use crate::cpython::args::{bool_arg, device_arg, i32_arg, int_repr, is_int_not_bool, short_repr, Signature};
+use crate::cpython::boundary::boundary;
+use crate::cpython::interrupt::{timeout_arg, Deadline};
+use crate::cpython::raw_call;
+use crate::cpython::raw_call::Fastcall;
 use crate::driver::{self, CaptureMode, CaptureModeScope};
 use crate::green::{green_context_arg, GreenContext};
 use crate::lease::{self, CloseNow, Lease, Leases, Made};
-use crate::raw_call;
-use crate::raw_call::Fastcall;
 use crate::raw_stream::{entry, StreamObject};
 use crate::stream_make;
 

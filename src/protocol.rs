@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PyString, PyTuple};
 
-use crate::args::{int_repr, is_int_not_bool, short_repr};
+use crate::cpython::args::{int_repr, is_int_not_bool, short_repr};
 use crate::raw_stream;
 use crate::stream_make::{self, Parts};
 

@@ -1,6 +1,6 @@
 //! The one module that touches Python objects through raw pointers: the memory of a Stream
 //! object (`CustreamStream` from pxd/custream.h, through src/layout.rs), and the arguments
-//! CPython passes to the entry points of the Stream type (src/raw_call.rs has the calling
+//! CPython passes to the entry points of the Stream type (src/cpython/raw_call.rs has the calling
 //! conventions that touch no Stream: argument lists, module functions, the C API's objects).
 //!
 //! What the rest of the crate gets is safe:
@@ -9,7 +9,7 @@
 //!   its fields are read and written through it alone.
 //! - `Fields`, the whole of a new Stream, written once by `alloc`.
 //! - The argument views (`Fastcall`, `TupleDict`) and the shims that touch no Stream live in
-//!   src/raw_call.rs, under the same rules.
+//!   src/cpython/raw_call.rs, under the same rules.
 //! - The `entry!` shims: the `unsafe extern "C"` functions of the Stream type's tables, each
 //!   one line that turns CPython's pointers into the views above and calls a safe closure.
 //!
@@ -41,10 +41,10 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyType};
 
-use crate::boundary::no_unwind;
+use crate::cpython::boundary::no_unwind;
+use crate::cpython::raw_call::Fastcall;
 use crate::driver::Context;
 use crate::layout::{custream_deleter_t, custream_handle_t, CustreamStream};
-use crate::raw_call::Fastcall;
 
 /// The Stream type object, made once when the module is initialized and never freed.
 static STREAM_TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(null_mut());
@@ -529,7 +529,7 @@ macro_rules! entry {
         ) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls a method descriptor's METH_FASTCALL function attached,
             // with a live `self` of the type and these (`raw_stream::add_method`).
-            unsafe { $crate::raw_call::pyclass_method_fastcall::<$t>(obj, args, nargs, kwnames, $f) }
+            unsafe { $crate::cpython::raw_call::pyclass_method_fastcall::<$t>(obj, args, nargs, kwnames, $f) }
         }
         shim as pyo3::ffi::PyCFunctionFastWithKeywords
     }};
@@ -541,7 +541,7 @@ macro_rules! entry {
             kwnames: *mut pyo3::ffi::PyObject,
         ) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls a static METH_FASTCALL method attached and these.
-            unsafe { $crate::raw_call::function_fastcall(args, nargs, kwnames, $f) }
+            unsafe { $crate::cpython::raw_call::function_fastcall(args, nargs, kwnames, $f) }
         }
         shim as pyo3::ffi::PyCFunctionFastWithKeywords
     }};
@@ -600,7 +600,7 @@ macro_rules! entry {
             kwargs: *mut pyo3::ffi::PyObject,
         ) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls tp_new attached and these.
-            unsafe { $crate::raw_call::new(args, kwargs, $f) }
+            unsafe { $crate::cpython::raw_call::new(args, kwargs, $f) }
         }
         shim as unsafe extern "C" fn(
             *mut pyo3::ffi::PyTypeObject,
@@ -636,7 +636,7 @@ macro_rules! entry {
             arg: *mut pyo3::ffi::PyObject,
         ) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls a METH_O function attached and a live argument.
-            unsafe { $crate::raw_call::function_o(arg, $f) }
+            unsafe { $crate::cpython::raw_call::function_o(arg, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject, *mut pyo3::ffi::PyObject) -> *mut pyo3::ffi::PyObject
     }};

@@ -9,10 +9,10 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyInt;
 
-use crate::capture;
-use crate::deadline::{self, Deadline};
+use crate::cpython::gil;
+use crate::cpython::interrupt::{self, Deadline};
+use crate::driver::capture_guard;
 use crate::driver::{self, capture_code, CaptureMode, CaptureStatus, Context, DriverError, OwnedStream, StreamHandle};
-use crate::gil;
 use crate::green::{self, GreenContext};
 use crate::home::Home;
 use crate::launch::{self, Gil};
@@ -241,7 +241,7 @@ impl StreamObject<'_> {
     /// Wait for the stream's work. An idle stream answers without releasing the GIL, which
     /// costs more than the driver's query; a busy one pays that one query extra.
     pub fn synchronize(self, py: Python<'_>) -> PyResult<()> {
-        if capture::checks_needed() {
+        if capture_guard::checks_needed() {
             return self.checked(py, "synchronize()", |h| wait_on(py, h));
         }
         self.use_handle(py, "synchronize()", |h| wait_on(py, h))
@@ -252,7 +252,7 @@ impl StreamObject<'_> {
     /// for in slices (src/waits.rs), so that a signal's handler runs and a deadline holds.
     pub fn synchronize_until(self, py: Python<'_>, deadline: Deadline) -> PyResult<()> {
         const WHAT: &str = "synchronize()";
-        if deadline.is_never() && !deadline::on_main_thread() {
+        if deadline.is_never() && !interrupt::on_main_thread() {
             return self.synchronize(py);
         }
         if self.query_as(py, WHAT)? {
@@ -287,12 +287,12 @@ impl StreamObject<'_> {
             // Held open by use_handle's marks, since a close may begin while the GIL is let
             // go (gil::brief says why it is).
             let query = move |h| gil::detach(py, move || driver::stream_query(h));
-            if capture::checks_needed() {
+            if capture_guard::checks_needed() {
                 return self.checked(py, what, query);
             }
             return self.use_handle(py, what, query);
         }
-        if capture::checks_needed() {
+        if capture_guard::checks_needed() {
             return self.checked_attached(py, what, driver::stream_query);
         }
         self.use_handle_attached(py, what, driver::stream_query)
@@ -300,13 +300,13 @@ impl StreamObject<'_> {
 
     /// Run `f`, a `what` (synchronize, query) on the handle, unless it would break a
     /// capture: refused with an error naming the capture, or run with the thread's capture
-    /// mode relaxed while a custream capture is open elsewhere (src/capture.rs). Out of line:
-    /// the callers' fast paths stay as they were, behind `capture::checks_needed`.
+    /// mode relaxed while a custream capture is open elsewhere (src/driver/capture_guard.rs). Out of line:
+    /// the callers' fast paths stay as they were, behind `capture_guard::checks_needed`.
     #[cold]
     #[inline(never)]
     fn checked<R>(self, py: Python<'_>, what: &str, f: impl FnOnce(StreamHandle) -> driver::Result<R>) -> PyResult<R> {
         self.use_handle(py, what, |h| {
-            let _relaxed = capture::before_sync(h, what)?;
+            let _relaxed = capture_guard::before_sync(h, what)?;
             f(h)
         })
     }
@@ -321,7 +321,7 @@ impl StreamObject<'_> {
         f: impl FnOnce(StreamHandle) -> driver::Result<R>,
     ) -> PyResult<R> {
         self.use_handle_attached(py, what, |h| {
-            let _relaxed = capture::before_sync(h, what)?;
+            let _relaxed = capture_guard::before_sync(h, what)?;
             f(h)
         })
     }
@@ -329,12 +329,12 @@ impl StreamObject<'_> {
     /// `s.begin_capture(mode)`.
     pub fn begin_capture(self, py: Python<'_>, mode: CaptureMode) -> PyResult<()> {
         self.use_handle(py, "begin_capture()", |h| {
-            let id = capture::opening(h, mode);
+            let id = capture_guard::opening(h, mode);
             // Without the GIL, as every call here that can wait on the driver's locks: their
             // holder may be a host function of another library's that waits for the GIL.
             let began = gil::detach(py, move || driver::stream_begin_capture(h, mode));
             if began.is_err() {
-                capture::forget(id);
+                capture_guard::forget(id);
             }
             began
         })
@@ -520,7 +520,7 @@ impl Managed for StreamObject<'_> {
                 // src/state_word.rs), so the handle is taken back exactly once.
                 let owned = unsafe { OwnedStream::from_raw(s.handle_value()) };
                 result = home.release(py, move |_| {
-                    capture::stream_destroyed(owned.handle());
+                    capture_guard::stream_destroyed(owned.handle());
                     owned.destroy()
                 });
             }

@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PyTuple};
 
+use crate::driver::gate;
 use crate::driver::{self, Context, OwnedStream};
 use crate::green::{self, GreenContext};
 use crate::home::Home;
@@ -20,7 +21,6 @@ use crate::layout::{
     custream_deleter_t, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_GREEN,
     CUSTREAM_FLAG_NON_BLOCKING, CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED, CUSTREAM_FLAG_SHARED,
 };
-use crate::process;
 use crate::raw_stream::{self, Fields};
 
 /// The owned streams alive in this process: handle -> (context, context id). A borrowed
@@ -100,7 +100,7 @@ pub fn make<'py>(py: Python<'py>, parts: Parts<'py>) -> PyResult<Bound<'py, PyAn
             flags,
             device: parts.device,
             priority: parts.priority,
-            fork_generation: process::fork_generation(),
+            fork_generation: gate::fork_generation(),
             owner: parts.owner,
             deleter: parts.deleter,
             deleter_ctx: parts.deleter_ctx,

@@ -13,12 +13,13 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString, PyTuple, PyType};
 
-use crate::args::{bool_arg, device_arg, i32_arg, short_repr, Signature};
-use crate::boundary::{boundary, no_unwind};
 use crate::callback;
-use crate::capture;
+use crate::cpython::args::{bool_arg, device_arg, i32_arg, short_repr, Signature};
+use crate::cpython::boundary::{boundary, no_unwind};
+use crate::cpython::interrupt::{timeout_arg, Deadline};
+use crate::cpython::raw_call::{Fastcall, TupleDict};
 use crate::current;
-use crate::deadline::{timeout_arg, Deadline};
+use crate::driver::capture_guard;
 use crate::driver::CaptureMode;
 use crate::event::{self, Event};
 use crate::graph::Graph;
@@ -26,7 +27,6 @@ use crate::green::green_context_arg;
 use crate::layout::{CustreamStream, STREAM_SIZE};
 use crate::memops;
 use crate::protocol::{self, handle_from_int};
-use crate::raw_call::{Fastcall, TupleDict};
 use crate::raw_stream::{self, entry, StreamObject};
 use crate::stream::{self, closed_error};
 use crate::stream_make::{self, Parts};
@@ -345,7 +345,7 @@ fn capture_mode(mode: Option<&Bound<'_, PyAny>>) -> PyResult<CaptureMode> {
         .map_err(|_| PyTypeError::new_err(format!("begin_capture() mode must be a str, got {}", type_name(mode))))?;
     [CaptureMode::Global, CaptureMode::ThreadLocal, CaptureMode::Relaxed]
         .into_iter()
-        .find(|&m| capture::mode_name(m) == text)
+        .find(|&m| capture_guard::mode_name(m) == text)
         .ok_or_else(|| {
             PyValueError::new_err(format!(
                 "begin_capture() mode must be 'thread_local', 'global' or 'relaxed', got {}",

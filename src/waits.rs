@@ -8,7 +8,7 @@
 //! (src/host_thread.rs), which takes the GIL there. So the driver's thread never waits for
 //! the GIL, and a pending wait takes no thread of its own and no CPU.
 //!
-//! A thread waits in slices (src/deadline.rs): between them it asks the driver about the
+//! A thread waits in slices (src/cpython/interrupt.rs): between them it asks the driver about the
 //! event, so a context that died (a sticky fault: host functions no longer run) ends the
 //! wait with the driver's error rather than never, and a wait on a shared notifier ends
 //! within a slice of its event.
@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
-use crate::capture;
-use crate::deadline::{self, Deadline};
+use crate::cpython::gil;
+use crate::cpython::interrupt::{self, Deadline};
+use crate::driver::capture_guard;
 use crate::driver::{self, Context, EventHandle, StreamHandle};
-use crate::gil;
 use crate::notifiers::{self, Notifier};
 pub use crate::notifiers::{arm, pending_count, Recorded};
 use crate::signals::{Done, Signal};
@@ -44,7 +44,7 @@ pub fn spin(
 ) -> driver::Result<bool> {
     let until = deadline.within(SPIN);
     gil::detach(py, move || loop {
-        let _relaxed = capture::relaxed_while_ours_open()?;
+        let _relaxed = capture_guard::relaxed_while_ours_open()?;
         if done()? {
             return Ok(true);
         }
@@ -58,7 +58,7 @@ pub fn spin(
 /// Between slices: whether the event was reached, asked of the driver (relaxed while a
 /// capture of custream's is open, which an event query would otherwise invalidate).
 fn asked(ev: EventHandle) -> driver::Result<bool> {
-    let _relaxed = capture::relaxed_while_ours_open()?;
+    let _relaxed = capture_guard::relaxed_while_ours_open()?;
     driver::event_query(ev)
 }
 
@@ -77,7 +77,7 @@ pub fn synchronize_event(
     }
     let done = Arc::new(Done::default());
     arm(py, ev, ctx, after, Signal::thread(&done))?;
-    deadline::wait(py, deadline, what, move |slice| Ok(done.wait(slice) || asked(ev)?))
+    interrupt::wait(py, deadline, what, move |slice| Ok(done.wait(slice) || asked(ev)?))
 }
 
 /// A stream's synchronize through a notifier: `new` leases one in the stream's context,
@@ -101,7 +101,7 @@ impl StreamWait {
         what: &str,
     ) -> PyResult<Option<StreamWait>> {
         let ended = move || {
-            let _relaxed = capture::relaxed_while_ours_open()?;
+            let _relaxed = capture_guard::relaxed_while_ours_open()?;
             driver::stream_query(h)
         };
         let Some(notifier) = notifiers::lease_within(py, ctx, deadline, what, ended)? else {
@@ -133,7 +133,7 @@ impl StreamWait {
             return Ok(());
         }
         let (own, done) = (self.own, Arc::clone(&self.done));
-        deadline::wait(py, deadline, what, move |slice| Ok(done.wait(slice) || asked(own)?))
+        interrupt::wait(py, deadline, what, move |slice| Ok(done.wait(slice) || asked(own)?))
     }
 }
 

@@ -38,25 +38,19 @@ FLOORS = {
         ],
         2,
     ),
-    "capture": 3,
     **dict.fromkeys(
         [
             "raw_stream",
-            "raw_call",
             "lifecycle",
             "state_word",
             "home",
             "deferred_release",
             "closable",
-            "errors",
-            "args",
-            "deadline",
-            "boundary",
-            "gil",
+            "cpython",
         ],
         4,
     ),
-    **dict.fromkeys(["driver", "process", "libcuda", "layout"], 5),
+    **dict.fromkeys(["driver", "layout"], 5),
 }
 # Modules of one floor may use each other, as long as there is no circle.
 

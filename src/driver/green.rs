@@ -10,8 +10,8 @@
 
 use super::*;
 
-pub use crate::libcuda::DevResource;
-use crate::libcuda::Green;
+pub use crate::driver::libcuda::DevResource;
+use crate::driver::libcuda::Green;
 use cudarc::driver::sys::{CUdevResourceDesc, CUgreenCtx};
 
 /// The oldest driver with the green-context entry points.

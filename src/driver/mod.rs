@@ -4,7 +4,7 @@
 //! `OwnedEvent`, `OwnedGraph`, `OwnedGraphExec`, `OwnedGreenCtx`: not `Copy`, destroyed by
 //! consuming it) or a `Copy` view for calls (`StreamHandle`, `EventHandle`, `GraphHandle`,
 //! `GraphExecHandle`, `GreenCtxHandle`), and a `Context`. Nothing here touches Python. Every call starts at `init()`, which refuses
-//! after `fork()` and during finalization (src/process.rs).
+//! after `fork()` and during finalization (src/driver/gate.rs).
 //!
 //! **The handle rule**, which the `unsafe` blocks below rely on: a view names a driver object
 //! that is alive while the view is used. A view is copied out of an owning handle, which its
@@ -28,13 +28,16 @@ use cudarc::driver::sys::{
     self as cu, CUcontext, CUdevice, CUevent, CUgraph, CUgraphExec, CUhostFn, CUstream, CUuserObject,
 };
 
-use crate::libcuda::{self, Api, LoadError, Status};
-use crate::process::{self, Gate};
+use gate::Gate;
+use libcuda::{Api, LoadError, Status};
 
 // The handle types and their macros (`handle!`, `owned!`), in scope for the rest of this
 // module and for capture.rs.
 #[macro_use]
 mod handles;
+pub mod capture_guard;
+pub mod gate;
+pub mod libcuda;
 pub use handles::*;
 
 /// Driver status codes custream acts on, by name.
@@ -158,7 +161,7 @@ static READY: OnceLock<&'static Api> = OnceLock::new();
 #[inline]
 fn init() -> Result<&'static Api> {
     match READY.get() {
-        Some(api) if process::initialized() => Ok(api),
+        Some(api) if gate::initialized() => Ok(api),
         _ => init_slow(),
     }
 }
@@ -166,16 +169,16 @@ fn init() -> Result<&'static Api> {
 #[cold]
 #[inline(never)]
 fn init_slow() -> Result<&'static Api> {
-    if process::in_host_function() {
+    if gate::in_host_function() {
         return Err(DriverError::InHostFunction);
     }
-    match process::gate() {
+    match gate::gate() {
         Gate::Open => {}
         Gate::Forked => return Err(DriverError::Forked),
         Gate::Finalizing => return Err(DriverError::Finalizing),
     }
     // Here while a host function runs on another thread: nothing to do on this one.
-    if let Some(api) = READY.get().filter(|_| process::initialized_here()) {
+    if let Some(api) = READY.get().filter(|_| gate::initialized_here()) {
         return Ok(api);
     }
     let boot = libcuda::boot().map_err(DriverError::Unavailable)?;
@@ -188,7 +191,7 @@ fn init_slow() -> Result<&'static Api> {
     }
     let api = libcuda::api().map_err(DriverError::Unavailable)?;
     READY.get_or_init(|| api);
-    process::mark_initialized();
+    gate::mark_initialized();
     Ok(api)
 }
 
@@ -199,7 +202,7 @@ pub fn library_candidates() -> Vec<String> {
 
 /// cuDriverGetVersion, which needs no cuInit: e.g. 13000 for CUDA 13.0.
 pub fn driver_version() -> Result<i32> {
-    if process::is_finalizing() {
+    if gate::is_finalizing() {
         return Err(DriverError::Finalizing);
     }
     let boot = libcuda::boot().map_err(DriverError::Unavailable)?;

@@ -1,5 +1,5 @@
 //! Finding and opening the CUDA driver library and its table of entry points. Whether a call
-//! may reach them now (fork, exit, host functions) is src/process.rs's.
+//! may reach them now (fork, exit, host functions) is src/driver/gate.rs's.
 //!
 //! We open libcuda ourselves rather than through cudarc's loader (cudarc still gives the
 //! types): cudarc tries `libcuda.so` before `libcuda.so.1`, so a CUDA toolkit's

@@ -16,8 +16,8 @@ use pyo3::exceptions::{PyTimeoutError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBool;
 
-use crate::args::short_repr;
-use crate::gil;
+use crate::cpython::args::short_repr;
+use crate::cpython::gil;
 
 /// The main thread's pthread id, learnt at import (`learn_main_thread`).
 static MAIN_THREAD: AtomicU64 = AtomicU64::new(0);

@@ -4,8 +4,8 @@
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 
+use crate::driver::libcuda::LoadError;
 use crate::driver::{self, capture_code, code, DriverError};
-use crate::libcuda::LoadError;
 
 pyo3::create_exception!(
     custream,

@@ -6,7 +6,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString};
 
-use crate::raw_call::{Fastcall, TupleDict};
+use crate::cpython::raw_call::{Fastcall, TupleDict};
 
 /// A Python-visible signature: positional-or-keyword names, then keyword-only names.
 pub struct Signature {

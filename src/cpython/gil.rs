@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use pyo3::Python;
 
-use crate::process;
+use crate::driver::gate;
 
 thread_local! {
     /// Whether this thread is custream's own, with a `Resident` thread state.
@@ -35,7 +35,7 @@ static REATTACHING: AtomicUsize = AtomicUsize::new(0);
 /// has begun, `f` runs with the GIL held (every driver call is refused by then, so nothing
 /// blocks), and a thread whose `f` returns after it began is parked for good.
 pub fn detach<T: Send, F: Send + FnOnce() -> T>(py: Python<'_>, f: F) -> T {
-    if process::is_finalizing() {
+    if gate::is_finalizing() {
         return f();
     }
     #[allow(clippy::disallowed_methods)] // the one place that lets the GIL go
@@ -47,7 +47,7 @@ pub fn detach<T: Send, F: Send + FnOnce() -> T>(py: Python<'_>, f: F) -> T {
         // custream's own thread is waited for by `_finalize` while it is inside Python
         // (src/host_thread.rs), with the GIL released: it re-attaches before finalization, and
         // parking it would hang the exit.
-        if process::is_finalizing() && !RESIDENT.with(Cell::get) {
+        if gate::is_finalizing() && !RESIDENT.with(Cell::get) {
             REATTACHING.fetch_sub(1, Ordering::SeqCst);
             park_forever();
         }
@@ -99,7 +99,7 @@ pub fn brief<T: Send, F: Send + FnOnce() -> T>(py: Python<'_>, f: F) -> T {
     }
 }
 
-/// Called by `_finalize` after `process::set_finalizing`: let the threads already on their
+/// Called by `_finalize` after `gate::set_finalizing`: let the threads already on their
 /// way back in attach (they do so before the interpreter finalizes), with the GIL released.
 pub fn drain(py: Python<'_>) {
     wait_in_finalize(py, || REATTACHING.load(Ordering::SeqCst) == 0);
