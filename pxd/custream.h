@@ -39,7 +39,7 @@
  * CUSTREAM_ABI_VERSION changes only when something already published changes layout or
  * meaning, and custream_import() refuses a mismatch.
  *
- * This header is the single source of the layout: the Rust definition (src/layout.rs) is
+ * This header is the single source of the layout: the Rust definition (src/object/layout.rs) is
  * generated from it by bindgen, and a test fails when the two drift.
  */
 #ifndef CUSTREAM_H

@@ -36,8 +36,8 @@ use crate::driver::{self, CaptureStatus, StreamHandle};
 use crate::host_semaphores::{self, Flag};
 use crate::host_thread::{self, After};
 use crate::launch::{self, Gil};
-use crate::lifecycle;
-use crate::raw_stream::StreamObject;
+use crate::object::lifecycle;
+use crate::object::memory::StreamObject;
 
 /// A Python call queued on a stream.
 struct Payload {

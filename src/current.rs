@@ -23,7 +23,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::IntoPyDict;
 
-use crate::stream_make;
+use crate::object::make;
 
 /// The environment variable that makes the per-thread default stream the default.
 pub const PER_THREAD_ENV: &str = "CUSTREAM_PER_THREAD_DEFAULT_STREAM";
@@ -50,7 +50,7 @@ fn per_thread_by_default() -> bool {
 
 fn vars(py: Python<'_>) -> PyResult<&Vars> {
     VARS.get_or_try_init(py, || {
-        let default = stream_make::default_stream(py, if per_thread_by_default() { 2 } else { 0 })?;
+        let default = make::default_stream(py, if per_thread_by_default() { 2 } else { 0 })?;
         let context_var = py.import("contextvars")?.getattr("ContextVar")?;
         let current = context_var.call(
             ("custream.current_stream",),

@@ -1,5 +1,5 @@
 //! custream.Event: a CUDA event for ordering work across streams and for timing, living
-//! under the same lifecycle as a Stream (src/lifecycle.rs). An ordinary pyclass: nothing
+//! under the same lifecycle as a Stream (src/object/lifecycle.rs). An ordinary pyclass: nothing
 //! outside Python needs its layout. Its Python methods are the one `#[pymethods]` block here.
 //! A Stream's `record()` and `wait()` are here too: they are what events are for.
 
@@ -11,18 +11,18 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyTuple;
 
-use crate::closable::{self, Closable};
 use crate::cpython::args::{bool_arg, device_arg};
 use crate::cpython::gil;
 use crate::cpython::interrupt::{self, timeout_arg};
 use crate::driver::capture_guard;
 use crate::driver::{self, capture_code, Context, EventHandle, OwnedEvent};
-use crate::home::Home;
 use crate::ipc::{self, IpcEventHandle, IpcSide};
 use crate::launch::{self, Gil, Keep};
-use crate::lifecycle::{self, DriverObject, Made};
-use crate::protocol;
-use crate::raw_stream::StreamObject;
+use crate::object::closable::{self, Closable};
+use crate::object::home_context::Home;
+use crate::object::lifecycle::{self, DriverObject, Made};
+use crate::object::memory::StreamObject;
+use crate::object::protocol;
 use crate::signals::{PyBell, Signal};
 use crate::waits::{self, Recorded};
 

@@ -9,22 +9,22 @@ use crate::cpython::args::{bool_arg, device_arg};
 use crate::cpython::boundary::boundary;
 use crate::cpython::gil;
 use crate::cpython::raw_call;
-use crate::deferred_release;
 use crate::driver::capture_guard;
 use crate::driver::gate;
 use crate::driver::libcuda::LoadError;
 use crate::driver::{self, DriverError};
 use crate::host_thread;
-use crate::protocol;
-use crate::raw_stream::{self, entry, StreamObject};
-use crate::stream_make;
+use crate::object::deferred_release;
+use crate::object::make;
+use crate::object::memory::{self, entry, StreamObject};
+use crate::object::protocol;
 use crate::waits;
 
 /// `as_stream` as a METH_O builtin: a Stream argument is returned before any argument
 /// parsing or pyo3 trampoline, the common case for a library that accepts any stream.
 fn as_stream_o(_: Python<'_>, obj: Option<Borrowed<'_, '_, PyAny>>) -> *mut ffi::PyObject {
     match obj {
-        Some(obj) if raw_stream::is_stream(&obj) => obj.to_owned().into_ptr(),
+        Some(obj) if memory::is_stream(&obj) => obj.to_owned().into_ptr(),
         Some(obj) => boundary(|_| Ok(protocol::as_stream(&obj)?.into_ptr())),
         None => boundary(|_| Err(PyTypeError::new_err("as_stream() missing required argument 'obj'"))),
     }
@@ -72,7 +72,7 @@ pub fn check_foreign_captures(enabled: Option<Bound<'_, PyAny>>) -> PyResult<boo
 #[pyo3(signature = (device = None))]
 pub fn priority_range(device: Option<Bound<'_, PyAny>>) -> PyResult<(i32, i32)> {
     let device = device_arg(device.as_ref(), "priority_range")?;
-    let device = stream_make::existing_device(device, driver::current_context()?)?;
+    let device = make::existing_device(device, driver::current_context()?)?;
     Ok(driver::priority_range(device)?)
 }
 

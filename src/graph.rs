@@ -5,15 +5,15 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyType};
 
-use crate::closable::{self, Closable};
 use crate::cpython::gil;
 use crate::driver::capture_guard;
 use crate::driver::{self, CaptureStatus, Context, GraphExecHandle, OwnedGraphExec, StreamHandle};
-use crate::home::Home;
 use crate::launch::{self, Gil, Keep};
-use crate::lifecycle::{self, DriverObject, Made};
-use crate::protocol;
-use crate::raw_stream::StreamObject;
+use crate::object::closable::{self, Closable};
+use crate::object::home_context::Home;
+use crate::object::lifecycle::{self, DriverObject, Made};
+use crate::object::memory::StreamObject;
+use crate::object::protocol;
 
 /// An executable CUDA graph: what ``Stream.end_capture()`` returns.
 ///

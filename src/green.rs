@@ -2,7 +2,7 @@
 //! 12.4 and newer) that streams are made in, so the work of those streams runs on those SMs
 //! only. Made by custream (the driver's SM split, then cuGreenCtxCreate) or adopted from
 //! another library with an owner kept alive, under the lifecycle of the other objects
-//! (src/lifecycle.rs). Its Python methods are the one `#[pymethods]` block of src/green_type.rs
+//! (src/object/lifecycle.rs). Its Python methods are the one `#[pymethods]` block of src/green_type.rs
 //! (not here: they make streams, and src/stream.rs, which makes them, uses this module); the
 //! streams made in one are src/stream.rs's. The `green_context=` argument of Stream() and
 //! StreamPool() is here.
@@ -24,12 +24,16 @@ use pyo3::prelude::*;
 use pyo3::types::PyWeakrefReference;
 use pyo3::PyTraverseError;
 
-use crate::closable::Closable;
 use crate::cpython::gil;
 use crate::driver::gate;
 use crate::driver::{self, Context, GreenCtxHandle, GreenMade, OwnedGreenCtx, OwnedStream};
-use crate::home::Home;
-use crate::lifecycle::{self, InUse, Managed};
+use crate::object::closable::Closable;
+use crate::object::home_context::Home;
+use crate::object::layout::{
+    CUSTREAM_FLAG_GREEN, CUSTREAM_FLAG_NON_BLOCKING, CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED,
+};
+use crate::object::lifecycle::{self, InUse, Managed};
+use crate::object::make::own;
 
 /// A slice of a device's SMs (a CUDA green context, driver 12.4 and newer) to make streams
 /// in: their work runs on those SMs only.
@@ -430,4 +434,27 @@ fn forget(py: Python<'_>, gc: &GreenContext) {
     if ours {
         map.remove(&key);
     }
+}
+
+/// A new owned stream in green context `gc`, its owner, which it holds open until released
+/// (below). Non-blocking, as CUDA requires of a green context's streams.
+/// `pooled`: made for a StreamPool, which alone may close it.
+pub fn create_stream<'py>(
+    py: Python<'py>,
+    gc: &Bound<'py, GreenContext>,
+    priority: i32,
+    pooled: bool,
+    what: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let g = gc.get();
+    let (in_use, handle) = g.make_stream(py, what, priority)?;
+    register(gc)?;
+    let flags = CUSTREAM_FLAG_OWNED
+        | CUSTREAM_FLAG_NON_BLOCKING
+        | CUSTREAM_FLAG_GREEN
+        | if pooled { CUSTREAM_FLAG_POOLED } else { 0 };
+    let obj = own(py, g.home(), handle, flags, priority, Some(gc.clone().into_any()))?;
+    // The object holds its use of `gc` from here on: `release` ends it, once.
+    in_use.keep();
+    Ok(obj)
 }

@@ -8,11 +8,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyType};
 use pyo3::PyTraverseError;
 
-use crate::closable::{self, Closable};
 use crate::cpython::args::{device_arg, i32_arg, int_repr, is_int_not_bool};
 use crate::driver;
 use crate::green::{self, closed_error, type_name, GreenContext};
-use crate::stream_make;
+use crate::object::closable::{self, Closable};
+use crate::object::make;
 
 /// An SM count: an int (not a bool) of at least 1.
 fn sm_count_arg(value: &Bound<'_, PyAny>, fname: &str) -> PyResult<u32> {
@@ -35,7 +35,7 @@ fn sm_count_arg(value: &Bound<'_, PyAny>, fname: &str) -> PyResult<u32> {
 /// The device of `GreenContext()` and `split()`: given, else the current context's, else 0.
 fn device_of(device: Option<Bound<'_, PyAny>>, fname: &str) -> PyResult<i32> {
     let device = device_arg(device.as_ref(), fname)?;
-    stream_make::existing_device(device, driver::current_context()?)
+    make::existing_device(device, driver::current_context()?)
 }
 
 /// A driver handle given as an int: its address, in [0, 2**64).
@@ -143,7 +143,7 @@ impl GreenContext {
     #[pyo3(signature = (*, priority = None), text_signature = "($self, *, priority=0)")]
     fn create_stream<'py>(slf: &Bound<'py, Self>, priority: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
         let priority = i32_arg(priority.as_ref(), "create_stream", "priority", 0)?;
-        stream_make::create_green(slf.py(), slf, priority, false, "create_stream()")
+        green::create_stream(slf.py(), slf, priority, false, "create_stream()")
     }
 
     /// The device the green context's SMs belong to.

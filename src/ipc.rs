@@ -28,7 +28,7 @@ use pyo3::types::{PyBytes, PyTuple, PyType};
 
 use crate::cpython::interrupt::{self, Deadline};
 use crate::driver::{self, Context, DriverError, EventHandle, OwnedEvent, IPC_HANDLE_BYTES};
-use crate::home::Home;
+use crate::object::home_context::Home;
 
 /// The handle of an IPC event, for another process: ``e.ipc_handle()``.
 ///

@@ -11,7 +11,7 @@
 //! handlers between them: a handler's exception ends the wait, and the launch goes on
 //! without its caller, as the launch a handler interrupts after it returned would.
 //!
-//! The estimate: each launch counts itself in the stream's `reserved` word (src/raw_stream.rs's `launches`),
+//! The estimate: each launch counts itself in the stream's `reserved` word (src/object/memory.rs's `launches`),
 //! and every `CHECKPOINT` launches custream records a *probe*, an event of its own, on the
 //! stream. At a checkpoint whose last probe is done, fewer than `CHECKPOINT` launches were
 //! pending when it completed, so fewer than `2 * CHECKPOINT` are until the next checkpoint:
@@ -25,7 +25,7 @@
 //! thread's capture mode relaxed, so that a capture another library runs is never broken.
 //!
 //! A launch that outlives its caller keeps what it uses: a reference to each object and a use
-//! of its lifecycle (src/lifecycle.rs), so a close() meanwhile takes effect when the launch
+//! of its lifecycle (src/object/lifecycle.rs), so a close() meanwhile takes effect when the launch
 //! returns. Those uses end on custream's host-function thread (src/host_thread.rs), which
 //! takes the GIL; a launcher never does.
 
@@ -43,8 +43,8 @@ use crate::driver::capture_guard;
 use crate::driver::gate;
 use crate::driver::{self, CaptureMode, CaptureModeScope, CaptureStatus, Context, OwnedEvent, StreamHandle};
 use crate::host_thread::{self, After};
-use crate::lifecycle::{self, InUse, Managed};
-use crate::raw_stream::StreamObject;
+use crate::object::lifecycle::{self, InUse, Managed};
+use crate::object::memory::StreamObject;
 
 /// Launches between probes. The driver's queue holds about a thousand launches per stream
 /// (measured: benches/waits.py's queue rows); direct launches stop at twice this.

@@ -34,12 +34,12 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyType};
 
-use crate::closable::{self, Closable};
 use crate::cpython::args::Signature;
 use crate::cpython::boundary::boundary;
 use crate::cpython::interrupt::{self, Deadline};
 use crate::cpython::raw_call::{self, Fastcall};
-use crate::raw_stream::entry;
+use crate::object::closable::{self, Closable};
+use crate::object::memory::entry;
 
 /// Bits per word of a tier's flags.
 const BITS: usize = u64::BITS as usize;

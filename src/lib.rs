@@ -30,35 +30,27 @@
 
 mod callback;
 mod capi;
-mod closable;
 mod cpython;
 mod current;
-mod deferred_release;
 mod driver;
 mod event;
 mod functions;
 mod graph;
 mod green;
 mod green_type;
-mod home;
 mod host_semaphores;
 mod host_thread;
 mod ipc;
 mod launch;
-mod layout;
 mod lease;
-mod lifecycle;
 mod maker;
 mod memops;
 mod notifiers;
+mod object;
 mod owner_release;
 mod pool;
-mod protocol;
-mod raw_stream;
 mod signals;
-mod state_word;
 mod stream;
-mod stream_make;
 mod stream_type;
 mod waits;
 
@@ -72,8 +64,8 @@ pub mod handles {
 }
 
 // Safe without the GIL (a free-threaded interpreter keeps it off on import): nothing here uses
-// the GIL as a lock (src/raw_stream.rs's rules; the state word, model-checked in
-// src/state_word.rs), and the suite runs on a free-threaded 3.13 with PYTHON_GIL=0
+// the GIL as a lock (src/object/memory.rs's rules; the state word, model-checked in
+// src/object/state_word.rs), and the suite runs on a free-threaded 3.13 with PYTHON_GIL=0
 // (docs/building.md).
 #[pymodule(gil_used = false)]
 fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -82,7 +74,7 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     cpython::gil::install_fork_handler();
     cpython::interrupt::learn_main_thread(py)?;
     let stream_type = stream_type::create(py)?;
-    protocol::init(py, &stream_type)?;
+    object::protocol::init(py, &stream_type)?;
     m.add("Stream", stream_type)?;
     m.add_class::<event::Event>()?;
     m.add_class::<ipc::IpcEventHandle>()?;
@@ -95,11 +87,11 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "CudaUnavailableError",
         py.get_type::<cpython::errors::CudaUnavailableError>(),
     )?;
-    m.add("DEFAULT_STREAM", stream_make::default_stream(py, 0)?)?;
-    m.add("LEGACY_DEFAULT_STREAM", stream_make::default_stream(py, 1)?)?;
-    m.add("PER_THREAD_DEFAULT_STREAM", stream_make::default_stream(py, 2)?)?;
+    m.add("DEFAULT_STREAM", object::make::default_stream(py, 0)?)?;
+    m.add("LEGACY_DEFAULT_STREAM", object::make::default_stream(py, 1)?)?;
+    m.add("PER_THREAD_DEFAULT_STREAM", object::make::default_stream(py, 2)?)?;
     m.add("current_stream", current::current_stream_function(py)?)?;
-    m.add("ABI_VERSION", layout::CUSTREAM_ABI_VERSION)?;
+    m.add("ABI_VERSION", object::layout::CUSTREAM_ABI_VERSION)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("as_stream", functions::as_stream(m)?)?;
     m.add_function(wrap_pyfunction!(functions::is_available, m)?)?;

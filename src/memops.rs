@@ -27,8 +27,8 @@ use crate::cpython::gil;
 use crate::cpython::raw_call::Fastcall;
 use crate::driver::{self, memory_type, MemOpSupport, WaitOp, Width};
 use crate::launch::{self, Gil};
-use crate::raw_stream::StreamObject;
-use crate::stream::closed_error;
+use crate::object::lifecycle::{self, Managed};
+use crate::object::memory::StreamObject;
 
 static WRITE_SIG: Signature = Signature {
     name: "write_value",
@@ -102,7 +102,7 @@ pub fn wait_value(py: Python<'_>, s: StreamObject<'_>, args: &Fastcall<'_, '_>) 
 pub fn write(py: Python<'_>, s: StreamObject<'_>, address: u64, value: u64, width: Width, flush: bool) -> PyResult<()> {
     const WHAT: &str = "write_value()";
     if s.is_closed() {
-        return Err(closed_error(WHAT));
+        return Err(lifecycle::closed_error(<StreamObject<'_> as Managed>::KIND, WHAT));
     }
     let address = gpu_address(py, s, address, width, "write_value")?;
     if width == Width::W64 {
@@ -135,7 +135,7 @@ pub fn wait(
 ) -> PyResult<()> {
     const WHAT: &str = "wait_value()";
     if s.is_closed() {
-        return Err(closed_error(WHAT));
+        return Err(lifecycle::closed_error(<StreamObject<'_> as Managed>::KIND, WHAT));
     }
     let address = gpu_address(py, s, address, width, "wait_value")?;
     if width == Width::W64 {

@@ -13,17 +13,17 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyList, PyTuple, PyType};
 
-use crate::closable::{self, Closable};
 use crate::cpython::args::{bool_arg, device_arg, i32_arg, int_repr, is_int_not_bool, short_repr, Signature};
 use crate::cpython::boundary::boundary;
 use crate::cpython::interrupt::{timeout_arg, Deadline};
 use crate::cpython::raw_call;
 use crate::cpython::raw_call::Fastcall;
 use crate::driver::{self, CaptureMode, CaptureModeScope};
-use crate::green::{green_context_arg, GreenContext};
+use crate::green::{self, green_context_arg, GreenContext};
 use crate::lease::{self, CloseNow, Lease, Leases, Made};
-use crate::raw_stream::{entry, StreamObject};
-use crate::stream_make;
+use crate::object::closable::{self, Closable};
+use crate::object::make;
+use crate::object::memory::{entry, StreamObject};
 
 /// The most streams one pool makes: far above any use (rmm's default is 16), low enough
 /// that a typo does not try to make millions.
@@ -96,7 +96,7 @@ impl StreamPool {
                 return Err(PyValueError::new_err("StreamPool() on a closed custream.GreenContext"));
             }
             Some(gc) => gc.get().device(),
-            None => stream_make::existing_device(device, driver::current_context()?)?,
+            None => make::existing_device(device, driver::current_context()?)?,
         };
         let tiers: Box<[Tier]> = priorities
             .iter()
@@ -219,8 +219,8 @@ impl StreamPool {
         let _relaxed = CaptureModeScope::enter(CaptureMode::Relaxed)?;
         self.check_priorities()?;
         match &self.green {
-            Some(gc) => stream_make::create_green(py, gc.bind(py), priority, true, "StreamPool()"),
-            None => stream_make::create(py, Some(self.device), self.non_blocking, priority, true),
+            Some(gc) => green::create_stream(py, gc.bind(py), priority, true, "StreamPool()"),
+            None => make::create(py, Some(self.device), self.non_blocking, priority, true),
         }
     }
 

@@ -1,6 +1,6 @@
 //! What a Stream does: used (every driver call on its handle holds it open and checks its
-//! context), closed and released once. How one is made is src/stream_make.rs. Its memory is
-//! `CustreamStream` from pxd/custream.h, reached only through src/raw_stream.rs's
+//! context), closed and released once. How one is made is src/object/make.rs. Its memory is
+//! `CustreamStream` from pxd/custream.h, reached only through src/object/memory.rs's
 //! `StreamObject`; src/stream_type.rs gives it its Python face.
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -14,16 +14,16 @@ use crate::cpython::interrupt::{self, Deadline};
 use crate::driver::capture_guard;
 use crate::driver::{self, capture_code, CaptureMode, CaptureStatus, Context, DriverError, OwnedStream, StreamHandle};
 use crate::green::{self, GreenContext};
-use crate::home::Home;
 use crate::launch::{self, Gil};
-use crate::layout::{
+use crate::object::home_context::Home;
+use crate::object::layout::{
     CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_GREEN, CUSTREAM_FLAG_NON_BLOCKING,
     CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED, CUSTREAM_FLAG_SHARED,
 };
-use crate::lifecycle::{self, Managed};
+use crate::object::lifecycle::{self, Managed};
+use crate::object::make::{owned_streams, DEFAULT_NAMES};
+use crate::object::memory::StreamObject;
 use crate::owner_release;
-use crate::raw_stream::StreamObject;
-use crate::stream_make::{owned_streams, DEFAULT_NAMES};
 use crate::waits::{self, StreamWait};
 
 /// The proof `StreamObject::owner` takes from `Managed::release`: the one release, with no
@@ -31,7 +31,7 @@ use crate::waits::{self, StreamWait};
 struct Released;
 
 // SAFETY: made only inside `Managed::release` below, the one release of the object.
-unsafe impl crate::raw_stream::KeepsOpen for Released {}
+unsafe impl crate::object::memory::KeepsOpen for Released {}
 
 /// What a Stream does, on the view of its object.
 impl StreamObject<'_> {
@@ -220,7 +220,7 @@ impl StreamObject<'_> {
     /// Learn a borrowed stream's context on first use (the stream is alive then: its owner
     /// is), and on every use make sure the context was not reset since: a driver call on a
     /// stream of a reset context can crash the process instead of failing. Threads learning
-    /// it at once store the same answer (src/raw_stream.rs, `known_context`).
+    /// it at once store the same answer (src/object/memory.rs, `known_context`).
     fn check_context(self, h: StreamHandle) -> driver::Result<()> {
         let (known, id) = self.known_context();
         if let Some(ctx) = known {
@@ -496,7 +496,7 @@ impl Managed for StreamObject<'_> {
         }
         let deleter = s.take_deleter(py);
         // A green stream's owner is the GreenContext it holds open: ended after the destroy.
-        // This is the one release, which every use has left (src/lifecycle.rs).
+        // This is the one release, which every use has left (src/object/lifecycle.rs).
         let green = s.is_green().then(|| s.owner(py, &Released)).flatten();
         let owner = s.take_owner(py);
         let may_call = || lifecycle::may_release(s.fork_generation());
@@ -517,7 +517,7 @@ impl Managed for StreamObject<'_> {
                 };
                 // SAFETY: an owned stream's handle came from `OwnedStream::into_raw` in
                 // `create`, and this is the one release of the object (the state word's,
-                // src/state_word.rs), so the handle is taken back exactly once.
+                // src/object/state_word.rs), so the handle is taken back exactly once.
                 let owned = unsafe { OwnedStream::from_raw(s.handle_value()) };
                 result = home.release(py, move |_| {
                     capture_guard::stream_destroyed(owned.handle());
@@ -553,7 +553,7 @@ fn wait_on(py: Python<'_>, h: StreamHandle) -> driver::Result<()> {
     gil::detach(py, move || driver::stream_synchronize(h))
 }
 
-/// tp_dealloc's work before the object is freed (src/raw_stream.rs frees it).
+/// tp_dealloc's work before the object is freed (src/object/memory.rs frees it).
 pub fn release_at_dealloc(s: StreamObject<'_>, py: Python<'_>) {
     lifecycle::release_at_dealloc(&s, py);
 }

@@ -2,7 +2,7 @@
 //! `tp_basicsize` is `sizeof(CustreamStream)`, so Cython's size check and the C API see
 //! exactly the layout pxd/custream.h declares. pyo3's #[pyclass] layout is not a C ABI,
 //! which is why this type is assembled from slots by hand. Every slot and method here is a
-//! safe function: `entry!` (src/raw_stream.rs) makes the `extern "C"` shim CPython calls.
+//! safe function: `entry!` (src/object/memory.rs) makes the `extern "C"` shim CPython calls.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::mem::offset_of;
@@ -23,13 +23,13 @@ use crate::driver::capture_guard;
 use crate::driver::CaptureMode;
 use crate::event::{self, Event};
 use crate::graph::Graph;
-use crate::green::green_context_arg;
-use crate::layout::{CustreamStream, STREAM_SIZE};
+use crate::green::{self, green_context_arg};
 use crate::memops;
-use crate::protocol::{self, handle_from_int};
-use crate::raw_stream::{self, entry, StreamObject};
+use crate::object::layout::{CustreamStream, STREAM_SIZE};
+use crate::object::make::{self, Parts};
+use crate::object::memory::{self, entry, StreamObject};
+use crate::object::protocol::{self, handle_from_int};
 use crate::stream::{self, closed_error};
-use crate::stream_make::{self, Parts};
 
 const DOC: &CStr = c"Stream(*, device=None, non_blocking=True, priority=0, green_context=None)
 --
@@ -76,9 +76,9 @@ fn new(py: Python<'_>, args: TupleDict<'_, '_>) -> *mut ffi::PyObject {
         let non_blocking = bool_arg(non_blocking.as_ref(), "Stream", "non_blocking", true)?;
         let priority = i32_arg(priority.as_ref(), "Stream", "priority", 0)?;
         if let Some(gc) = green_context_arg(green.as_ref(), "Stream", device, non_blocking)? {
-            return Ok(stream_make::create_green(py, &gc, priority, false, "Stream()")?.into_ptr());
+            return Ok(green::create_stream(py, &gc, priority, false, "Stream()")?.into_ptr());
         }
-        Ok(stream_make::create(py, device, non_blocking, priority, false)?.into_ptr())
+        Ok(make::create(py, device, non_blocking, priority, false)?.into_ptr())
     })
 }
 
@@ -184,7 +184,7 @@ fn from_handle(py: Python<'_>, args: Fastcall<'_, '_>) -> *mut ffi::PyObject {
         let [handle_obj, owner, device] = FROM_HANDLE_SIG.parse_fastcall::<3>(&args)?;
         let handle_obj =
             handle_obj.ok_or_else(|| PyTypeError::new_err("from_handle() missing required argument 'handle'"))?;
-        if raw_stream::is_stream(&handle_obj) {
+        if memory::is_stream(&handle_obj) {
             return Err(PyTypeError::new_err(
                 "from_handle() handle must be an int, got custream.Stream: a Stream needs no \
                  wrapping, use it as it is (custream.as_stream(obj) returns a Stream unchanged)",
@@ -198,7 +198,7 @@ fn from_handle(py: Python<'_>, args: Fastcall<'_, '_>) -> *mut ffi::PyObject {
         if handle_obj.is_exact_instance_of::<PyInt>() {
             parts.protocol = Some(PyTuple::new(py, [PyInt::new(py, 0u8).into_any(), handle_obj])?);
         }
-        Ok(stream_make::make(py, parts)?.into_ptr())
+        Ok(make::make(py, parts)?.into_ptr())
     })
 }
 
@@ -457,7 +457,7 @@ fn leak<T>(v: Vec<T>) -> *mut T {
 
 /// Build the Stream type (once per process) and remember it.
 pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
-    if let Some(existing) = raw_stream::stream_type(py) {
+    if let Some(existing) = memory::stream_type(py) {
         return Ok(existing);
     }
     use ffi::PyMethodDefPointer as M;
@@ -602,8 +602,8 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
         flags: (ffi::Py_TPFLAGS_DEFAULT | ffi::Py_TPFLAGS_HAVE_GC | ffi::Py_TPFLAGS_IMMUTABLETYPE) as _,
         slots,
     }));
-    let tp = raw_stream::type_from_spec(py, spec)?;
+    let tp = memory::type_from_spec(py, spec)?;
     // The type lives for the process: this reference is never given back.
-    raw_stream::set_stream_type(tp.clone());
+    memory::set_stream_type(tp.clone());
     Ok(tp)
 }

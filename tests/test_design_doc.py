@@ -16,7 +16,6 @@ FLOORS = {
     **dict.fromkeys(
         [
             "stream",
-            "stream_make",
             "event",
             "pool",
             "lease",
@@ -24,7 +23,6 @@ FLOORS = {
             "green",
             "current",
             "callback",
-            "protocol",
             "host_thread",
             "host_semaphores",
             "owner_release",
@@ -40,17 +38,12 @@ FLOORS = {
     ),
     **dict.fromkeys(
         [
-            "raw_stream",
-            "lifecycle",
-            "state_word",
-            "home",
-            "deferred_release",
-            "closable",
             "cpython",
+            "object",
         ],
         4,
     ),
-    **dict.fromkeys(["driver", "layout"], 5),
+    **dict.fromkeys(["driver"], 5),
 }
 # Modules of one floor may use each other, as long as there is no circle.
 

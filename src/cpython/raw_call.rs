@@ -2,7 +2,7 @@
 //! argument lists of METH_FASTCALL and tp_new calls as safe views borrowed for the call
 //! (`Fastcall`, `TupleDict`), the shims of module functions and of the C API's object
 //! arguments, and the method descriptors of pyclass methods built by hand. The Stream
-//! object's memory and the shims that reach it are src/raw_stream.rs's; the rules there
+//! object's memory and the shims that reach it are src/object/memory.rs's; the rules there
 //! (every shim runs attached, the pointers are CPython's or the C caller's, live for the
 //! call) make the `unsafe` blocks here sound too.
 

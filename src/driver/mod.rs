@@ -8,7 +8,7 @@
 //!
 //! **The handle rule**, which the `unsafe` blocks below rely on: a view names a driver object
 //! that is alive while the view is used. A view is copied out of an owning handle, which its
-//! holder destroys only after the last use (src/lifecycle.rs holds every use open, and
+//! holder destroys only after the last use (src/object/lifecycle.rs holds every use open, and
 //! `destroy` consumes the owner), or made by an `unsafe fn from_raw` whose caller vouches for
 //! it (a borrowed stream's owner keeps it alive; 0, 1 and 2 are the default-stream tokens).
 //! A `Context` is one the driver handed out; it may since have been reset, which the driver

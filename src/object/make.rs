@@ -1,4 +1,5 @@
-//! How a Stream object is made: owned (in a device's primary context, or a green context),
+//! How a Stream object is made: owned (in a device's primary context; in a green context,
+//! src/green.rs makes it and hands it to `own`),
 //! borrowed (a handle and its owner), and the three default streams; and the registry of the
 //! owned streams alive, which a borrowed stream over one of them learns its context from.
 //! What a Stream then does is src/stream.rs.
@@ -15,13 +16,12 @@ use pyo3::types::{PyInt, PyTuple};
 
 use crate::driver::gate;
 use crate::driver::{self, Context, OwnedStream};
-use crate::green::{self, GreenContext};
-use crate::home::Home;
-use crate::layout::{
-    custream_deleter_t, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_GREEN,
-    CUSTREAM_FLAG_NON_BLOCKING, CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED, CUSTREAM_FLAG_SHARED,
+use crate::object::home_context::Home;
+use crate::object::layout::{
+    custream_deleter_t, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_NON_BLOCKING,
+    CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED, CUSTREAM_FLAG_SHARED,
 };
-use crate::raw_stream::{self, Fields};
+use crate::object::memory::{self, Fields};
 
 /// The owned streams alive in this process: handle -> (context, context id). A borrowed
 /// stream over one of them learns its context here, without asking the driver about a
@@ -92,7 +92,7 @@ pub fn make<'py>(py: Python<'py>, parts: Parts<'py>) -> PyResult<Bound<'py, PyAn
     };
     let (context, context_id) = parts.home.map_or((None, 0), |(c, id)| (Some(c), id));
     let flags = parts.flags;
-    let obj = raw_stream::alloc(
+    let obj = memory::alloc(
         py,
         Fields {
             handle: parts.handle,
@@ -134,7 +134,7 @@ pub fn create(
 
 /// The object of an owned stream just made in `home`, which owns it from here on (`release`
 /// takes it back, once); without an object the stream is destroyed again.
-fn own<'py>(
+pub fn own<'py>(
     py: Python<'py>,
     home: Home,
     handle: OwnedStream,
@@ -163,29 +163,6 @@ fn own<'py>(
             Err(e)
         }
     }
-}
-
-/// A new owned stream in green context `gc`, its owner, which it holds open until released
-/// (src/green.rs). Non-blocking, as CUDA requires of a green context's streams.
-/// `pooled`: made for a StreamPool, which alone may close it.
-pub fn create_green<'py>(
-    py: Python<'py>,
-    gc: &Bound<'py, GreenContext>,
-    priority: i32,
-    pooled: bool,
-    what: &str,
-) -> PyResult<Bound<'py, PyAny>> {
-    let g = gc.get();
-    let (in_use, handle) = g.make_stream(py, what, priority)?;
-    green::register(gc)?;
-    let flags = CUSTREAM_FLAG_OWNED
-        | CUSTREAM_FLAG_NON_BLOCKING
-        | CUSTREAM_FLAG_GREEN
-        | if pooled { CUSTREAM_FLAG_POOLED } else { 0 };
-    let obj = own(py, g.home(), handle, flags, priority, Some(gc.clone().into_any()))?;
-    // The object holds its use of `gc` from here on: `release` ends it, once.
-    in_use.keep();
-    Ok(obj)
 }
 
 /// `device`, or else the device of `current` (the calling thread's current context), or else

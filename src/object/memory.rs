@@ -1,5 +1,5 @@
 //! The one module that touches Python objects through raw pointers: the memory of a Stream
-//! object (`CustreamStream` from pxd/custream.h, through src/layout.rs), and the arguments
+//! object (`CustreamStream` from pxd/custream.h, through src/object/layout.rs), and the arguments
 //! CPython passes to the entry points of the Stream type (src/cpython/raw_call.rs has the calling
 //! conventions that touch no Stream: argument lists, module functions, the C API's objects).
 //!
@@ -26,7 +26,7 @@
 //!    `owner`, `deleter` and `deleter_ctx` (swapped out by the one release, which the state
 //!    word elects), `context` and `context_id` (learnt on first use, cleared by the release).
 //! 3. The pointers a field holds are kept alive by the state word: a reader of `owner`
-//!    holds a use of the stream (src/lifecycle.rs), and the release that drops the reference
+//!    holds a use of the stream (src/object/lifecycle.rs), and the release that drops the reference
 //!    waits for every use in flight.
 //! 4. Every shim runs attached to the interpreter: CPython calls slots and methods so, and
 //!    the C API's contract (custream.h) requires it.
@@ -44,7 +44,7 @@ use pyo3::types::{PyTuple, PyType};
 use crate::cpython::boundary::no_unwind;
 use crate::cpython::raw_call::Fastcall;
 use crate::driver::Context;
-use crate::layout::{custream_deleter_t, custream_handle_t, CustreamStream};
+use crate::object::layout::{custream_deleter_t, custream_handle_t, CustreamStream};
 
 /// The Stream type object, made once when the module is initialized and never freed.
 static STREAM_TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(null_mut());
@@ -151,7 +151,7 @@ impl<'a> StreamObject<'a> {
         unsafe { (*self.raw()).fork_generation }
     }
 
-    /// The lifecycle's state word (src/lifecycle.rs).
+    /// The lifecycle's state word (src/object/lifecycle.rs).
     #[inline]
     pub fn state(self) -> &'a AtomicU32 {
         // SAFETY: alive for 'a; the field is only accessed atomically (rule 2).
@@ -497,14 +497,14 @@ macro_rules! entry {
             arg: *mut pyo3::ffi::PyObject,
         ) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls a Stream method attached and live arguments.
-            unsafe { $crate::raw_stream::method(obj, arg, $f) }
+            unsafe { $crate::object::memory::method(obj, arg, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject, *mut pyo3::ffi::PyObject) -> *mut pyo3::ffi::PyObject
     }};
     (getter, $f:expr) => {{
         unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject, _: *mut std::ffi::c_void) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls a Stream getter attached and a live Stream.
-            unsafe { $crate::raw_stream::slot(obj, $f) }
+            unsafe { $crate::object::memory::slot(obj, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject, *mut std::ffi::c_void) -> *mut pyo3::ffi::PyObject
     }};
@@ -516,7 +516,7 @@ macro_rules! entry {
             kwnames: *mut pyo3::ffi::PyObject,
         ) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls a METH_FASTCALL Stream method attached and these.
-            unsafe { $crate::raw_stream::method_fastcall(obj, args, nargs, kwnames, $f) }
+            unsafe { $crate::object::memory::method_fastcall(obj, args, nargs, kwnames, $f) }
         }
         shim as pyo3::ffi::PyCFunctionFastWithKeywords
     }};
@@ -528,7 +528,7 @@ macro_rules! entry {
             kwnames: *mut pyo3::ffi::PyObject,
         ) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls a method descriptor's METH_FASTCALL function attached,
-            // with a live `self` of the type and these (`raw_stream::add_method`).
+            // with a live `self` of the type and these (`memory::add_method`).
             unsafe { $crate::cpython::raw_call::pyclass_method_fastcall::<$t>(obj, args, nargs, kwnames, $f) }
         }
         shim as pyo3::ffi::PyCFunctionFastWithKeywords
@@ -552,28 +552,28 @@ macro_rules! entry {
             nargs: pyo3::ffi::Py_ssize_t,
         ) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls a METH_FASTCALL Stream method attached and these.
-            unsafe { $crate::raw_stream::method_fastcall(obj, args, nargs, std::ptr::null_mut(), $f) }
+            unsafe { $crate::object::memory::method_fastcall(obj, args, nargs, std::ptr::null_mut(), $f) }
         }
         shim as pyo3::ffi::PyCFunctionFast
     }};
     (unary, $f:expr) => {{
         unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls a Stream slot attached and a live Stream.
-            unsafe { $crate::raw_stream::slot(obj, $f) }
+            unsafe { $crate::object::memory::slot(obj, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject) -> *mut pyo3::ffi::PyObject
     }};
     (hash, $f:expr) => {{
         unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject) -> pyo3::ffi::Py_hash_t {
             // SAFETY: CPython calls tp_hash attached and a live Stream.
-            unsafe { $crate::raw_stream::slot(obj, $f) }
+            unsafe { $crate::object::memory::slot(obj, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject) -> pyo3::ffi::Py_hash_t
     }};
     (clear, $f:expr) => {{
         unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject) -> std::ffi::c_int {
             // SAFETY: CPython's GC calls tp_clear attached and a live Stream.
-            unsafe { $crate::raw_stream::slot(obj, $f) }
+            unsafe { $crate::object::memory::slot(obj, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject) -> std::ffi::c_int
     }};
@@ -585,7 +585,7 @@ macro_rules! entry {
         ) -> *mut pyo3::ffi::PyObject {
             // SAFETY: CPython calls tp_richcompare attached, `a` a live Stream and
             // `b` a live object.
-            unsafe { $crate::raw_stream::method(a, b, |a, py, b| ($f)(a, py, b, op)) }
+            unsafe { $crate::object::memory::method(a, b, |a, py, b| ($f)(a, py, b, op)) }
         }
         shim as unsafe extern "C" fn(
             *mut pyo3::ffi::PyObject,
@@ -611,7 +611,7 @@ macro_rules! entry {
     (dealloc, $f:expr) => {{
         unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject) {
             // SAFETY: CPython deallocates a Stream whose last reference is gone, attached.
-            unsafe { $crate::raw_stream::dealloc(obj, $f) }
+            unsafe { $crate::object::memory::dealloc(obj, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject)
     }};
@@ -622,7 +622,7 @@ macro_rules! entry {
             arg: *mut std::ffi::c_void,
         ) -> std::ffi::c_int {
             // SAFETY: CPython's GC traverses a live Stream.
-            unsafe { $crate::raw_stream::traverse(obj, visit, arg) }
+            unsafe { $crate::object::memory::traverse(obj, visit, arg) }
         }
         shim as unsafe extern "C" fn(
             *mut pyo3::ffi::PyObject,

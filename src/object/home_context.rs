@@ -2,14 +2,14 @@
 //! primary-context policy: a driver object is made in its device's primary context, retained
 //! for the object's life and kept until exit once used, or in another context its owner
 //! keeps; it is destroyed there, once, without the GIL (or later, from a host function:
-//! src/deferred_release.rs).
+//! src/object/deferred_release.rs).
 
 use pyo3::prelude::*;
 
 use crate::cpython::gil;
-use crate::deferred_release::{defer, run_deferred};
 use crate::driver::gate;
 use crate::driver::{self, Context, DriverError};
+use crate::object::deferred_release::{defer, run_deferred};
 
 /// Where a driver object lives: its context, that context's id when the object was made,
 /// its device, and whether we hold a retain on the device's primary context for it.

@@ -1,5 +1,5 @@
 //! The releases a host function asked for: no CUDA call may be made on a host function's
-//! thread, so a release there (`Home::release`, src/home.rs) is queued, and the next release
+//! thread, so a release there (`Home::release`, src/object/home_context.rs) is queued, and the next release
 //! or `run_deferred` outside one makes it.
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,9 +1,9 @@
 //! The one lifecycle of every custream object that holds a driver object (Stream, Event,
 //! Graph, GreenContext): how a use holds it open (`InUse`), and how it is closed and released
 //! exactly once (`close`, `close_quietly`, `release_at_dealloc`); `Made`, a driver object
-//! made in a `Home` (src/home.rs) under it.
+//! made in a `Home` (src/object/home_context.rs) under it.
 //!
-//! The state word (src/state_word.rs) decides who releases: exactly once, never while a use
+//! The state word (src/object/state_word.rs) decides who releases: exactly once, never while a use
 //! is in flight. Nothing outside these two files writes it.
 
 use std::sync::atomic::AtomicU32;
@@ -14,8 +14,8 @@ use pyo3::prelude::*;
 
 use crate::driver::gate;
 use crate::driver::{self, Context, DriverError};
-use crate::home::Home;
-use crate::state_word::{Release, Word};
+use crate::object::home_context::Home;
+use crate::object::state_word::{Release, Word};
 
 /// An object with this lifecycle: its state word, the fork generation it was made in, and
 /// what releasing it means.
@@ -75,8 +75,8 @@ pub fn enter<'a, T: Managed>(obj: &'a T, py: Python<'a>, what: &str) -> PyResult
 }
 
 // SAFETY: an InUse is made only by a successful `Word::enter` and ends the use when dropped;
-// the release waits for every use to end (src/state_word.rs).
-unsafe impl<T: Managed> crate::raw_stream::KeepsOpen for InUse<'_, T> {}
+// the release waits for every use to end (src/object/state_word.rs).
+unsafe impl<T: Managed> crate::object::memory::KeepsOpen for InUse<'_, T> {}
 
 /// Hold `obj` open without a driver call (to read what its release drops): also in a forked
 /// child, where no driver call may follow. None once closed.
