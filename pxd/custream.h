@@ -115,7 +115,7 @@ typedef struct CustreamStream {
     int32_t priority;           /* as created (owned streams); 0 otherwise */
     uint32_t fork_generation;   /* the process's fork count when made: a child never
                                    destroys what its parent made */
-    uint32_t reserved;          /* custream's own, not for consumers (src/launch.rs: a count
+    uint32_t reserved;          /* custream's own, not for consumers (src/host/queue_depth.rs: a count
                                    of its launches on the stream since it last looked at how
                                    deep the stream's queue is; accessed atomically) */
     PyObject *owner;            /* kept alive until close; NULL after it (a borrowed stream's

@@ -13,11 +13,11 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyFloat};
 
-use crate::callback;
 use crate::cpython::boundary::boundary;
 use crate::cpython::interrupt::{timeout_arg, Deadline};
 use crate::cpython::raw_call;
 use crate::current;
+use crate::host;
 use crate::memops;
 use crate::object::layout::{
     custream_deleter_t, custream_green_ctx_t, custream_handle_t, custream_host_fn_t, CustreamCAPI, CustreamStream,
@@ -191,7 +191,7 @@ unsafe extern "C" fn launch_host_func(obj: *mut ffi::PyObject, f: custream_host_
             boundary(|_| {
                 let s = stream_arg(obj.as_deref(), "Custream_LaunchHostFunc")?;
                 let f = f.ok_or_else(|| PyValueError::new_err("Custream_LaunchHostFunc() fn is NULL"))?;
-                callback::launch_c(py, s, f, user)?;
+                host::functions::launch_c(py, s, f, user)?;
                 Ok(0)
             })
         })

@@ -16,14 +16,14 @@ use crate::cpython::gil;
 use crate::cpython::interrupt::{self, timeout_arg};
 use crate::driver::capture_guard;
 use crate::driver::{self, capture_code, Context, EventHandle, OwnedEvent};
+use crate::host::queue_depth::{self, Gil, Keep};
 use crate::ipc::{self, IpcEventHandle, IpcSide};
-use crate::launch::{self, Gil, Keep};
 use crate::object::closable::{self, Closable};
 use crate::object::home_context::Home;
 use crate::object::lifecycle::{self, DriverObject, Made};
 use crate::object::memory::StreamObject;
 use crate::object::protocol;
-use crate::signals::{PyBell, Signal};
+use crate::waits::wake::{PyBell, Wake};
 use crate::waits::{self, Recorded};
 
 /// A CUDA event, created in a device's primary context.
@@ -45,7 +45,7 @@ pub struct Event {
     /// Where custream last recorded it: the stream's handle, and the record's place in
     /// custream's order of records (0: never, or in a capture). Two atomics, not a lock, on
     /// the path of every record: a pair torn by two threads recording the event at once can
-    /// only queue a wait on it behind a notifier it did not need to share (src/waits.rs):
+    /// only queue a wait on it behind a notifier it did not need to share (src/waits/for_gpu.rs):
     /// seen later, never sooner.
     recorded_on: AtomicU64,
     record_seq: AtomicU64,
@@ -116,7 +116,7 @@ impl Event {
         let (py, event) = (this.py(), this.get());
         event.use_event(py, what, |ev| {
             stream.use_handle_py(py, what, |h| {
-                launch::run(
+                queue_depth::run(
                     py,
                     stream,
                     h,
@@ -137,7 +137,7 @@ impl Event {
         Ok(())
     }
 
-    /// Hold the event open for a launch that may outlive its caller (src/launch.rs).
+    /// Hold the event open for a launch that may outlive its caller (src/host/queue_depth.rs).
     fn keep(kept: &mut Keep, this: &Bound<'_, Event>) -> bool {
         fn end(py: Python<'_>, obj: &Bound<'_, PyAny>) {
             if let Ok(e) = obj.cast::<Event>() {
@@ -320,7 +320,7 @@ impl Event {
             })?;
             let (bell, future, token): (Bound<'py, PyBell>, Bound<'py, PyAny>, u64) =
                 prepare.bind(py).call1((slf,))?.extract()?;
-            if let Err(e) = waits::arm(py, ev, ctx, slf.get().recorded(), Signal::bell(bell.get(), token)) {
+            if let Err(e) = waits::arm(py, ev, ctx, slf.get().recorded(), Wake::bell(bell.get(), token)) {
                 future.call_method0("cancel")?;
                 return Err(e);
             }
@@ -459,7 +459,7 @@ pub fn wait_event(stream: StreamObject<'_>, this: &Bound<'_, Event>) -> PyResult
             gil::brief(py, || side.before_wait(ev, "wait()"))?;
         }
         stream.use_handle_py(py, "wait()", |h| {
-            launch::run(
+            queue_depth::run(
                 py,
                 stream,
                 h,

@@ -13,7 +13,7 @@ use crate::driver::capture_guard;
 use crate::driver::gate;
 use crate::driver::libcuda::LoadError;
 use crate::driver::{self, DriverError};
-use crate::host_thread;
+use crate::host;
 use crate::object::deferred_release;
 use crate::object::make;
 use crate::object::memory::{self, entry, StreamObject};
@@ -138,7 +138,7 @@ pub fn _finalize(py: Python<'_>) {
     gil::detach(py, deferred_release::run_deferred);
     driver::release_kept_primary_contexts();
     gate::set_finalizing();
-    host_thread::wait_for_running(py);
+    host::thread::wait_for_running(py);
     gil::drain(py);
 }
 

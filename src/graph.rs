@@ -8,7 +8,7 @@ use pyo3::types::{PyTuple, PyType};
 use crate::cpython::gil;
 use crate::driver::capture_guard;
 use crate::driver::{self, CaptureStatus, Context, GraphExecHandle, OwnedGraphExec, StreamHandle};
-use crate::launch::{self, Gil, Keep};
+use crate::host::queue_depth::{self, Gil, Keep};
 use crate::object::closable::{self, Closable};
 use crate::object::home_context::Home;
 use crate::object::lifecycle::{self, DriverObject, Made};
@@ -72,7 +72,7 @@ impl Graph {
         // host functions queued before, and those of Python (ours, CuPy's, numba's) take the
         // GIL to run (docs/benchmarks.md has what holding it would save).
         stream.use_handle_in(py, what, graph.exec.home(), |h| {
-            launch::run(
+            queue_depth::run(
                 py,
                 stream,
                 h,
@@ -83,7 +83,7 @@ impl Graph {
         })
     }
 
-    /// Hold the graph open for a launch that may outlive its caller (src/launch.rs).
+    /// Hold the graph open for a launch that may outlive its caller (src/host/queue_depth.rs).
     fn keep(kept: &mut Keep, this: &Bound<'_, Graph>) -> bool {
         fn end(py: Python<'_>, obj: &Bound<'_, PyAny>) {
             if let Ok(g) = obj.cast::<Graph>() {

@@ -28,7 +28,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-mod callback;
 mod capi;
 mod cpython;
 mod current;
@@ -38,18 +37,13 @@ mod functions;
 mod graph;
 mod green;
 mod green_type;
-mod host_semaphores;
-mod host_thread;
+mod host;
 mod ipc;
-mod launch;
 mod lease;
-mod maker;
 mod memops;
-mod notifiers;
 mod object;
 mod owner_release;
 mod pool;
-mod signals;
 mod stream;
 mod stream_type;
 mod waits;
@@ -102,8 +96,8 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(functions::driver_library_candidates, m)?)?;
     m.add_function(wrap_pyfunction!(functions::live_stream_count, m)?)?;
     m.add_class::<graph::Graph>()?;
-    m.add_class::<callback::HostFunction>()?;
-    m.add_class::<signals::PyBell>()?;
+    m.add_class::<host::functions::HostFunction>()?;
+    m.add_class::<waits::wake::PyBell>()?;
     m.add_function(wrap_pyfunction!(functions::_pending_waits, m)?)?;
     m.add_function(wrap_pyfunction!(functions::check_foreign_captures, m)?)?;
     let finalize = wrap_pyfunction!(functions::_finalize, m)?;

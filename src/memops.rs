@@ -26,7 +26,7 @@ use crate::cpython::args::{bool_arg, int_repr, is_int_not_bool, short_repr, Sign
 use crate::cpython::gil;
 use crate::cpython::raw_call::Fastcall;
 use crate::driver::{self, memory_type, MemOpSupport, WaitOp, Width};
-use crate::launch::{self, Gil};
+use crate::host::queue_depth::{self, Gil};
 use crate::object::lifecycle::{self, Managed};
 use crate::object::memory::StreamObject;
 
@@ -112,7 +112,7 @@ pub fn write(py: Python<'_>, s: StreamObject<'_>, address: u64, value: u64, widt
         require(py, s, MemOpSupport::Flush, "write_value() flush=True")?;
     }
     s.use_handle_py(py, WHAT, |h| {
-        launch::run(
+        queue_depth::run(
             py,
             s,
             h,
@@ -148,7 +148,7 @@ pub fn wait(
         require(py, s, MemOpSupport::Flush, "wait_value() flush=True")?;
     }
     s.use_handle_py(py, WHAT, |h| {
-        launch::run(
+        queue_depth::run(
             py,
             s,
             h,

@@ -214,7 +214,7 @@ impl StreamPool {
 
     /// One new stream of the pool. With the calling thread's capture mode relaxed, so that a
     /// stream made while this thread captures a graph does not invalidate the capture (as
-    /// src/host_semaphores.rs registers its pages).
+    /// src/host/semaphores.rs registers its pages).
     fn make_stream<'py>(&self, py: Python<'py>, priority: i32) -> PyResult<Bound<'py, PyAny>> {
         let _relaxed = CaptureModeScope::enter(CaptureMode::Relaxed)?;
         self.check_priorities()?;

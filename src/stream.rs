@@ -14,7 +14,7 @@ use crate::cpython::interrupt::{self, Deadline};
 use crate::driver::capture_guard;
 use crate::driver::{self, capture_code, CaptureMode, CaptureStatus, Context, DriverError, OwnedStream, StreamHandle};
 use crate::green::{self, GreenContext};
-use crate::launch::{self, Gil};
+use crate::host::queue_depth::{self, Gil};
 use crate::object::home_context::Home;
 use crate::object::layout::{
     CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_GREEN, CUSTREAM_FLAG_NON_BLOCKING,
@@ -147,7 +147,7 @@ impl StreamObject<'_> {
         Ok(self.call_on_handle(f)?)
     }
 
-    /// `use_handle` for a call that raises Python's errors too (a launch: src/launch.rs).
+    /// `use_handle` for a call that raises Python's errors too (a launch: src/host/queue_depth.rs).
     pub fn use_handle_py<R>(
         self,
         py: Python<'_>,
@@ -249,7 +249,7 @@ impl StreamObject<'_> {
 
     /// `synchronize(timeout=)`. Off the main thread and without a timeout, the driver's own
     /// wait (`synchronize`); otherwise a notifier's event recorded on the stream is waited
-    /// for in slices (src/waits.rs), so that a signal's handler runs and a deadline holds.
+    /// for in slices (src/waits/for_gpu.rs), so that a signal's handler runs and a deadline holds.
     pub fn synchronize_until(self, py: Python<'_>, deadline: Deadline) -> PyResult<()> {
         const WHAT: &str = "synchronize()";
         if deadline.is_never() && !interrupt::on_main_thread() {
@@ -270,7 +270,7 @@ impl StreamObject<'_> {
         };
         let queue = &mut wait;
         self.use_handle_py(py, WHAT, move |h| {
-            launch::run(py, self, h, Gil::Brief, |_| true, queue.queue_on(h))
+            queue_depth::run(py, self, h, Gil::Brief, |_| true, queue.queue_on(h))
         })?;
         wait.wait(py, deadline, "Stream.synchronize()")
     }
@@ -501,7 +501,7 @@ impl Managed for StreamObject<'_> {
         let owner = s.take_owner(py);
         let may_call = || lifecycle::may_release(s.fork_generation());
         if may_call() {
-            launch::forget(py, s.handle_value());
+            queue_depth::forget(py, s.handle_value());
         }
 
         let mut result = Ok(());

@@ -13,7 +13,6 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString, PyTuple, PyType};
 
-use crate::callback;
 use crate::cpython::args::{bool_arg, device_arg, i32_arg, short_repr, Signature};
 use crate::cpython::boundary::{boundary, no_unwind};
 use crate::cpython::interrupt::{timeout_arg, Deadline};
@@ -24,6 +23,7 @@ use crate::driver::CaptureMode;
 use crate::event::{self, Event};
 use crate::graph::Graph;
 use crate::green::{self, green_context_arg};
+use crate::host;
 use crate::memops;
 use crate::object::layout::{CustreamStream, STREAM_SIZE};
 use crate::object::make::{self, Parts};
@@ -315,7 +315,7 @@ fn launch_host_func(s: StreamObject<'_>, py: Python<'_>, args: Fastcall<'_, '_>)
             .next()
             .ok_or_else(|| PyTypeError::new_err("launch_host_func() missing required argument 'fn'"))?;
         let rest = PyTuple::new(py, all)?;
-        callback::launch(py, s, function.to_owned(), rest)?;
+        host::functions::launch(py, s, function.to_owned(), rest)?;
         Ok(none(py))
     })
 }

@@ -45,7 +45,7 @@ pub fn detach<T: Send, F: Send + FnOnce() -> T>(py: Python<'_>, f: F) -> T {
         // sees the flag and parks, or `drain` sees it counted and lets it attach first.
         REATTACHING.fetch_add(1, Ordering::SeqCst);
         // custream's own thread is waited for by `_finalize` while it is inside Python
-        // (src/host_thread.rs), with the GIL released: it re-attaches before finalization, and
+        // (src/host/thread.rs), with the GIL released: it re-attaches before finalization, and
         // parking it would hang the exit.
         if gate::is_finalizing() && !RESIDENT.with(Cell::get) {
             REATTACHING.fetch_sub(1, Ordering::SeqCst);
@@ -140,14 +140,14 @@ fn park_forever() -> ! {
     }
 }
 
-/// The Python thread state of a thread of custream's own (src/host_thread.rs), made on its first
+/// The Python thread state of a thread of custream's own (src/host/thread.rs), made on its first
 /// entry into Python and kept for the thread's life: entering again is a GIL take, not a
 /// thread state made and destroyed as `Python::attach` does on a thread Python does not know.
 pub struct Resident {
     tstate: Option<std::ptr::NonNull<pyo3::ffi::PyThreadState>>,
 }
 
-// SAFETY: only ever used by the one thread that made it (src/host_thread.rs's worker owns it).
+// SAFETY: only ever used by the one thread that made it (src/host/thread.rs's worker owns it).
 unsafe impl Send for Resident {}
 
 impl Resident {

@@ -35,7 +35,7 @@ pub fn fork_generation() -> u32 {
 }
 
 /// Called from an atexit hook: from here on no object calls into the driver. Sequentially
-/// consistent, as is the count of host functions entering Python (src/callback.rs): one of
+/// consistent, as is the count of host functions entering Python (src/host/functions.rs): one of
 /// the two always sees the other.
 pub fn set_finalizing() {
     HALT.fetch_or(FINALIZING, Ordering::SeqCst);

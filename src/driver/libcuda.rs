@@ -116,7 +116,7 @@ entry_points!(Api {
     cuEventSynchronize(CUevent);
     cuEventQuery(CUevent);
     cuEventElapsedTime(*mut f32, CUevent, CUevent);
-    // Host functions and graph capture (src/callback.rs, src/graph.rs); all CUDA 11.4 or older.
+    // Host functions and graph capture (src/host/functions.rs, src/graph.rs); all CUDA 11.4 or older.
     cuLaunchHostFunc(CUstream, CUhostFn, *mut c_void);
     cuStreamBeginCapture_v2(CUstream, cu::CUstreamCaptureMode);
     cuStreamEndCapture(CUstream, *mut CUgraph);
@@ -132,7 +132,7 @@ entry_points!(Api {
     cuUserObjectRelease(CUuserObject, c_uint);
     cuGraphRetainUserObject(CUgraph, CUuserObject, c_uint, c_uint);
     // The flags a stream waits on while custream's thread runs a Python host function
-    // (src/host_semaphores.rs); the _v2 stream memory operations are CUDA 11.7.
+    // (src/host/semaphores.rs); the _v2 stream memory operations are CUDA 11.7.
     cuMemHostRegister_v2(*mut c_void, usize, c_uint);
     cuMemHostGetDevicePointer_v2(*mut cu::CUdeviceptr, *mut c_void, c_uint);
     cuStreamWaitValue32_v2(CUstream, cu::CUdeviceptr, u32, c_uint);

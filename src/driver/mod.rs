@@ -75,7 +75,7 @@ pub enum DriverError {
     Forked,
     /// The interpreter is shutting down; the driver may already be torn down.
     Finalizing,
-    /// Called from inside a host function, where CUDA forbids CUDA calls (src/callback.rs).
+    /// Called from inside a host function, where CUDA forbids CUDA calls (src/host/functions.rs).
     InHostFunction,
 }
 

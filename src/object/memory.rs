@@ -22,7 +22,7 @@
 //!    `dealloc`, when no reference is left). Every other field is only ever accessed
 //!    atomically: `state` (the lifecycle's word), `device` (-1, then the device, once),
 //!    `stream_id` (NULL, then an int the object holds, once; dropped by `dealloc`),
-//!    `reserved` (custream's count of its launches, src/launch.rs),
+//!    `reserved` (custream's count of its launches, src/host/queue_depth.rs),
 //!    `owner`, `deleter` and `deleter_ctx` (swapped out by the one release, which the state
 //!    word elects), `context` and `context_id` (learnt on first use, cleared by the release).
 //! 3. The pointers a field holds are kept alive by the state word: a reader of `owner`
@@ -166,7 +166,7 @@ impl<'a> StreamObject<'a> {
     }
 
     /// custream's count of its launches on the stream since it last looked at the queue's
-    /// depth (src/launch.rs).
+    /// depth (src/host/queue_depth.rs).
     #[inline]
     pub fn launches(self) -> &'a AtomicU32 {
         // SAFETY: alive for 'a; the field is only accessed atomically (rule 2).

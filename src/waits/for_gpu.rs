@@ -1,11 +1,11 @@
 //! Waiting for the GPU without sitting in the driver's wait: timed and interruptible
 //! `synchronize()`, `await event` and `Event.future()`.
 //!
-//! A wait is *armed* on a notifier stream (src/notifiers.rs): a C host function behind the
-//! event gives the wait's `Signal`: it wakes a waiting thread (a condition variable), writes
+//! A wait is *armed* on a notifier stream (src/waits/notifiers.rs): a C host function behind the
+//! event gives the wait's `Wake`: it wakes a waiting thread (a condition variable), writes
 //! an event loop's eventfd (asyncio reads it, `python/custream/_waits.py`), or posts the
 //! completion of a `concurrent.futures.Future` to custream's own thread
-//! (src/host_thread.rs), which takes the GIL there. So the driver's thread never waits for
+//! (src/host/thread.rs), which takes the GIL there. So the driver's thread never waits for
 //! the GIL, and a pending wait takes no thread of its own and no CPU.
 //!
 //! A thread waits in slices (src/cpython/interrupt.rs): between them it asks the driver about the
@@ -23,9 +23,8 @@ use crate::cpython::gil;
 use crate::cpython::interrupt::{self, Deadline};
 use crate::driver::capture_guard;
 use crate::driver::{self, Context, EventHandle, StreamHandle};
-use crate::notifiers::{self, Notifier};
-pub use crate::notifiers::{arm, pending_count, Recorded};
-use crate::signals::{Done, Signal};
+use crate::waits::notifiers::{self, arm, Notifier, Recorded};
+use crate::waits::wake::{Done, Wake};
 
 /// How long a thread's wait polls the driver before it arms a notifier. A poll sees the work's
 /// end within a microsecond or two; the notifier's host function runs a hundred or more after
@@ -76,14 +75,14 @@ pub fn synchronize_event(
         return Ok(());
     }
     let done = Arc::new(Done::default());
-    arm(py, ev, ctx, after, Signal::thread(&done))?;
+    arm(py, ev, ctx, after, Wake::thread(&done))?;
     interrupt::wait(py, deadline, what, move |slice| Ok(done.wait(slice) || asked(ev)?))
 }
 
 /// A stream's synchronize through a notifier: `new` leases one in the stream's context,
 /// `queue_on` is the launch that records its event on the stream, and
 /// `wait` waits for it, in slices. Where no notifier is idle, `new` waits for the maker
-/// thread's within the deadline (src/notifiers.rs, `lease_within`).
+/// thread's within the deadline (src/waits/notifiers.rs, `take_within`).
 pub struct StreamWait {
     notifier: Option<Notifier>,
     own: EventHandle,
@@ -104,7 +103,7 @@ impl StreamWait {
             let _relaxed = capture_guard::relaxed_while_ours_open()?;
             driver::stream_query(h)
         };
-        let Some(notifier) = notifiers::lease_within(py, ctx, deadline, what, ended)? else {
+        let Some(notifier) = notifiers::take_within(py, ctx, deadline, what, ended)? else {
             return Ok(None);
         };
         Ok(Some(StreamWait {
@@ -115,12 +114,12 @@ impl StreamWait {
     }
 
     /// The launch that queues the notifier behind the work queued so far on `h`, a live
-    /// stream of the context (made through src/launch.rs: its record can wait for room in
+    /// stream of the context (made through src/host/queue_depth.rs: its record can wait for room in
     /// `h`'s queue). It owns what it queues: run after its caller left, its `ring` still
     /// gives the notifier back.
     pub fn queue_on(&mut self, h: StreamHandle) -> impl FnOnce() -> driver::Result<()> + Send + 'static {
         let notifier = self.notifier.take();
-        let signal = Signal::thread(&self.done);
+        let signal = Wake::thread(&self.done);
         move || match notifier {
             Some(n) => notifiers::queue_behind_stream(n, h, signal).map_err(|(e, _)| e),
             None => Ok(()),
@@ -129,7 +128,7 @@ impl StreamWait {
 
     pub fn wait(mut self, py: Python<'_>, deadline: Deadline, what: &str) -> PyResult<()> {
         if let Some(n) = self.notifier.take() {
-            notifiers::give_back(n); // never queued (the caller's use failed first)
+            notifiers::put_back(n); // never queued (the caller's use failed first)
             return Ok(());
         }
         let (own, done) = (self.own, Arc::clone(&self.done));
@@ -141,7 +140,7 @@ impl Drop for StreamWait {
     /// A wait whose stream refused the launch: its notifier was never queued.
     fn drop(&mut self) {
         if let Some(n) = self.notifier.take() {
-            notifiers::give_back(n);
+            notifiers::put_back(n);
         }
     }
 }
@@ -162,7 +161,7 @@ pub fn future<'py>(
     if gil::brief(py, move || driver::event_query(ev))? {
         future.call_method1("set_result", (py.None(),))?;
     } else {
-        arm(py, ev, ctx, after, Signal::future(future.clone().unbind()))?;
+        arm(py, ev, ctx, after, Wake::future(future.clone().unbind()))?;
     }
     Ok(future)
 }

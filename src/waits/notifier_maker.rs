@@ -1,4 +1,4 @@
-//! custream's maker thread: where notifier streams are made (src/notifiers.rs). The driver
+//! custream's maker thread: where notifier streams are made (src/waits/notifiers.rs). The driver
 //! can block `cuStreamCreate` while the GPU is busy (an H100 froze an event loop that made a
 //! few dozen streams behind 0.3 s kernels), so no event loop's thread makes one for an
 //! `await`; and not custream's host thread either, whose Python host functions the GPU may

@@ -3,10 +3,10 @@
 //! involved (`cuLaunchHostFunc`, run directly on the driver's thread).
 //!
 //! A Python call never runs on the driver's thread, which must not wait for the GIL
-//! (src/host_thread.rs says why): custream's thread runs it. On a stream, three memory operations
+//! (src/host/thread.rs says why): custream's thread runs it. On a stream, three memory operations
 //! in one driver call: a write that raises the call's "ready" flag once the work before it is
 //! done (custream's thread watches for it), a wait until the call's "done" flag is raised
-//! (src/host_semaphores.rs), and that flag's lowering. In a capture, a host node (a trampoline that
+//! (src/host/semaphores.rs), and that flag's lowering. In a capture, a host node (a trampoline that
 //! posts the call to custream's thread and returns) and the wait and the lowering, as nodes:
 //! a flag a graph raised at each launch could not be watched for without polling for the
 //! graph's whole life. The rules the calls keep:
@@ -33,9 +33,9 @@ use crate::cpython::gil;
 use crate::driver::capture_guard;
 use crate::driver::gate::{self, HostFunctionScope};
 use crate::driver::{self, CaptureStatus, StreamHandle};
-use crate::host_semaphores::{self, Flag};
-use crate::host_thread::{self, After};
-use crate::launch::{self, Gil};
+use crate::host::queue_depth::{self, Gil};
+use crate::host::semaphores::{self, Flag};
+use crate::host::thread::{self, After};
 use crate::object::lifecycle;
 use crate::object::memory::StreamObject;
 
@@ -109,9 +109,9 @@ struct Call {
 impl Call {
     /// Run the call (or, without Python, skip it and leak its objects); its flag is raised
     /// after. On custream's thread.
-    fn run_once(self, py: Option<Python<'_>>) -> host_thread::After {
+    fn run_once(self, py: Option<Python<'_>>) -> thread::After {
         let Call { payload, flag, .. } = self;
-        let armed = host_thread::Armed::new(host_thread::After::Raise(flag));
+        let armed = thread::Armed::new(thread::After::Raise(flag));
         match py.filter(|_| lifecycle::may_release(payload.generation)) {
             Some(py) => {
                 let _inside = HostFunctionScope::enter();
@@ -135,10 +135,10 @@ unsafe extern "C" fn run_in_graph(user: *mut c_void) {
         call.flag.raise();
         return;
     }
-    host_thread::post(Box::new(move |py| {
+    thread::post(Box::new(move |py| {
         // SAFETY: as above; `node` is the same pointer.
         let call = unsafe { &*node.get().cast::<Call>() };
-        let armed = host_thread::Armed::new(host_thread::After::RaiseKept(call.flag.raiser()));
+        let armed = thread::Armed::new(thread::After::RaiseKept(call.flag.raiser()));
         if let Some(py) = py.filter(|_| lifecycle::may_release(call.payload.generation)) {
             let _inside = HostFunctionScope::enter();
             call.payload.run(py);
@@ -152,14 +152,14 @@ unsafe extern "C" fn run_in_graph(user: *mut c_void) {
 unsafe extern "C" fn release_graph_payload(user: *mut c_void) {
     // SAFETY: the user object owned this box; the driver calls its destructor once.
     let call = unsafe { Box::from_raw(user.cast::<Call>()) };
-    host_thread::post(Box::new(move |py| {
+    thread::post(Box::new(move |py| {
         let Call { payload, flag, .. } = *call;
         match py.filter(|_| lifecycle::may_release(payload.generation)) {
             Some(_) => drop(payload),
             None => std::mem::forget(payload),
         }
-        host_semaphores::give_back(flag);
-        host_thread::After::Nothing
+        semaphores::give_back(flag);
+        thread::After::Nothing
     }));
 }
 
@@ -218,7 +218,7 @@ pub fn launch(
             let context = driver::stream_context(h)?;
             Ok((capturing, context, driver::context_id(context)?))
         })?;
-        let done = host_semaphores::take(py, context, context_id)?;
+        let done = semaphores::take(py, context, context_id)?;
         let call = Box::new(Call {
             payload: *payload,
             flag: done,
@@ -229,10 +229,10 @@ pub fn launch(
         if capturing {
             return Ok(launch_in_capture(py, h, call)?);
         }
-        let ready = match host_semaphores::take(py, context, context_id) {
+        let ready = match semaphores::take(py, context, context_id) {
             Ok(ready) => ready,
             Err(e) => {
-                host_semaphores::give_back(call.flag);
+                semaphores::give_back(call.flag);
                 return Err(e.into());
             }
         };
@@ -240,8 +240,8 @@ pub fn launch(
         // Without the GIL: the driver call can wait for room in the stream's queue. The call
         // is handed to custream's thread here too, so that a thread parked at exit (src/cpython/gil.rs)
         // never leaves the stream waiting for a call nobody watches. The launch may outlive
-        // this caller (src/launch.rs): a failed one leaves its call to custream's thread.
-        launch::run(
+        // this caller (src/host/queue_depth.rs): a failed one leaves its call to custream's thread.
+        queue_depth::run(
             py,
             stream,
             h,
@@ -250,19 +250,19 @@ pub fn launch(
             move || {
                 match driver::stream_hand_off(h, ready_word, done_word) {
                     Ok(()) => {
-                        host_thread::post_when_raised(ready, Box::new(move |py| call.run_once(py)));
+                        thread::post_when_raised(ready, Box::new(move |py| call.run_once(py)));
                         Ok(())
                     }
                     Err(e) => {
-                        host_thread::post(Box::new(move |py| {
+                        thread::post(Box::new(move |py| {
                             let Call { payload, flag, .. } = *call;
                             match py {
                                 Some(_) => drop(payload),
                                 // Python is gone: its objects can no longer be released.
                                 None => std::mem::forget(payload),
                             }
-                            host_semaphores::give_back(flag);
-                            host_semaphores::give_back(ready);
+                            semaphores::give_back(flag);
+                            semaphores::give_back(ready);
                             After::Nothing
                         }));
                         Err(e)
@@ -289,7 +289,7 @@ fn launch_in_capture(py: Python<'_>, h: StreamHandle, call: Box<Call>) -> driver
             // SAFETY: no user object took it; the box is still ours.
             let Call { payload, flag, .. } = *unsafe { Box::from_raw(call.cast::<Call>()) };
             drop(payload);
-            host_semaphores::give_back(flag);
+            semaphores::give_back(flag);
             return Err(e);
         }
     };
@@ -317,7 +317,7 @@ pub fn launch_c(
 ) -> PyResult<()> {
     let user = CUser(user);
     stream.use_handle_py(py, "launch_host_func()", |h| {
-        launch::run(
+        queue_depth::run(
             py,
             stream,
             h,

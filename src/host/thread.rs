@@ -5,7 +5,7 @@
 //! driver calls take; a trampoline that waited there for the GIL deadlocked against any
 //! thread that held the GIL inside such a call (CuPy and PyTorch launch with it held; cuda.core
 //! withdrew its host callbacks for this). This thread runs the calls instead, attached to the
-//! interpreter, and the stream waits on a flag (src/host_semaphores.rs) that the call raises when it
+//! interpreter, and the stream waits on a flag (src/host/semaphores.rs) that the call raises when it
 //! is done. A call queued on a stream is watched for: the GPU raises its "ready" flag once
 //! the work before it is done, and this thread polls for that (no host function of the
 //! driver's is involved, whose thread would hold back the rest of the stream: a round trip
@@ -32,7 +32,7 @@ use pyo3::Python;
 
 use crate::cpython::gil::{self, Resident};
 use crate::driver::gate;
-use crate::host_semaphores::{self, Flag};
+use crate::host::semaphores::{self, Flag};
 
 /// A job: given the interpreter when Python may still be entered, `None` once it may not.
 pub type Job = Box<dyn for<'py> FnOnce(Option<Python<'py>>) -> After + Send>;
@@ -46,7 +46,7 @@ pub enum After {
     /// Raise a one-shot call's flag, then give it back to its pool.
     Raise(Flag),
     /// Raise a host node's flag, which its graph keeps for the next launch.
-    RaiseKept(host_semaphores::Raiser),
+    RaiseKept(semaphores::Raiser),
 }
 
 impl After {
@@ -55,7 +55,7 @@ impl After {
             After::Nothing => {}
             After::Raise(flag) => {
                 flag.raise();
-                host_semaphores::give_back_raised(flag);
+                semaphores::give_back_raised(flag);
             }
             After::RaiseKept(raiser) => raiser.raise(),
         }
@@ -221,7 +221,7 @@ impl Worker {
         let mut waiting = Vec::with_capacity(self.watched.len());
         for (ready, job) in self.watched.drain(..) {
             if all || ready.is_raised() {
-                host_semaphores::give_back(ready);
+                semaphores::give_back(ready);
                 self.due.push(job);
             } else {
                 waiting.push((ready, job));
@@ -285,7 +285,7 @@ mod tests {
     fn a_job_that_panics_still_raises_its_flag() {
         let w = word();
         let job: Job = Box::new(move |_| {
-            let armed = Armed::new(After::RaiseKept(host_semaphores::Raiser::of(w)));
+            let armed = Armed::new(After::RaiseKept(semaphores::Raiser::of(w)));
             if w.load(Ordering::Acquire) == 0 {
                 panic!("a bug in a job");
             }
@@ -306,7 +306,7 @@ mod tests {
     #[test]
     fn a_job_that_ends_leaves_its_flag_to_the_thread() {
         let w = word();
-        let job: Job = Box::new(move |_| Armed::new(After::RaiseKept(host_semaphores::Raiser::of(w))).disarm());
+        let job: Job = Box::new(move |_| Armed::new(After::RaiseKept(semaphores::Raiser::of(w))).disarm());
         let after = attempt(job, None);
         assert_eq!(
             w.load(Ordering::Acquire),

@@ -1,9 +1,9 @@
 //! Notifier streams: how an armed wait learns, without a thread of its own and without
-//! Python on the driver's thread, that the GPU reached its event (src/waits.rs composes them).
+//! Python on the driver's thread, that the GPU reached its event (src/waits/for_gpu.rs composes them).
 //!
 //! A notifier is a stream of custream's (from a pool per context, kept for the process) that
 //! waits on the awaited event and then runs `ring`, a C host function, on the driver's
-//! thread. `ring` makes no CUDA call and never touches Python: it gives the wait's `Signal`
+//! thread. `ring` makes no CUDA call and never touches Python: it gives the wait's `Wake`
 //! (a condition variable, an event loop's eventfd, or a post to custream's host thread).
 //!
 //! The driver bounds the host functions pending at once: on an H100 (driver 580)
@@ -39,9 +39,10 @@ use crate::cpython::interrupt::{self, Deadline};
 use crate::driver::{
     self, CaptureMode, CaptureModeScope, Context, DriverError, EventHandle, OwnedEvent, OwnedStream, StreamHandle,
 };
-use crate::host_thread::{self, After};
-use crate::maker;
-use crate::signals::Signal;
+use crate::host;
+use crate::host::thread::After;
+use crate::waits::notifier_maker;
+use crate::waits::wake::Wake;
 
 /// Waits armed and not yet signalled (for tests: nothing stays behind a finished wait).
 static PENDING: AtomicUsize = AtomicUsize::new(0);
@@ -113,7 +114,7 @@ fn make(ctx: Context, id: u64) -> driver::Result<Notifier> {
 
 /// An idle notifier of `ctx`, or a new one made here, without the GIL (making a stream
 /// takes the driver's locks, and may wait while the GPU is busy).
-pub fn lease(py: Python<'_>, ctx: Context) -> PyResult<Notifier> {
+pub fn take(py: Python<'_>, ctx: Context) -> PyResult<Notifier> {
     let id = driver::context_id(ctx)?;
     match take_idle(id) {
         Some(n) => Ok(n),
@@ -121,7 +122,7 @@ pub fn lease(py: Python<'_>, ctx: Context) -> PyResult<Notifier> {
     }
 }
 
-/// Notifiers given back: threads waiting for one (`lease_within`) wake, counted in `AWAITING`
+/// Notifiers given back: threads waiting for one (`take_within`) wake, counted in `AWAITING`
 /// so that a give-back with none waiting makes no wake-up call.
 static GIVEN: Condvar = Condvar::new();
 static AWAITING: AtomicUsize = AtomicUsize::new(0);
@@ -129,12 +130,12 @@ static AWAITING: AtomicUsize = AtomicUsize::new(0);
 /// Longest a thread waiting for a notifier goes without asking whether its work ended.
 const LOOK: Duration = Duration::from_millis(2);
 
-/// For a thread's wait (src/waits.rs, `StreamWait`): an idle notifier of `ctx`, or, when there
+/// For a thread's wait (src/waits/for_gpu.rs, `StreamWait`): an idle notifier of `ctx`, or, when there
 /// is none, one the maker thread makes while the caller waits in `deadline`'s slices (signal
 /// handlers run, a timeout holds; the driver may block making a stream for as long as the
 /// GPU is busy, and that wait no signal ends), asking `done` every `LOOK` meanwhile: None
 /// when the work ended first.
-pub fn lease_within(
+pub fn take_within(
     py: Python<'_>,
     ctx: Context,
     deadline: Deadline,
@@ -182,10 +183,10 @@ fn make_spare(ctx: Context, id: u64, busy_now: usize) {
         }
         making.push(id);
     }
-    maker::later(Box::new(move || {
+    notifier_maker::later(Box::new(move || {
         for _ in 0..wanted {
             match make(ctx, id) {
-                Ok(n) => give_back(n),
+                Ok(n) => put_back(n),
                 Err(_) => break,
             }
         }
@@ -196,7 +197,7 @@ fn make_spare(ctx: Context, id: u64, busy_now: usize) {
     }));
 }
 
-pub fn give_back(n: Notifier) {
+pub fn put_back(n: Notifier) {
     idle_of(&mut IDLE.lock().unwrap_or_else(PoisonError::into_inner), n.context_id).push(n);
     // After the push, under the lock a waiter holds from its look to its sleep: seen, or woken.
     if AWAITING.load(Ordering::SeqCst) > 0 {
@@ -229,7 +230,7 @@ struct Busy {
 /// recorded on the notifier after the wait's event wait, is reached.
 struct Parked {
     mark: OwnedEvent,
-    signal: Signal,
+    signal: Wake,
 }
 
 /// Where custream recorded an awaited event: the stream's handle and the record's place in
@@ -317,10 +318,10 @@ fn leave_busy(h: StreamHandle, mark: Option<OwnedEvent>, rang: bool) {
         }
     };
     if let Some(n) = idle {
-        give_back(n.notifier);
+        put_back(n.notifier);
     }
     if let Some(p) = next {
-        host_thread::post(Box::new(move |py| {
+        host::thread::post(Box::new(move |py| {
             advance(py, h, p);
             After::Nothing
         }));
@@ -339,7 +340,7 @@ impl Owner {
     /// The wait is over (signalled, or never queued): give the notifier back, or leave it.
     fn release(self, mark: Option<OwnedEvent>) {
         match self {
-            Owner::Alone(n) => give_back(*n),
+            Owner::Alone(n) => put_back(*n),
             Owner::Busy(h) => leave_busy(h, mark, true),
         }
     }
@@ -347,7 +348,7 @@ impl Owner {
 
 /// What `ring` owns: the signal, the notifier to give back or leave, the mark to free.
 struct Pending {
-    signal: Signal,
+    signal: Wake,
     owner: Owner,
     mark: Option<OwnedEvent>,
 }
@@ -366,7 +367,7 @@ impl Pending {
     /// signal comes back, to be dropped where Python may be entered (a future's reference).
     /// The waiter learns from the driver: a thread between its slices, an event loop or a
     /// future's watch once a second.
-    fn fail(self) -> Signal {
+    fn fail(self) -> Wake {
         self.owner.release(self.mark);
         PENDING.fetch_sub(1, Ordering::Release);
         self.signal
@@ -415,14 +416,14 @@ fn place(py: Python<'_>, ctx: Context, id: u64, after: Option<Recorded>) -> PyRe
         make_spare(ctx, id, j.busy);
         return Ok(Place::Park(j));
     }
-    let n = lease(py, ctx)?;
+    let n = take(py, ctx)?;
     make_spare(ctx, id, 1);
     Ok(Place::Own(n))
 }
 
 /// Queue `signal` behind `ev`, a live event of `ctx` (the caller holds it open for the call)
 /// recorded at `after` if custream knows (`place`).
-pub fn arm(py: Python<'_>, ev: EventHandle, ctx: Context, after: Option<Recorded>, signal: Signal) -> PyResult<()> {
+pub fn arm(py: Python<'_>, ev: EventHandle, ctx: Context, after: Option<Recorded>, signal: Wake) -> PyResult<()> {
     let n = match place(py, ctx, driver::context_id(ctx)?, after)? {
         // A signal that comes back with an error is dropped here, attached.
         Place::Park(j) => return gil::brief(py, move || park(j.h, j.ctx, ev, signal)).map_err(|(e, _s)| e.into()),
@@ -448,7 +449,7 @@ pub fn arm(py: Python<'_>, ev: EventHandle, ctx: Context, after: Option<Recorded
 
 /// Queue the wait on `ev` on `h`, a busy notifier of `ctx` joined for it, with a mark after
 /// it; park it, or ring behind the mark on the bell if the notifier rings for no one now.
-fn park(h: StreamHandle, ctx: Context, ev: EventHandle, signal: Signal) -> Result<(), (DriverError, Signal)> {
+fn park(h: StreamHandle, ctx: Context, ev: EventHandle, signal: Wake) -> Result<(), (DriverError, Wake)> {
     let free = busy()
         .as_mut()
         .and_then(|m| m.get_mut(&h.as_u64()))
@@ -497,7 +498,7 @@ fn bell_of(h: StreamHandle) -> Option<StreamHandle> {
 /// the bell is not made yet, the maker thread makes it and rings.
 fn ring_parked(h: StreamHandle, p: Parked) -> Result<(), (DriverError, Pending)> {
     let Some(bell) = bell_of(h) else {
-        maker::later(Box::new(move || make_bell_and_ring(h, p)));
+        notifier_maker::later(Box::new(move || make_bell_and_ring(h, p)));
         return Ok(());
     };
     let Parked { mark, signal } = p;
@@ -536,7 +537,7 @@ fn make_bell_and_ring(h: StreamHandle, p: Parked) {
         Ok(None) => {}
         Err((_, pending)) => {
             let signal = pending.fail();
-            host_thread::post(Box::new(move |py| {
+            host::thread::post(Box::new(move |py| {
                 signal.abandon(py);
                 After::Nothing
             }));
@@ -580,11 +581,11 @@ fn advance(py: Option<Python<'_>>, h: StreamHandle, p: Parked) {
 
 /// What a notifier waits behind for a thread's stream wait: the work queued so far on a live
 /// stream of the notifier's context, recorded on the notifier's own event.
-pub fn queue_behind_stream(n: Notifier, h: StreamHandle, signal: Signal) -> Result<(), (DriverError, Signal)> {
+pub fn queue_behind_stream(n: Notifier, h: StreamHandle, signal: Wake) -> Result<(), (DriverError, Wake)> {
     let own = n.event.handle();
     let ns = n.stream.handle();
     if let Err(e) = driver::event_record(own, h) {
-        give_back(n);
+        put_back(n);
         return Err((e, signal));
     }
     PENDING.fetch_add(1, Ordering::AcqRel);

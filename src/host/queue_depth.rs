@@ -26,7 +26,7 @@
 //!
 //! A launch that outlives its caller keeps what it uses: a reference to each object and a use
 //! of its lifecycle (src/object/lifecycle.rs), so a close() meanwhile takes effect when the launch
-//! returns. Those uses end on custream's host-function thread (src/host_thread.rs), which
+//! returns. Those uses end on custream's host-function thread (src/host/thread.rs), which
 //! takes the GIL; a launcher never does.
 
 use std::collections::HashMap;
@@ -42,7 +42,7 @@ use crate::cpython::interrupt::{self, Deadline};
 use crate::driver::capture_guard;
 use crate::driver::gate;
 use crate::driver::{self, CaptureMode, CaptureModeScope, CaptureStatus, Context, OwnedEvent, StreamHandle};
-use crate::host_thread::{self, After};
+use crate::host::thread::{self, After};
 use crate::object::lifecycle::{self, InUse, Managed};
 use crate::object::memory::StreamObject;
 
@@ -292,7 +292,7 @@ impl Slot {
         if matches!(*stage, Stage::Abandoned) {
             drop(stage);
             // The uses end where the GIL can be taken; once Python is gone they are left.
-            host_thread::post(Box::new(move |py| {
+            thread::post(Box::new(move |py| {
                 match py {
                     Some(py) => kept.end(py),
                     None => std::mem::forget(kept),

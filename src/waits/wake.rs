@@ -1,7 +1,7 @@
-//! What an armed wait is told when its event is reached (src/notifiers.rs gives it, on the
+//! What an armed wait is told when its event is reached (src/waits/notifiers.rs gives it, on the
 //! driver's thread): a thread's condition variable, an event loop's bell (an eventfd the loop
 //! watches, `python/custream/_waits.py`), or a `concurrent.futures.Future` completed on
-//! custream's own thread (src/host_thread.rs), which takes the GIL there. Giving one enters
+//! custream's own thread (src/host/thread.rs), which takes the GIL there. Giving one enters
 //! no Python and makes no CUDA call.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -11,7 +11,8 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use crate::host_thread::{self, After};
+use crate::host;
+use crate::host::thread::After;
 
 /// A thread's wait: set by its notifier.
 #[derive(Default)]
@@ -90,7 +91,7 @@ impl PyBell {
 }
 
 /// Who is told when the event is reached.
-pub struct Signal(Kind);
+pub struct Wake(Kind);
 
 enum Kind {
     Thread(Arc<Done>),
@@ -99,20 +100,20 @@ enum Kind {
     Future(Py<PyAny>),
 }
 
-impl Signal {
+impl Wake {
     /// Ring an event loop's bell with `token`.
-    pub fn bell(bell: &PyBell, token: u64) -> Signal {
-        Signal(Kind::Loop(bell.0.clone(), token))
+    pub fn bell(bell: &PyBell, token: u64) -> Wake {
+        Wake(Kind::Loop(bell.0.clone(), token))
     }
 
     /// Wake a thread waiting on `done`.
-    pub fn thread(done: &Arc<Done>) -> Signal {
-        Signal(Kind::Thread(done.clone()))
+    pub fn thread(done: &Arc<Done>) -> Wake {
+        Wake(Kind::Thread(done.clone()))
     }
 
     /// Complete `future` (a `concurrent.futures.Future`) on custream's thread.
-    pub fn future(future: Py<PyAny>) -> Signal {
-        Signal(Kind::Future(future))
+    pub fn future(future: Py<PyAny>) -> Wake {
+        Wake(Kind::Future(future))
     }
 
     /// Tell the waiter, on any thread (the driver's included): no Python, no CUDA call.
@@ -120,7 +121,7 @@ impl Signal {
         match self.0 {
             Kind::Thread(done) => done.set(),
             Kind::Loop(bell, token) => bell.ring(token),
-            Kind::Future(future) => host_thread::post(Box::new(move |py| {
+            Kind::Future(future) => host::thread::post(Box::new(move |py| {
                 match py {
                     Some(py) => complete(py, future),
                     // The interpreter is going: nothing may touch the object any more.
