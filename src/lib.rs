@@ -36,10 +36,7 @@ mod event;
 mod functions;
 mod graph;
 mod green;
-mod green_type;
 mod host;
-mod ipc;
-mod lease;
 mod memops;
 mod object;
 mod owner_release;
@@ -71,10 +68,10 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     object::protocol::init(py, &stream_type)?;
     m.add("Stream", stream_type)?;
     m.add_class::<event::Event>()?;
-    m.add_class::<ipc::IpcEventHandle>()?;
+    m.add_class::<event::IpcEventHandle>()?;
     m.add_class::<pool::StreamPool>()?;
-    pool::install(&py.get_type::<pool::StreamPool>())?;
-    m.add_class::<lease::Lease>()?;
+    pool::stream_pool::install(&py.get_type::<pool::StreamPool>())?;
+    m.add_class::<pool::Lease>()?;
     m.add_class::<green::GreenContext>()?;
     m.add("CudaError", py.get_type::<cpython::errors::CudaError>())?;
     m.add(

@@ -233,7 +233,7 @@ fn wait(s: StreamObject<'_>, py: Python<'_>, other: Option<Borrowed<'_, '_, PyAn
         }
         let other = other.ok_or_else(|| PyTypeError::new_err("wait() missing required argument 'other'"))?;
         if let Ok(event) = other.cast::<Event>() {
-            event::wait_event(s, &event)?;
+            event::stream_methods::wait_event(s, &event)?;
             return Ok(none(py));
         }
         let upstream = protocol::as_stream(&other).map_err(|e| {
@@ -246,7 +246,7 @@ fn wait(s: StreamObject<'_>, py: Python<'_>, other: Option<Borrowed<'_, '_, PyAn
                 e
             }
         })?;
-        event::wait_stream(py, s, StreamObject::of(&upstream, "wait()")?)?;
+        event::stream_methods::wait_stream(py, s, StreamObject::of(&upstream, "wait()")?)?;
         Ok(none(py))
     })
 }
@@ -270,7 +270,7 @@ fn record(s: StreamObject<'_>, py: Python<'_>, args: Fastcall<'_, '_>) -> *mut f
             })?),
             None => None,
         };
-        Ok(event::record(py, s, event)?.into_ptr())
+        Ok(event::stream_methods::record(py, s, event)?.into_ptr())
     })
 }
 

@@ -12,20 +12,18 @@ C_GUIDE = (ROOT / "docs" / "c.md").read_text()
 # The floors of docs/design.md's "Code layout", top to bottom.
 FLOORS = {
     "lib": 0,
-    **dict.fromkeys(["stream_type", "green_type", "functions", "capi"], 1),
+    **dict.fromkeys(["stream_type", "functions", "capi"], 1),
     **dict.fromkeys(
         [
             "stream",
             "event",
             "pool",
-            "lease",
             "graph",
             "green",
             "current",
             "owner_release",
             "waits",
             "host",
-            "ipc",
             "memops",
         ],
         2,

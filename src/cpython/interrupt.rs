@@ -138,7 +138,7 @@ where
 }
 
 /// `wait`, with `expired` making the error raised at the deadline: for a wait on something
-/// else than queued work (a free stream of a pool, src/lease.rs).
+/// else than queued work (a free stream of a pool, src/pool/lease.rs).
 pub fn wait_or<W>(py: Python<'_>, deadline: Deadline, expired: impl Fn() -> PyErr, mut wait_for: W) -> PyResult<()>
 where
     W: Send + FnMut(Duration) -> PyResult<bool>,

@@ -139,7 +139,7 @@ entry_points!(Api {
     cuStreamWriteValue32_v2(CUstream, cu::CUdeviceptr, u32, c_uint);
     cuStreamBatchMemOp_v2(CUstream, c_uint, *mut cu::CUstreamBatchMemOpParams, c_uint);
     // Stream memory operations on the user's memory (src/memops.rs), and IPC events
-    // (src/ipc.rs); all CUDA 11.7 or older.
+    // (src/event/ipc.rs); all CUDA 11.7 or older.
     cuStreamWaitValue64_v2(CUstream, cu::CUdeviceptr, u64, c_uint);
     cuStreamWriteValue64_v2(CUstream, cu::CUdeviceptr, u64, c_uint);
     cuPointerGetAttributes(c_uint, *mut cu::CUpointer_attribute, *mut *mut c_void, cu::CUdeviceptr);

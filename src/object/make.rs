@@ -1,5 +1,5 @@
 //! How a Stream object is made: owned (in a device's primary context; in a green context,
-//! src/green.rs makes it and hands it to `own`),
+//! src/green/context.rs makes it and hands it to `own`),
 //! borrowed (a handle and its owner), and the three default streams; and the registry of the
 //! owned streams alive, which a borrowed stream over one of them learns its context from.
 //! What a Stream then does is src/stream.rs.

@@ -1,5 +1,5 @@
 //! The Python face of custream.GreenContext, its one `#[pymethods]` block: arguments parsed,
-//! work delegated to src/green.rs (the green context) and src/stream.rs (the streams made in
+//! work delegated to src/green/context.rs (the green context) and src/stream.rs (the streams made in
 //! it).
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -10,7 +10,7 @@ use pyo3::PyTraverseError;
 
 use crate::cpython::args::{device_arg, i32_arg, int_repr, is_int_not_bool};
 use crate::driver;
-use crate::green::{self, closed_error, type_name, GreenContext};
+use crate::green::context::{self, closed_error, type_name, GreenContext};
 use crate::object::closable::{self, Closable};
 use crate::object::make;
 
@@ -103,8 +103,8 @@ impl GreenContext {
         let device = device_of(device, "split")?;
         let (slice, rest) = GreenContext::split_device(py, device, sm_count)?;
         let (slice, rest) = (Bound::new(py, slice)?, Bound::new(py, rest)?);
-        green::register(&slice)?;
-        green::register(&rest)?;
+        context::register(&slice)?;
+        context::register(&rest)?;
         Ok((slice, rest))
     }
 
@@ -123,7 +123,7 @@ impl GreenContext {
         let (raw, is_context, owner) = green_handle_arg(handle, owner.filter(|o| !o.is_none()))?;
         let gc = GreenContext::adopt(py, raw, is_context, owner.map(Bound::unbind))?;
         let gc = Bound::new(py, gc)?;
-        green::register(&gc)?;
+        context::register(&gc)?;
         Ok(gc)
     }
 
@@ -134,7 +134,7 @@ impl GreenContext {
             return Err(closed_error("handle"));
         }
         // Whoever makes a stream in it with this handle finds this object as its green context.
-        green::register(slf)?;
+        context::register(slf)?;
         Ok(slf.get().view().as_u64())
     }
 
@@ -143,7 +143,7 @@ impl GreenContext {
     #[pyo3(signature = (*, priority = None), text_signature = "($self, *, priority=0)")]
     fn create_stream<'py>(slf: &Bound<'py, Self>, priority: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
         let priority = i32_arg(priority.as_ref(), "create_stream", "priority", 0)?;
-        green::create_stream(slf.py(), slf, priority, false, "create_stream()")
+        context::create_stream(slf.py(), slf, priority, false, "create_stream()")
     }
 
     /// The device the green context's SMs belong to.

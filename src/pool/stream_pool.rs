@@ -1,6 +1,6 @@
 //! What a custream.StreamPool is: tiers of owned streams, one per priority, each of `size`
 //! streams made on first use, handed out round-robin (`get()`) or leased, one holder at a
-//! time (`lease()`, src/lease.rs), for code that wants a fresh-looking stream per task
+//! time (`lease()`, src/pool/lease.rs), for code that wants a fresh-looking stream per task
 //! without paying a create each time (rmm's `cuda_stream_pool`, PyTorch's internal pool).
 //! Its Python methods are the one `#[pymethods]` block here.
 
@@ -20,10 +20,10 @@ use crate::cpython::raw_call;
 use crate::cpython::raw_call::Fastcall;
 use crate::driver::{self, CaptureMode, CaptureModeScope};
 use crate::green::{self, green_context_arg, GreenContext};
-use crate::lease::{self, CloseNow, Lease, Leases, Made};
 use crate::object::closable::{self, Closable};
 use crate::object::make;
 use crate::object::memory::{entry, StreamObject};
+use crate::pool::lease::{self, CloseNow, Lease, Leases};
 
 /// The most streams one pool makes: far above any use (rmm's default is 16), low enough
 /// that a typo does not try to make millions.
@@ -74,13 +74,12 @@ pub struct StreamPool {
     kept: Box<[AtomicPtr<pyo3::ffi::PyObject>]>,
 }
 
-impl Made for StreamPool {
-    fn is_made(&self, tier: usize, slot: usize) -> bool {
+impl StreamPool {
+    /// Whether `tier`'s `slot` has its stream made already (`Leases::start_making` asks).
+    pub(super) fn is_made(&self, tier: usize, slot: usize) -> bool {
         self.tiers[tier].slots[slot].get().is_some()
     }
-}
 
-impl StreamPool {
     /// A pool with nothing made yet. `green`: made in that green context (non-blocking, on its
     /// device; checked by the caller). `device`: checked to exist (cheap calls: no context).
     pub fn new(
@@ -311,7 +310,6 @@ impl StreamPool {
             tier,
             slot,
             self.tiers[tier].priority,
-            StreamPool::give_back,
         );
         Bound::new(py, lease)
     }
@@ -359,9 +357,9 @@ impl StreamPool {
         drop(unsafe { Bound::from_owned_ptr_or_opt(py, old) });
     }
 
-    /// A lease of `slot` in `tier` ends (`Lease`'s give-back: src/lease.rs): `lease` is kept
+    /// A lease of `slot` in `tier` ends (`Lease`'s give-back: src/pool/lease.rs): `lease` is kept
     /// for reuse before the slot is free for the next claim.
-    fn give_back(
+    pub(super) fn give_back(
         py: Python<'_>,
         pool: &Bound<'_, PyAny>,
         tier: usize,

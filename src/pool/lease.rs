@@ -34,6 +34,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyType};
 
+use super::stream_pool::StreamPool;
 use crate::cpython::args::Signature;
 use crate::cpython::boundary::boundary;
 use crate::cpython::interrupt::{self, Deadline};
@@ -120,11 +121,6 @@ impl From<PyErr> for Refused {
             close_now: CloseNow(false),
         }
     }
-}
-
-/// Whether a slot's stream is made already (the pool's slots answer).
-pub trait Made: Sync {
-    fn is_made(&self, tier: usize, slot: usize) -> bool;
 }
 
 /// The outcome of one look for a free slot.
@@ -321,13 +317,13 @@ impl Leases {
     /// Before making `tier`'s `slot`: true when the caller is to make it (it is marked being
     /// made, and counted busy until `made`), false once another thread has made it. Waits
     /// (GIL let go) while another thread makes it. Refused once the pool is closed.
-    pub fn start_making(&self, py: Python<'_>, tier: usize, slot: usize, made: &dyn Made) -> PyResult<bool> {
+    pub fn start_making(&self, py: Python<'_>, tier: usize, slot: usize, pool: &StreamPool) -> PyResult<bool> {
         let mut decided = None;
         let mut decide = |state: &mut State| -> PyResult<bool> {
             if self.closed.load(Ordering::SeqCst) {
                 return Err(closed_error("a stream of it"));
             }
-            if made.is_made(tier, slot) {
+            if pool.is_made(tier, slot) {
                 decided = Some(false);
             } else if !state.making[tier][slot] {
                 state.making[tier][slot] = true;
@@ -398,12 +394,6 @@ fn refused(close_now: CloseNow) -> Refused {
     }
 }
 
-/// How a lease gives its stream back to its pool: src/pool.rs's, which this module does not
-/// name (the pool uses this module, not the other way round). The last argument: the lease
-/// itself when it ends by `close()` or `__exit__` (the pool may keep it, to hand it out again
-/// when no one else holds it: `StreamPool::reuse`), None when it is being dropped.
-pub type GiveBack = fn(Python<'_>, &Bound<'_, PyAny>, usize, usize, Option<&Bound<'_, Lease>>) -> PyResult<()>;
-
 /// One stream of a custream.StreamPool, held by one lease until it is given back.
 ///
 /// ``pool.lease(*, priority=None, timeout=None)`` returns one; ``with pool.lease() as s:``
@@ -422,18 +412,10 @@ pub struct Lease {
     slot: usize,
     priority: i32,
     ended: AtomicBool,
-    give_back: GiveBack,
 }
 
 impl Lease {
-    pub fn new(
-        stream: Py<PyAny>,
-        pool: Py<PyAny>,
-        tier: usize,
-        slot: usize,
-        priority: i32,
-        give_back: GiveBack,
-    ) -> Lease {
+    pub fn new(stream: Py<PyAny>, pool: Py<PyAny>, tier: usize, slot: usize, priority: i32) -> Lease {
         Lease {
             stream,
             pool: AtomicPtr::new(pool.into_ptr()),
@@ -441,7 +423,6 @@ impl Lease {
             slot,
             priority,
             ended: AtomicBool::new(false),
-            give_back,
         }
     }
 
@@ -470,7 +451,7 @@ impl Lease {
         let Some(pool) = (unsafe { Bound::from_owned_ptr_or_opt(py, pool) }) else {
             return Ok(());
         };
-        (self.give_back)(py, &pool, self.tier, self.slot, me)
+        StreamPool::give_back(py, &pool, self.tier, self.slot, me)
     }
 
     /// Mark the lease ended: whether it was already. One caller wins: where there is a GIL
@@ -581,7 +562,7 @@ fn exit_method(lease: &Bound<'_, Lease>, args: Option<Fastcall<'_, '_>>) -> *mut
     })
 }
 
-/// Add `__enter__` and `__exit__` to the Lease type (the module's init, through src/pool.rs).
+/// Add `__enter__` and `__exit__` to the Lease type (the module's init, through src/pool/stream_pool.rs).
 pub fn install(tp: &Bound<'_, PyType>) -> PyResult<()> {
     raw_call::add_fastcall(
         tp,
@@ -621,7 +602,7 @@ impl Drop for Lease {
             // SAFETY: `pool` held a strong reference (not null), now the caller's.
             let pool = unsafe { Bound::from_owned_ptr(py, pool) };
             if held {
-                let _ = (self.give_back)(py, &pool, self.tier, self.slot, None);
+                let _ = StreamPool::give_back(py, &pool, self.tier, self.slot, None);
             }
         });
     }

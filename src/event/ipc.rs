@@ -2,7 +2,7 @@
 //! one (`CU_EVENT_INTERPROCESS`, timing off as CUDA requires), `e.ipc_handle()` is its
 //! `IpcEventHandle` (the driver's 64 bytes, the exporter's pid and device, picklable), and
 //! `Event.from_ipc_handle(h)` opens it in another process; an IPC event pickles to its handle.
-//! The Event class composes these (src/event.rs); nothing here knows it.
+//! The Event class composes these (src/event/cuda_event.rs); nothing here knows it.
 //!
 //! **The lifetime rule.** The driver's handle names the exporter's event, which lives while
 //! the exporter keeps it open, and CUDA leaves a use of an imported event whose exporter

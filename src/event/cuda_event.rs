@@ -16,8 +16,8 @@ use crate::cpython::gil;
 use crate::cpython::interrupt::{self, timeout_arg};
 use crate::driver::capture_guard;
 use crate::driver::{self, capture_code, Context, EventHandle, OwnedEvent};
+use crate::event::ipc::{self, IpcEventHandle, IpcSide};
 use crate::host::queue_depth::{self, Gil, Keep};
-use crate::ipc::{self, IpcEventHandle, IpcSide};
 use crate::object::closable::{self, Closable};
 use crate::object::home_context::Home;
 use crate::object::lifecycle::{self, DriverObject, Made};
@@ -40,7 +40,7 @@ pub struct Event {
     /// Set while the event's last record was made in a capture (src/driver/capture_guard.rs).
     captured: AtomicBool,
     capture: Mutex<Option<CaptureMark>>,
-    /// An IPC event's handle, exported or imported (src/ipc.rs).
+    /// An IPC event's handle, exported or imported (src/event/ipc.rs).
     ipc: Option<IpcSide>,
     /// Where custream last recorded it: the stream's handle, and the record's place in
     /// custream's order of records (0: never, or in a capture). Two atomics, not a lock, on
@@ -138,7 +138,7 @@ impl Event {
     }
 
     /// Hold the event open for a launch that may outlive its caller (src/host/queue_depth.rs).
-    fn keep(kept: &mut Keep, this: &Bound<'_, Event>) -> bool {
+    pub(super) fn keep(kept: &mut Keep, this: &Bound<'_, Event>) -> bool {
         fn end(py: Python<'_>, obj: &Bound<'_, PyAny>) {
             if let Ok(e) = obj.cast::<Event>() {
                 lifecycle::end_kept_use(&e.get().event, py);
@@ -449,60 +449,6 @@ impl DriverObject for OwnedEvent {
     fn view_u64(view: EventHandle) -> u64 {
         view.as_u64()
     }
-}
-
-/// Make later work on `stream` wait for `event`.
-pub fn wait_event(stream: StreamObject<'_>, this: &Bound<'_, Event>) -> PyResult<()> {
-    let (py, event) = (this.py(), this.get());
-    event.use_event(py, "wait()", |ev| {
-        if let Some(side) = event.imported() {
-            gil::brief(py, || side.before_wait(ev, "wait()"))?;
-        }
-        stream.use_handle_py(py, "wait()", |h| {
-            queue_depth::run(
-                py,
-                stream,
-                h,
-                Gil::Brief,
-                |kept| Event::keep(kept, this),
-                move || driver::stream_wait_event(h, ev),
-            )
-        })
-    })?;
-    event.waited_on_by(stream.handle_value());
-    Ok(())
-}
-
-/// Make later work on `stream` wait for the work queued so far on `upstream`.
-pub fn wait_stream(py: Python<'_>, stream: StreamObject<'_>, upstream: StreamObject<'_>) -> PyResult<()> {
-    lifecycle::ensure_usable(&stream, "wait()")?;
-    if upstream.is_closed() {
-        return Err(PyValueError::new_err("wait() was given a closed custream.Stream"));
-    }
-    if upstream.handle_value() == stream.handle_value() && !stream.is_default() {
-        return Ok(()); // a stream's work is already in its own order
-    }
-    let event = Bound::new(py, Event::for_stream(py, upstream)?)?;
-    let waited = Event::record_on(&event, upstream, "wait()").and_then(|()| wait_event(stream, &event));
-    let closed = event.get().close(py);
-    waited.and(closed)
-}
-
-/// Record `event` on `stream`, or a new event in the stream's context if None.
-pub fn record<'py>(
-    py: Python<'py>,
-    stream: StreamObject<'_>,
-    event: Option<Bound<'py, Event>>,
-) -> PyResult<Bound<'py, Event>> {
-    let event = match event {
-        Some(e) => e,
-        None => {
-            lifecycle::ensure_usable(&stream, "record()")?;
-            Bound::new(py, Event::for_stream(py, stream)?)?
-        }
-    };
-    Event::record_on(&event, stream, "record()")?;
-    Ok(event)
 }
 
 /// An event was recorded on `stream`: if the stream captures, where (for refusals of the

@@ -2,7 +2,7 @@
 //! 12.4 and newer) that streams are made in, so the work of those streams runs on those SMs
 //! only. Made by custream (the driver's SM split, then cuGreenCtxCreate) or adopted from
 //! another library with an owner kept alive, under the lifecycle of the other objects
-//! (src/object/lifecycle.rs). Its Python methods are the one `#[pymethods]` block of src/green_type.rs
+//! (src/object/lifecycle.rs). Its Python methods are the one `#[pymethods]` block of src/green/methods.rs
 //! (not here: they make streams, and src/stream.rs, which makes them, uses this module); the
 //! streams made in one are src/stream.rs's. The `green_context=` argument of Stream() and
 //! StreamPool() is here.
@@ -259,7 +259,7 @@ impl GreenContext {
     }
 }
 
-/// What the Python methods read (src/green_type.rs), and the cycle collector's two.
+/// What the Python methods read (src/green/methods.rs), and the cycle collector's two.
 impl GreenContext {
     /// The device the green context's SMs belong to.
     pub fn device(&self) -> i32 {
