@@ -16,7 +16,6 @@ use pyo3::types::{PyCapsule, PyFloat};
 use crate::cpython::boundary::boundary;
 use crate::cpython::interrupt::{timeout_arg, Deadline};
 use crate::cpython::raw_call;
-use crate::current;
 use crate::host;
 use crate::memops;
 use crate::object::layout::{
@@ -28,6 +27,7 @@ use crate::object::memory::{self, StreamObject};
 use crate::object::protocol;
 use crate::pool::StreamPool;
 use crate::stream;
+use crate::stream::current;
 
 /// The table, and what a grown build appends to it (src/object/layout.rs's GROWTH).
 #[repr(C)]

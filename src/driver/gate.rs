@@ -1,7 +1,7 @@
 //! The process's state as custream sees it, in front of every driver call: whether cuInit
 //! ran in this process (not only in a parent before a `fork()`), whether the interpreter is
 //! finalizing, and whether the calling thread runs a host function. Atomics only: no driver
-//! call and no Python here, so every floor may ask.
+//! call and no Python here, so every folder may ask.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};

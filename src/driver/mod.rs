@@ -6,6 +6,15 @@
 //! `GraphExecHandle`, `GreenCtxHandle`), and a `Context`. Nothing here touches Python. Every call starts at `init()`, which refuses
 //! after `fork()` and during finalization (src/driver/gate.rs).
 //!
+//! Beside the calls (`contexts`, `streams`, `capture`, `green`, `ipc`, `memops`) and the
+//! handles (`handles`): `libcuda` finds and opens the driver library and its entry points;
+//! `gate` is the process's state in front of every call (fork, exit, host functions);
+//! `capture_guard` is what a capture is to custream, by handle (the captures begun through
+//! custream and their streams, and the decision to refuse a call a capture forbids or run it
+//! relaxed), asked by streams, events, waits and host functions.
+//!
+//! Uses nothing else of custream's.
+//!
 //! **The handle rule**, which the `unsafe` blocks below rely on: a view names a driver object
 //! that is alive while the view is used. A view is copied out of an owning handle, which its
 //! holder destroys only after the last use (src/object/lifecycle.rs holds every use open, and

@@ -2,10 +2,10 @@
 //! 12.4 and newer) that streams are made in, so the work of those streams runs on those SMs
 //! only. Made by custream (the driver's SM split, then cuGreenCtxCreate) or adopted from
 //! another library with an owner kept alive, under the lifecycle of the other objects
-//! (src/object/lifecycle.rs). Its Python methods are the one `#[pymethods]` block of src/green/methods.rs
-//! (not here: they make streams, and src/stream.rs, which makes them, uses this module); the
-//! streams made in one are src/stream.rs's. The `green_context=` argument of Stream() and
-//! StreamPool() is here.
+//! (src/object/lifecycle.rs). Its Python methods are the one `#[pymethods]` block of
+//! src/green/methods.rs. The streams made in one are made here (`create_stream`, through
+//! `object::make::own`); what a green stream then does is src/stream/methods.rs's. The
+//! `green_context=` argument of Stream() and StreamPool() is here.
 //!
 //! A stream made in a green context holds it open for the stream's life (a use kept open,
 //! `InUse::keep`), and holds the Python object as the stream's owner. So `close()` with such

@@ -1,6 +1,5 @@
 //! The Python face of custream.GreenContext, its one `#[pymethods]` block: arguments parsed,
-//! work delegated to src/green/context.rs (the green context) and src/stream.rs (the streams made in
-//! it).
+//! work delegated to src/green/context.rs (the green context and the streams made in it).
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;

@@ -2,7 +2,7 @@
 //! src/green/context.rs makes it and hands it to `own`),
 //! borrowed (a handle and its owner), and the three default streams; and the registry of the
 //! owned streams alive, which a borrowed stream over one of them learns its context from.
-//! What a Stream then does is src/stream.rs.
+//! What a Stream then does is src/stream/methods.rs.
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;

@@ -49,7 +49,7 @@ use crate::object::layout::{custream_deleter_t, custream_handle_t, CustreamStrea
 /// The Stream type object, made once when the module is initialized and never freed.
 static STREAM_TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(null_mut());
 
-/// Remember the Stream type (src/stream_type.rs made it); it lives for the process.
+/// Remember the Stream type (src/stream/slots.rs made it); it lives for the process.
 pub fn set_stream_type(tp: Bound<'_, PyType>) {
     STREAM_TYPE.store(tp.into_ptr().cast(), Ordering::Release);
 }
@@ -312,7 +312,7 @@ impl<'a> StreamObject<'a> {
 pub unsafe trait KeepsOpen {}
 
 /// A strong reference taken out of a Stream object (its owner), to give back in
-/// src/owner_release.rs's bounded way.
+/// src/stream/owner_release.rs's bounded way.
 pub struct Owned(NonNull<ffi::PyObject>);
 
 impl Owned {

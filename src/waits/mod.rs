@@ -9,7 +9,7 @@
 //! - `notifier_maker`: the thread that makes notifier streams, which the driver may block
 //!   while the GPU is busy.
 //!
-//! Uses `host/` (its thread completes futures), `object/`, `cpython/` and `driver/`.
+//! Uses `host/` (its thread completes futures), `cpython/` and `driver/`.
 
 pub mod for_gpu;
 pub mod notifier_maker;

@@ -131,7 +131,7 @@ static AWAITING: AtomicUsize = AtomicUsize::new(0);
 const LOOK: Duration = Duration::from_millis(2);
 
 /// For a thread's wait (src/waits/for_gpu.rs, `StreamWait`): an idle notifier of `ctx`, or, when there
-/// is none, one the maker thread makes while the caller waits in `deadline`'s slices (signal
+/// is none, one the maker thread makes while the caller waits in `interrupt::wait`'s slices (signal
 /// handlers run, a timeout holds; the driver may block making a stream for as long as the
 /// GPU is busy, and that wait no signal ends), asking `done` every `LOOK` meanwhile: None
 /// when the work ended first.

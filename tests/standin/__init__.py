@@ -26,7 +26,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 def entry_points():
     """Every entry point custream resolves, read from src/driver/libcuda.rs (skip without it)."""
-    src = HERE.parent.parent / "src" / "libcuda.rs"
+    src = HERE.parent.parent / "src" / "driver" / "libcuda.rs"
     if not src.is_file():
         pytest.skip("needs the crate's sources (src/driver/libcuda.rs) next to the tests")
     tables = re.findall(r"entry_points!\(\w+ \{(.*?)\}\);", src.read_text(), re.S)

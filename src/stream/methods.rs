@@ -1,7 +1,7 @@
 //! What a Stream does: used (every driver call on its handle holds it open and checks its
 //! context), closed and released once. How one is made is src/object/make.rs. Its memory is
 //! `CustreamStream` from pxd/custream.h, reached only through src/object/memory.rs's
-//! `StreamObject`; src/stream_type.rs gives it its Python face.
+//! `StreamObject`; src/stream/slots.rs gives it its Python face.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -23,7 +23,7 @@ use crate::object::layout::{
 use crate::object::lifecycle::{self, Managed};
 use crate::object::make::{owned_streams, DEFAULT_NAMES};
 use crate::object::memory::StreamObject;
-use crate::owner_release;
+use crate::stream::owner_release;
 use crate::waits::{self, StreamWait};
 
 /// The proof `StreamObject::owner` takes from `Managed::release`: the one release, with no

@@ -17,7 +17,6 @@ use crate::cpython::args::{bool_arg, device_arg, i32_arg, short_repr, Signature}
 use crate::cpython::boundary::{boundary, no_unwind};
 use crate::cpython::interrupt::{timeout_arg, Deadline};
 use crate::cpython::raw_call::{Fastcall, TupleDict};
-use crate::current;
 use crate::driver::capture_guard;
 use crate::driver::CaptureMode;
 use crate::event::{self, Event};
@@ -29,6 +28,7 @@ use crate::object::layout::{CustreamStream, STREAM_SIZE};
 use crate::object::make::{self, Parts};
 use crate::object::memory::{self, entry, StreamObject};
 use crate::object::protocol::{self, handle_from_int};
+use crate::stream::current;
 use crate::stream::{self, closed_error};
 
 const DOC: &CStr = c"Stream(*, device=None, non_blocking=True, priority=0, green_context=None)
