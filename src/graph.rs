@@ -1,6 +1,6 @@
-//! `custream.Graph`: the executable graph a capture ends in (what a capture is to custream
-//! is src/driver/capture_guard.rs's), launched or uploaded on any stream. Its Python methods are the one
-//! `#[pymethods]` block here. (A Stream's capture methods are in src/stream/slots.rs.)
+//! `custream.Graph`: the executable graph a capture ends in (what a capture is to custream is
+//! src/driver/capture_guard.rs's), launched or uploaded on any stream. Its Python methods are
+//! the one `#[pymethods]` block here. (A Stream's capture methods are in src/stream/slots.rs.)
 
 use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyType};

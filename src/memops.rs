@@ -5,15 +5,15 @@
 //! `cuStreamWaitValue*_v2`): the building block of a semaphore in memory another process or
 //! device shares. Both become graph nodes in a capture, as the driver makes them.
 //!
-//! Arguments are checked before any driver call: the width (32 or 64), the value's range,
-//! the condition's name, and the address (an int, an object with `__cuda_array_interface__`,
-//! or a DLPack producer, whose device pointer is read from its capsule without importing any
-//! library: alignment, size, read-only arrays, managed memory, devices other than CUDA's). Then the driver is
-//! asked what it knows of the address (`cuPointerGetAttributes`: memory it does not know, or
-//! host memory not mapped for the GPU, is refused before anything is queued; mapped host
-//! memory is given to the GPU at its device address), and whether the device supports what
-//! was asked (64-bit words, `NOR`, `flush`; a `CudaError` with `CUDA_ERROR_NOT_SUPPORTED`
-//! naming the attribute where not).
+//! Arguments are checked before any driver call: the width (32 or 64), the value's range, the
+//! condition's name, and the address (an int, an object with `__cuda_array_interface__`, or a
+//! DLPack producer, whose device pointer is read from its capsule without importing any
+//! library: alignment, size, read-only arrays, managed memory, devices other than CUDA's). Then
+//! the driver is asked what it knows of the address (`cuPointerGetAttributes`: memory it does
+//! not know, or host memory not mapped for the GPU, is refused before anything is queued;
+//! mapped host memory is given to the GPU at its device address), and whether the device
+//! supports what was asked (64-bit words, `NOR`, `flush`; a `CudaError` with
+//! `CUDA_ERROR_NOT_SUPPORTED` naming the attribute where not).
 
 use std::ffi::c_void;
 

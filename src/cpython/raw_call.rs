@@ -214,7 +214,8 @@ pub unsafe fn function_o<R>(
     arg: *mut ffi::PyObject,
     f: impl for<'a> FnOnce(Python<'a>, Option<Borrowed<'a, 'a, PyAny>>) -> R,
 ) -> R {
-    // SAFETY: the caller's contract: the thread is attached and `arg` is NULL or alive for the call.
+    // SAFETY: the caller's contract: the thread is attached and `arg` is NULL or alive for the
+    // call.
     let (py, arg) = unsafe {
         let py = Python::assume_attached();
         (py, Borrowed::from_ptr_or_opt(py, arg))

@@ -272,9 +272,10 @@ pub fn stream_hand_off(h: StreamHandle, ready: u64, done: u64) -> Result<()> {
         wait_value_op(done, 1),
         write_value_op(done, 0),
     ];
-    // SAFETY: three initialized operations that outlive the call (the driver copies them);
-    // the GPU touches both words later, and the caller keeps them mapped (src/host/semaphores.rs never
-    // unmaps a page). A stale `h` is the caller's to rule out, as for every call on a stream.
+    // SAFETY: three initialized operations that outlive the call (the driver copies them); the
+    // GPU touches both words later, and the caller keeps them mapped (src/host/semaphores.rs
+    // never unmaps a page). A stale `h` is the caller's to rule out, as for every call on a
+    // stream.
     check(unsafe { (api.cuStreamBatchMemOp_v2)(h.0, ops.len() as c_uint, ops.as_mut_ptr(), 0) })
 }
 

@@ -116,7 +116,8 @@ entry_points!(Api {
     cuEventSynchronize(CUevent);
     cuEventQuery(CUevent);
     cuEventElapsedTime(*mut f32, CUevent, CUevent);
-    // Host functions and graph capture (src/host/functions.rs, src/graph.rs); all CUDA 11.4 or older.
+    // Host functions and graph capture (src/host/functions.rs, src/graph.rs); all CUDA 11.4 or
+    // older.
     cuLaunchHostFunc(CUstream, CUhostFn, *mut c_void);
     cuStreamBeginCapture_v2(CUstream, cu::CUstreamCaptureMode);
     cuStreamEndCapture(CUstream, *mut CUgraph);

@@ -3,8 +3,9 @@
 //! A driver object crosses this boundary only as a typed handle: an owning one (`OwnedStream`,
 //! `OwnedEvent`, `OwnedGraph`, `OwnedGraphExec`, `OwnedGreenCtx`: not `Copy`, destroyed by
 //! consuming it) or a `Copy` view for calls (`StreamHandle`, `EventHandle`, `GraphHandle`,
-//! `GraphExecHandle`, `GreenCtxHandle`), and a `Context`. Nothing here touches Python. Every call starts at `init()`, which refuses
-//! after `fork()` and during finalization (src/driver/gate.rs).
+//! `GraphExecHandle`, `GreenCtxHandle`), and a `Context`. Nothing here touches Python. Every
+//! call starts at `init()`, which refuses after `fork()` and during finalization
+//! (src/driver/gate.rs).
 //!
 //! Beside the calls (`contexts`, `streams`, `capture`, `green`, `ipc`, `memops`) and the
 //! handles (`handles`): `libcuda` finds and opens the driver library and its entry points;

@@ -1,7 +1,7 @@
 //! custream.Event: a CUDA event for ordering work across streams and for timing, living
 //! under the same lifecycle as a Stream (src/object/lifecycle.rs). An ordinary pyclass: nothing
 //! outside Python needs its layout. Its Python methods are the one `#[pymethods]` block here.
-//! A Stream's `record()` and `wait()` are here too: they are what events are for.
+//! A Stream's `record()` and `wait()`, what events are for, are src/event/stream_methods.rs.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};

@@ -237,10 +237,11 @@ pub fn launch(
             }
         };
         let (ready_word, done_word) = (ready.device_address(), call.flag.device_address());
-        // Without the GIL: the driver call can wait for room in the stream's queue. The call
-        // is handed to custream's thread here too, so that a thread parked at exit (src/cpython/gil.rs)
-        // never leaves the stream waiting for a call nobody watches. The launch may outlive
-        // this caller (src/host/queue_depth.rs): a failed one leaves its call to custream's thread.
+        // Without the GIL: the driver call can wait for room in the stream's queue. The call is
+        // handed to custream's thread here too, so that a thread parked at exit
+        // (src/cpython/gil.rs) never leaves the stream waiting for a call nobody watches. The
+        // launch may outlive this caller (src/host/queue_depth.rs): a failed one leaves its
+        // call to custream's thread.
         queue_depth::run(
             py,
             stream,

@@ -3,26 +3,27 @@
 //!
 //! The driver holds a stream's pending work in a queue of fixed size; a launch (a record, a
 //! wait, a host function, a graph, a memory operation) made while it is full waits inside the
-//! driver until the GPU retires the oldest entries, which takes as long as the work at the
-//! head runs. No signal ends that wait, and Python runs a signal's handler only once the main
-//! thread is back from the driver. So custream keeps an estimate of how deep a stream's queue
-//! is, and on the main thread a launch into a deep one is handed to a thread of custream's own
-//! (a *launcher*) while the caller waits for it in slices (src/cpython/interrupt.rs), running signal
-//! handlers between them: a handler's exception ends the wait, and the launch goes on
+//! driver until the GPU retires the oldest entries, which takes as long as the work at the head
+//! runs. No signal ends that wait, and Python runs a signal's handler only once the main thread
+//! is back from the driver. So custream keeps an estimate of how deep a stream's queue is, and
+//! on the main thread a launch into a deep one is handed to a thread of custream's own (a
+//! *launcher*) while the caller waits for it in slices (src/cpython/interrupt.rs), running
+//! signal handlers between them: a handler's exception ends the wait, and the launch goes on
 //! without its caller, as the launch a handler interrupts after it returned would.
 //!
-//! The estimate: each launch counts itself in the stream's `reserved` word (src/object/memory.rs's `launches`),
-//! and every `CHECKPOINT` launches custream records a *probe*, an event of its own, on the
-//! stream. At a checkpoint whose last probe is done, fewer than `CHECKPOINT` launches were
-//! pending when it completed, so fewer than `2 * CHECKPOINT` are until the next checkpoint:
-//! far from the queue's size, and launches go straight to the driver (one atomic load and
-//! store beside the driver call). A probe still pending makes the stream deep: from then on
-//! every launch looks at the probe again, and on the main thread goes through a launcher
-//! until the probe is done. What other libraries launch on the stream is not counted; custream
-//! sees it only through its probes. No probe is recorded or asked about while the stream
-//! captures (the capture has no queue, and the probe would be a node of its graph) or while a
-//! capture of custream's is open anywhere, and each driver call for a probe runs with the
-//! thread's capture mode relaxed, so that a capture another library runs is never broken.
+//! The estimate: each launch counts itself in the stream's `reserved` word
+//! (src/object/memory.rs's `launches`), and every `CHECKPOINT` launches custream records a
+//! *probe*, an event of its own, on the stream. At a checkpoint whose last probe is done, fewer
+//! than `CHECKPOINT` launches were pending when it completed, so fewer than `2 * CHECKPOINT`
+//! are until the next checkpoint: far from the queue's size, and launches go straight to the
+//! driver (one atomic load and store beside the driver call). A probe still pending makes the
+//! stream deep: from then on every launch looks at the probe again, and on the main thread goes
+//! through a launcher until the probe is done. What other libraries launch on the stream is not
+//! counted; custream sees it only through its probes. No probe is recorded or asked about while
+//! the stream captures (the capture has no queue, and the probe would be a node of its graph)
+//! or while a capture of custream's is open anywhere, and each driver call for a probe runs
+//! with the thread's capture mode relaxed, so that a capture another library runs is never
+//! broken.
 //!
 //! A launch that outlives its caller keeps what it uses: a reference to each object and a use
 //! of its lifecycle (src/object/lifecycle.rs), so a close() meanwhile takes effect when the launch

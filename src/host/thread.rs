@@ -1,16 +1,16 @@
 //! custream's host-function thread: where Python host functions run, so that no thread of
 //! the driver's ever waits for the GIL.
 //!
-//! The driver runs host functions on a thread of its own while it holds locks that other
-//! driver calls take; a trampoline that waited there for the GIL deadlocked against any
-//! thread that held the GIL inside such a call (CuPy and PyTorch launch with it held; cuda.core
-//! withdrew its host callbacks for this). This thread runs the calls instead, attached to the
-//! interpreter, and the stream waits on a flag (src/host/semaphores.rs) that the call raises when it
-//! is done. A call queued on a stream is watched for: the GPU raises its "ready" flag once
-//! the work before it is done, and this thread polls for that (no host function of the
+//! The driver runs host functions on a thread of its own while it holds locks that other driver
+//! calls take; a trampoline that waited there for the GIL deadlocked against any thread that
+//! held the GIL inside such a call (CuPy and PyTorch launch with it held; cuda.core withdrew
+//! its host callbacks for this). This thread runs the calls instead, attached to the
+//! interpreter, and the stream waits on a flag (src/host/semaphores.rs) that the call raises
+//! when it is done. A call queued on a stream is watched for: the GPU raises its "ready" flag
+//! once the work before it is done, and this thread polls for that (no host function of the
 //! driver's is involved, whose thread would hold back the rest of the stream: a round trip
-//! costs a third of one). A host node of a graph posts its call here from the driver's
-//! thread, which returns at once.
+//! costs a third of one). A host node of a graph posts its call here from the driver's thread,
+//! which returns at once.
 //!
 //! Polling: the thread spins for `SPIN` after its last call, for a flag or for the next post;
 //! then it naps, from `FIRST_NAP` doubling to `LAST_NAP`, while a watched call is not ready

@@ -1,6 +1,6 @@
 //! The releases a host function asked for: no CUDA call may be made on a host function's
-//! thread, so a release there (`Home::release`, src/object/home_context.rs) is queued, and the next release
-//! or `run_deferred` outside one makes it.
+//! thread, so a release there (`Home::release`, src/object/home_context.rs) is queued, and the
+//! next release or `run_deferred` outside one makes it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};

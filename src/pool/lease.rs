@@ -562,7 +562,8 @@ fn exit_method(lease: &Bound<'_, Lease>, args: Option<Fastcall<'_, '_>>) -> *mut
     })
 }
 
-/// Add `__enter__` and `__exit__` to the Lease type (the module's init, through src/pool/stream_pool.rs).
+/// Add `__enter__` and `__exit__` to the Lease type (the module's init, through
+/// src/pool/stream_pool.rs).
 pub fn install(tp: &Bound<'_, PyType>) -> PyResult<()> {
     raw_call::add_fastcall(
         tp,

@@ -298,9 +298,9 @@ impl StreamObject<'_> {
         self.use_handle_attached(py, what, driver::stream_query)
     }
 
-    /// Run `f`, a `what` (synchronize, query) on the handle, unless it would break a
-    /// capture: refused with an error naming the capture, or run with the thread's capture
-    /// mode relaxed while a custream capture is open elsewhere (src/driver/capture_guard.rs). Out of line:
+    /// Run `f`, a `what` (synchronize, query) on the handle, unless it would break a capture:
+    /// refused with an error naming the capture, or run with the thread's capture mode relaxed
+    /// while a custream capture is open elsewhere (src/driver/capture_guard.rs). Out of line:
     /// the callers' fast paths stay as they were, behind `capture_guard::checks_needed`.
     #[cold]
     #[inline(never)]

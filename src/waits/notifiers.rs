@@ -1,5 +1,5 @@
-//! Notifier streams: how an armed wait learns, without a thread of its own and without
-//! Python on the driver's thread, that the GPU reached its event (src/waits/for_gpu.rs composes them).
+//! Notifier streams: how an armed wait learns, without a thread of its own and without Python
+//! on the driver's thread, that the GPU reached its event (src/waits/for_gpu.rs composes them).
 //!
 //! A notifier is a stream of custream's (from a pool per context, kept for the process) that
 //! waits on the awaited event and then runs `ring`, a C host function, on the driver's
@@ -130,11 +130,11 @@ static AWAITING: AtomicUsize = AtomicUsize::new(0);
 /// Longest a thread waiting for a notifier goes without asking whether its work ended.
 const LOOK: Duration = Duration::from_millis(2);
 
-/// For a thread's wait (src/waits/for_gpu.rs, `StreamWait`): an idle notifier of `ctx`, or, when there
-/// is none, one the maker thread makes while the caller waits in `interrupt::wait`'s slices (signal
-/// handlers run, a timeout holds; the driver may block making a stream for as long as the
-/// GPU is busy, and that wait no signal ends), asking `done` every `LOOK` meanwhile: None
-/// when the work ended first.
+/// For a thread's wait (src/waits/for_gpu.rs, `StreamWait`): an idle notifier of `ctx`, or,
+/// when there is none, one the maker thread makes while the caller waits in `interrupt::wait`'s
+/// slices (signal handlers run, a timeout holds; the driver may block making a stream for as
+/// long as the GPU is busy, and that wait no signal ends), asking `done` every `LOOK`
+/// meanwhile: None when the work ended first.
 pub fn take_within(
     py: Python<'_>,
     ctx: Context,
