@@ -17,6 +17,7 @@ MANIFESTS = ("Cargo.toml", "pyo3-custream/Cargo.toml", "tests/rust_ext/Cargo.tom
 PAGES = {
     "README.md": 1,
     "docs/building.md": 2,
+    "docs/index.md": 1,
     "docs/rust.md": 2,
     "pyo3-custream/README.md": 1,
     "pyo3-custream/docs/version-policy.md": 1,
