@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     # A typing-only name (no object at run time): any object with __cuda_stream__, as the
     # signatures of C++ functions taking custream::stream_ref name their argument.
     from custream._custream import CudaStreamProducer as CudaStreamProducer
-del TYPE_CHECKING
 
 __all__ = [
     "ABI_VERSION",
