@@ -319,7 +319,7 @@ fn address_int_error(v: &Bound<'_, PyAny>, fname: &str) -> PyErr {
 /// Whether `address` is a GPU address (not 0) aligned for a `width` operation.
 #[inline]
 fn aligned(address: u64, width: Width) -> bool {
-    address != 0 && address % width.bytes() == 0
+    address != 0 && address.is_multiple_of(width.bytes())
 }
 
 #[inline]

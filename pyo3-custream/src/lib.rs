@@ -36,7 +36,7 @@ mod stream;
 mod stream_ref;
 
 #[cfg(feature = "cudarc")]
-pub use cudarc_interop::from_cudarc;
+pub use cudarc_interop::{from_cudarc, with_cudarc};
 pub use handover::{share, to_python};
 pub use stream::{current_stream, Stream, WaitOp};
 pub use stream_ref::StreamRef;
