@@ -1,6 +1,8 @@
-"""Shared by the thread tests on the CPU and the GPU: run a function on many threads at once."""
+"""Shared by the thread tests on the CPU and the GPU: run a function on many threads at
+once, and wait for a condition another thread (or the stand-in driver) brings about."""
 
 import threading
+import time
 
 THREADS = 16
 
@@ -24,3 +26,12 @@ def run_threads(target, n=THREADS):
     for t in threads:
         t.join()
     assert not errors, errors[:5]
+
+
+def wait_until(condition, what, timeout=10.0):
+    """Return once ``condition()`` is true; fail naming ``what`` if it is not within
+    ``timeout`` seconds. The test waits for the thing itself, not for a guess at its time."""
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, f"not within {timeout} s: {what}"
+        time.sleep(0.001)  # a poll's interval

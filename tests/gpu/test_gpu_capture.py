@@ -22,7 +22,7 @@ import pytest
 
 import custream
 from custream import Stream
-from custream_capture_checks import check_call_lifetime
+from _host_function_checks import check_call_lifetime
 from custream_gpu_helpers import KERNELS, SPIN_CYCLES, handle_of, peer, try_import
 
 pytestmark = pytest.mark.gpu

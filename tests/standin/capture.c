@@ -82,7 +82,7 @@ static long done_tickets, issued_tickets;
 static int worker_started;
 static Stream *capturing[64], *joined[64];
 static __thread int thread_mode;  /* CU_STREAM_CAPTURE_MODE_GLOBAL */
-static int exchanges, invalidations, destroyed, destroyed_in_host_fn;
+static int exchanges, invalidations, destroyed, destroyed_in_host_fn, module_loads;
 static pthread_t worker_thread;
 static char fake_context;
 static Stream legacy;
@@ -620,11 +620,14 @@ void fake_kernel(void *h, int ms) {
  * context does. */
 void fake_module_load(void) {
     pthread_rwlock_wrlock(&ctx_lock);
+    __atomic_add_fetch(&module_loads, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&mu);
     while (head != tail) pthread_cond_wait(&cv, &mu);
     pthread_mutex_unlock(&mu);
     pthread_rwlock_unlock(&ctx_lock);
 }
+/* How many module loads took the context lock: a test waits for one to hold it. */
+int fake_module_loads(void) { return __atomic_load_n(&module_loads, __ATOMIC_RELAXED); }
 int fake_exchanges(void) { return __atomic_load_n(&exchanges, __ATOMIC_RELAXED); }
 int fake_invalidations(void) { return invalidations; }
 int fake_destroyed(void) { return __atomic_load_n(&destroyed, __ATOMIC_RELAXED); }
