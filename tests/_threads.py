@@ -1,6 +1,9 @@
 """Shared by the thread tests on the CPU and the GPU: run a function on many threads at
 once, and wait for a condition another thread (or the stand-in driver) brings about."""
 
+import dis
+import linecache
+import sys
 import threading
 import time
 
@@ -35,3 +38,14 @@ def wait_until(condition, what, timeout=10.0):
     while not condition():
         assert time.monotonic() < end, f"not within {timeout} s: {what}"
         time.sleep(0.001)  # a poll's interval
+
+
+def blocked_at(thread, text):
+    """Whether ``thread`` is inside the call of a source line holding ``text``: its innermost
+    Python frame is on that line at a call instruction, so the callee runs (a C function that
+    blocks has let the GIL go there). Before the call, or once it returned, it is not."""
+    frame = sys._current_frames().get(thread.ident)
+    if frame is None or text not in linecache.getline(frame.f_code.co_filename, frame.f_lineno):
+        return False
+    here = [i.opname for i in dis.get_instructions(frame.f_code) if i.offset == frame.f_lasti]
+    return bool(here) and here[0].startswith(("CALL", "PRECALL"))
