@@ -68,6 +68,13 @@ def driver():
     return ctypes.CDLL(os.environ["CUSTREAM_LIBCUDA"])
 
 
+@pytest.fixture(scope="session")
+def standin_lib(tmp_path_factory):
+    """The path of tests/standin/libcuda.c built, for a check that runs a fresh interpreter
+    itself (standin.script)."""
+    return standin.build("libcuda.c", tmp_path_factory.mktemp("standin"))
+
+
 @pytest.fixture
 def kernel(driver):
     """``kernel(stream, ms)``: capture.c's stand-in for a kernel, ``ms`` of work queued on the
