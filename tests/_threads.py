@@ -41,11 +41,25 @@ def wait_until(condition, what, timeout=10.0):
 
 
 def blocked_at(thread, text):
-    """Whether ``thread`` is inside the call of a source line holding ``text``: its innermost
-    Python frame is on that line at a call instruction, so the callee runs (a C function that
-    blocks has let the GIL go there). Before the call, or once it returned, it is not."""
+    """Whether ``thread`` is inside the call of a source line holding ``text`` (a line of one
+    call): its innermost Python frame is on that line at the call instruction, so the callee
+    runs (a C function that blocks has let the GIL go there). Before the call it is not."""
     frame = sys._current_frames().get(thread.ident)
     if frame is None or text not in linecache.getline(frame.f_code.co_filename, frame.f_lineno):
         return False
     here = [i.opname for i in dis.get_instructions(frame.f_code) if i.offset == frame.f_lasti]
     return bool(here) and here[0].startswith(("CALL", "PRECALL"))
+
+
+def signal_when_blocked(thread, text, sig):
+    """Send ``sig`` to this process once ``thread`` is inside the call on the line holding
+    ``text`` (``blocked_at``): a Ctrl-C that comes while a wait waits, not before it."""
+    import os
+
+    def send():
+        wait_until(lambda: blocked_at(thread, text), f"a call on the line holding {text!r} waits")
+        os.kill(os.getpid(), sig)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    return sender
