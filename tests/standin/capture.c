@@ -112,6 +112,9 @@ static int wait_met(const Item *it) {
 /* Host functions pending, the bound on them (fake_host_funcs) and the most there were since
  * it was set (fake_host_func_peak). */
 static int hostfn_limit, hostfn_pending, hostfn_waiters, hostfn_peak;
+/* Whether the worker waits on a value now (a wait_value not met when it came due). */
+static int value_waits;
+int fake_value_waits(void) { return __atomic_load_n(&value_waits, __ATOMIC_RELAXED); }
 
 static void *worker(void *arg) {
     (void)arg;
@@ -126,7 +129,11 @@ static void *worker(void *arg) {
             it.fn(it.user);
             pthread_mutex_unlock(&host_lock);
         }
-        if (it.wait) while (!wait_met(&it)) usleep(20);
+        if (it.wait && !wait_met(&it)) {
+            __atomic_add_fetch(&value_waits, 1, __ATOMIC_RELAXED);
+            while (!wait_met(&it)) usleep(20);
+            __atomic_sub_fetch(&value_waits, 1, __ATOMIC_RELAXED);
+        }
         if (it.write && it.wide) __atomic_store_n((volatile uint64_t *)it.write, it.value64, __ATOMIC_RELEASE);
         else if (it.write) __atomic_store_n(it.write, it.value, __ATOMIC_RELEASE);
         pthread_mutex_lock(&mu);
