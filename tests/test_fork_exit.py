@@ -272,19 +272,18 @@ RETURNS = [0]
 
 def after_custream_hook():
     before = RETURNS[0]
-    time.sleep(0.5)
+    time.sleep(0.5)  # time is the point: a thread let back into Python would return meanwhile
     print("returned from the driver after custream's hook:", RETURNS[0] - before)
 
 {hook}
 import custream
 from custream import Stream
-ctypes.CDLL(os.environ["CUSTREAM_LIBCUDA"]).standin_slow_synchronize(200)
-inside = threading.Event()
+lib = ctypes.CDLL(os.environ["CUSTREAM_LIBCUDA"])
+lib.standin_slow_synchronize(200)
 
 def busy():
     s = Stream(device=0)
     while True:
-        inside.set()
         try:
             s.synchronize()
         except custream.CudaError as e:
@@ -295,11 +294,15 @@ class SlowToGo:  # a cycle, collected by the last collection, after finalization
     def __init__(self):
         self.sleep, self.me = time.sleep, self
     def __del__(self):
-        self.sleep(0.5)  # lets the GIL go: CPython ends a thread waiting for it then
+        # Lets the GIL go, long enough (time is the point) for the thread to come back from
+        # the driver: CPython ends a thread waiting for it then.
+        self.sleep(0.5)
 
 threading.Thread(target=busy, daemon=True).start()
-inside.wait()
-time.sleep(0.05)  # the thread is inside cuStreamSynchronize, the GIL let go
+end = time.monotonic() + 10
+while not lib.standin_in_synchronize():  # the thread is inside cuStreamSynchronize, the GIL let go
+    assert time.monotonic() < end, "the thread never reached cuStreamSynchronize"
+    time.sleep(0.001)  # a poll's interval
 gc.disable()
 SlowToGo()
 {extra}
