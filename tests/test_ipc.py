@@ -7,8 +7,8 @@ is refused before the driver is asked.
 Against the stand-in driver (tests/standin/libcuda.c, which models CUDA's IPC event calls
 and device UUIDs): exporting, importing (the device found again by UUID), pickling an IPC
 event to its handle across spawn and forkserver processes, fork refused, closing an import
-leaving the exporter's event alone, and an exporter that exits while the importer waits.
-tests/gpu/test_gpu_ipc.py checks the same against the real driver.
+leaving the exporter's event alone, and an exporter that exits while the importer waits (the
+tests marked STANDIN, each in a pytest process of its own). tests/gpu/test_gpu_ipc.py checks the same against the real driver.
 """
 
 import os
@@ -22,7 +22,9 @@ import pytest
 import custream
 from custream import Event, IpcEventHandle
 from _platform import emulated
-from standin import run, standin_lib  # noqa: F401  (a fixture)
+
+# In a pytest process of its own against tests/standin/libcuda.c (tests/conftest.py).
+STANDIN = pytest.mark.standin("libcuda.c")
 
 
 # Child processes of multiprocessing (spawn and forkserver start sys.executable with
@@ -82,172 +84,148 @@ def test_the_handle_of_an_exporter_that_exited_is_refused_before_the_driver():
 # ---- against the stand-in driver -------------------------------------------------------------
 
 
-def test_export_import_and_close(standin_lib):
-    out = run(standin_lib, """
-import pickle
-e = custream.Event(ipc=True)
-h = e.ipc_handle()
-assert e.ipc and not e.timing and repr(e).endswith("device=0 ipc>"), repr(e)
-assert h.pid == os.getpid() and h.device == 0 and len(h.handle) == 64 and h == e.ipc_handle()
-# The event pickles to its handle: unpickling opens it (here in the exporter itself, which
-# the stand-in allows; the GPU test says what the driver does).
-imported = pickle.loads(pickle.dumps(e))
-assert imported.ipc and "ipc imported" in repr(imported) and imported.ipc_handle() == h
-assert standin.standin_imported_events() == 1 and standin.standin_live_events() == 2
-s = custream.Stream()
-s.wait(imported)
-imported.record(s)
-assert imported.query() is True
-imported.synchronize()
-imported.close()
-assert standin.standin_imported_events() == 0
-assert standin.standin_live_events() == 1, "the import's close left the exporter's event"
-e.record(s)
-e.synchronize()
-# A plain event still refuses pickling, with the message it always had, and has no handle.
-plain = custream.Event()
-assert not plain.ipc
-try:
-    pickle.dumps(plain)
-except TypeError as err:
-    assert str(err) == "cannot pickle Event: a CUDA event belongs to one process", err
-else:
-    raise AssertionError("pickled")
-try:
-    plain.ipc_handle()
-except ValueError as err:
-    assert "needs an event made with Event(ipc=True)" in str(err)
-else:
-    raise AssertionError("a handle")
-e.close()
-print("ok")
-""")
-    assert out.strip() == "ok"
+@STANDIN
+def test_export_import_and_close(driver):
+    e = custream.Event(ipc=True)
+    h = e.ipc_handle()
+    assert e.ipc and not e.timing and repr(e).endswith("device=0 ipc>"), repr(e)
+    assert h.pid == os.getpid() and h.device == 0 and len(h.handle) == 64 and h == e.ipc_handle()
+    # The event pickles to its handle: unpickling opens it (here in the exporter itself, which
+    # the stand-in allows; the GPU test says what the driver does).
+    imported = pickle.loads(pickle.dumps(e))
+    assert imported.ipc and "ipc imported" in repr(imported) and imported.ipc_handle() == h
+    assert driver.standin_imported_events() == 1 and driver.standin_live_events() == 2
+    s = custream.Stream()
+    s.wait(imported)
+    imported.record(s)
+    assert imported.query() is True
+    imported.synchronize()
+    imported.close()
+    assert driver.standin_imported_events() == 0
+    assert driver.standin_live_events() == 1, "the import's close left the exporter's event"
+    e.record(s)
+    e.synchronize()
+    # A plain event still refuses pickling, with the message it always had, and has no handle.
+    plain = custream.Event()
+    assert not plain.ipc
+    with pytest.raises(TypeError) as err:
+        pickle.dumps(plain)
+    assert str(err.value) == "cannot pickle Event: a CUDA event belongs to one process"
+    with pytest.raises(ValueError, match=r"needs an event made with Event\(ipc=True\)"):
+        plain.ipc_handle()
+    e.close()
 
 
-def test_the_events_imported_from_one_exporter_share_one_watch_on_it(standin_lib):
+@STANDIN
+def test_the_events_imported_from_one_exporter_share_one_watch_on_it():
     """An importer watches an exporter through a pidfd (its exit is then one poll away); the
     events it opens from one exporter share it, so that many imports hold one descriptor."""
-    out = run(standin_lib, """
-e = custream.Event(ipc=True)
-h = e.ipc_handle()
-fds = lambda: len(os.listdir("/proc/self/fd"))
-before = fds()
-imports = [custream.Event.from_ipc_handle(h) for _ in range(50)]
-assert fds() == before + 1, (before, fds())
-for i in imports:
-    i.close()
-del imports, i
-assert fds() == before, "the watch went with the last import"
-again = custream.Event.from_ipc_handle(h)
-assert fds() == before + 1
-again.close()
-e.close()
-print("ok")
-""")
-    assert out.strip() == "ok"
+    e = custream.Event(ipc=True)
+    h = e.ipc_handle()
+
+    def fds():
+        return len(os.listdir("/proc/self/fd"))
+
+    before = fds()
+    imports = [custream.Event.from_ipc_handle(h) for _ in range(50)]
+    assert fds() == before + 1, (before, fds())
+    for i in imports:
+        i.close()
+    del imports, i
+    assert fds() == before, "the watch went with the last import"
+    again = custream.Event.from_ipc_handle(h)
+    assert fds() == before + 1
+    again.close()
+    e.close()
 
 
-def test_the_importer_finds_the_device_by_uuid(standin_lib):
-    run(standin_lib, """
-os.environ["STANDIN_DEVICES"] = "2"
-e = custream.Event(ipc=True, device=1)
-raw = bytearray(bytes(e.ipc_handle()))
-# Device 1 here is device 1 in the handle: imported there.
-assert custream.Event.from_ipc_handle(e.ipc_handle()).device == 1
-# A device this process does not see (another CUDA_VISIBLE_DEVICES) is named, not guessed.
-raw[8 + 64 + 8 + 15] = 7
-try:
-    custream.Event.from_ipc_handle(custream.IpcEventHandle.from_bytes(bytes(raw)))
-except custream.CudaError as err:
-    assert err.name == "CUDA_ERROR_INVALID_DEVICE" and "is not visible in this process" in str(err), err
-else:
-    raise AssertionError("opened")
-""")
+@pytest.mark.standin("libcuda.c", env={"STANDIN_DEVICES": "2"})
+def test_the_importer_finds_the_device_by_uuid():
+    e = custream.Event(ipc=True, device=1)
+    raw = bytearray(bytes(e.ipc_handle()))
+    # Device 1 here is device 1 in the handle: imported there.
+    assert custream.Event.from_ipc_handle(e.ipc_handle()).device == 1
+    # A device this process does not see (another CUDA_VISIBLE_DEVICES) is named, not guessed.
+    raw[8 + 64 + 8 + 15] = 7
+    with pytest.raises(custream.CudaError, match="is not visible in this process") as err:
+        custream.Event.from_ipc_handle(custream.IpcEventHandle.from_bytes(bytes(raw)))
+    assert err.value.name == "CUDA_ERROR_INVALID_DEVICE"
 
 
+@STANDIN
 @processes
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
-def test_an_ipc_event_crosses_spawn_and_forkserver_processes(standin_lib, method):
-    out = run(standin_lib, f"""
-import multiprocessing as mp
-import _ipc_workers
-ctx = mp.get_context({method!r})
-e = custream.Event(ipc=True)
-parent, child = ctx.Pipe()
-p = ctx.Process(target=_ipc_workers.importer, args=(child,))
-p.start()
-parent.send(e)          # pickled to its handle
-text, ipc, done, pid = parent.recv()
-p.join(30)
-assert p.exitcode == 0 and ipc and done and pid == os.getpid(), (text, p.exitcode)
-assert "ipc imported" in text, text
-print("ok")
-""")
-    assert out.strip() == "ok"
+def test_an_ipc_event_crosses_spawn_and_forkserver_processes(method):
+    import multiprocessing as mp
+
+    import _ipc_workers
+
+    ctx = mp.get_context(method)
+    e = custream.Event(ipc=True)
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=_ipc_workers.importer, args=(child,))
+    p.start()
+    parent.send(e)          # pickled to its handle
+    text, ipc, done, pid = parent.recv()
+    p.join(30)
+    assert p.exitcode == 0 and ipc and done and pid == os.getpid(), (text, p.exitcode)
+    assert "ipc imported" in text, text
 
 
+@STANDIN
 @processes
-def test_fork_is_refused_as_for_other_objects(standin_lib):
-    run(standin_lib, """
-e = custream.Event(ipc=True)
-h = e.ipc_handle()
-r, w = os.pipe()
-pid = os.fork()
-if pid == 0:
-    msgs = []
-    for call in (e.query, lambda: custream.Event.from_ipc_handle(h)):
-        try:
+def test_fork_is_refused_as_for_other_objects():
+    e = custream.Event(ipc=True)
+    h = e.ipc_handle()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        msgs = []
+        for call in (e.query, lambda: custream.Event.from_ipc_handle(h)):
+            try:
+                call()
+            except custream.CudaError as err:
+                msgs.append("spawn" in str(err))
+        os.write(w, repr(msgs).encode())
+        os._exit(0)
+    os.close(w)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(r, 100) == b"[True, True]" and status == 0
+
+
+@STANDIN
+@processes
+def test_the_exporter_exiting_is_a_clear_error_never_a_hang(driver, monkeypatch):
+    import multiprocessing as mp
+    import time
+
+    import _ipc_workers
+
+    ctx = mp.get_context("spawn")
+    # 1. The exporter exits before the importer opens the handle.
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=_ipc_workers.exporter, args=(child, False))
+    p.start()
+    h = parent.recv()
+    p.join(30)
+    with pytest.raises(custream.CudaError, match=f"\\(pid {h.pid}\\) has exited") as err:
+        custream.Event.from_ipc_handle(h)
+    assert err.value.name == "CUDA_ERROR_INVALID_HANDLE"
+    # 2. It exits while the importer waits on work it recorded that never completes.
+    monkeypatch.setenv("STANDIN_IMPORTED_PENDING", "1")
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=_ipc_workers.exporter, args=(child, True))
+    p.start()
+    ev = custream.Event.from_ipc_handle(parent.recv())
+    assert ev.query() is False, "pending while the exporter runs"
+    parent.send("exit")
+    p.join(30)
+    s = custream.Stream()
+    for name, call in [("query", ev.query), ("synchronize", ev.synchronize), ("wait", lambda: s.wait(ev))]:
+        start = time.monotonic()
+        with pytest.raises(custream.CudaError, match="has exited") as err:
             call()
-        except custream.CudaError as err:
-            msgs.append("spawn" in str(err))
-    os.write(w, repr(msgs).encode())
-    os._exit(0)
-os.close(w)
-_, status = os.waitpid(pid, 0)
-assert os.read(r, 100) == b"[True, True]" and status == 0
-""")
-
-
-@processes
-def test_the_exporter_exiting_is_a_clear_error_never_a_hang(standin_lib):
-    out = run(standin_lib, """
-import multiprocessing as mp, time
-import _ipc_workers
-ctx = mp.get_context("spawn")
-# 1. The exporter exits before the importer opens the handle.
-parent, child = ctx.Pipe()
-p = ctx.Process(target=_ipc_workers.exporter, args=(child, False))
-p.start()
-h = parent.recv()
-p.join(30)
-try:
-    custream.Event.from_ipc_handle(h)
-except custream.CudaError as err:
-    assert err.name == "CUDA_ERROR_INVALID_HANDLE" and f"(pid {h.pid}) has exited" in str(err), err
-else:
-    raise AssertionError("opened")
-# 2. It exits while the importer waits on work it recorded that never completes.
-os.environ["STANDIN_IMPORTED_PENDING"] = "1"
-parent, child = ctx.Pipe()
-p = ctx.Process(target=_ipc_workers.exporter, args=(child, True))
-p.start()
-ev = custream.Event.from_ipc_handle(parent.recv())
-assert ev.query() is False, "pending while the exporter runs"
-parent.send("exit")
-p.join(30)
-s = custream.Stream()
-for name, call in [("query", ev.query), ("synchronize", ev.synchronize), ("wait", lambda: s.wait(ev))]:
-    start = time.monotonic()
-    try:
-        call()
-    except custream.CudaError as err:
-        assert err.name == "CUDA_ERROR_INVALID_HANDLE" and "has exited" in str(err), err
-    else:
-        raise AssertionError(name)
-    assert time.monotonic() - start < 1, name
-ev.close()
-assert standin.standin_imported_events() == 0
-print("ok")
-""")
-    assert out.strip() == "ok"
+        assert err.value.name == "CUDA_ERROR_INVALID_HANDLE", name
+        assert time.monotonic() - start < 1, name
+    ev.close()
+    assert driver.standin_imported_events() == 0
