@@ -1,8 +1,9 @@
 """pyo3-custream, the Rust face (docs/rust.md), through its test extension tests/rust_ext
 (`custream_rust_ext`, built by scripts/build-rust-ext.sh): every item of the crate from
 Python, on the CPU. Streams are wrapped made-up handles (no driver call), or owned streams of
-the stand-in libcuda (tests/standin) in a subprocess; fork, interpreter exit and a missing or
-incompatible custream run in subprocesses too.
+the stand-in libcuda (tests/standin), each such test in a pytest process of its own
+(tests/conftest.py); fork, interpreter exit and a missing or incompatible custream run in
+fresh interpreters.
 
 An installed extension is used (CI installs the wheel scripts/build-rust-ext.sh builds);
 otherwise the first test builds it with cargo and maturin (tests/_rust_ext.py), and without
@@ -32,7 +33,6 @@ import custream
 from custream import Stream
 
 import _capi_ctypes
-import standin
 from _rust_ext import load_ext
 from producers import Producer, Raising, protocol_oracle
 
@@ -232,67 +232,40 @@ def test_synchronize_timeout_reaches_custream(rx):
         rx.synchronize_timeout(s)
 
 
-def test_synchronize_and_close_on_the_standin_driver(standin_lib):
-    load_ext()
-    standin.run(standin_lib, """
-        import custream_rust_ext as rx
-        s = custream.Stream()
-        assert standin.standin_live_streams() == 1 and s.owned
-        rx.synchronize(s)  # the C API's synchronize: the GIL let go while it waits
-        assert rx.info(s) == (s.handle, 0, False)  # an owned stream knows its device
-        w = custream.Stream.from_handle(s.handle)
-        assert rx.info(w)[1] is None  # not learnt yet
-        assert rx.id_and_device(w) == (s.id, 0)  # Stream::id and resolve_device: the C API's
-        assert rx.info(w)[1] == 0
-        w.close()
-        assert rx.close(s) is True and s.closed
-        assert standin.standin_live_streams() == 0  # Stream::close destroyed it, once
-        try:
-            rx.id_and_device(s)
-        except ValueError as e:
-            assert "id on a closed custream.Stream" in str(e), e
-        else:
-            raise AssertionError("id of a closed stream")
-        try:
-            rx.synchronize(s)
-        except ValueError as e:
-            assert "closed" in str(e), e
-        else:
-            raise AssertionError("synchronize on a closed stream")
-    """)
+# The extension is built (or found) by the `rx` fixture in the test's own process, once: a
+# build's time is the timeout's.
+@pytest.mark.standin("libcuda.c", timeout=600)
+def test_synchronize_and_close_on_the_standin_driver(rx, driver):
+    s = custream.Stream()
+    assert driver.standin_live_streams() == 1 and s.owned
+    rx.synchronize(s)  # the C API's synchronize: the GIL let go while it waits
+    assert rx.info(s) == (s.handle, 0, False)  # an owned stream knows its device
+    w = custream.Stream.from_handle(s.handle)
+    assert rx.info(w)[1] is None  # not learnt yet
+    assert rx.id_and_device(w) == (s.id, 0)  # Stream::id and resolve_device: the C API's
+    assert rx.info(w)[1] == 0
+    w.close()
+    assert rx.close(s) is True and s.closed
+    assert driver.standin_live_streams() == 0  # Stream::close destroyed it, once
+    with pytest.raises(ValueError, match="id on a closed custream.Stream"):
+        rx.id_and_device(s)
+    with pytest.raises(ValueError, match="closed"):
+        rx.synchronize(s)
 
 
-@pytest.fixture(scope="module")
-def capture_lib(tmp_path_factory):
-    return standin.build("capture.c", tmp_path_factory.mktemp("rust-memops"))
-
-
-def test_stream_memory_operations_go_through_the_c_api(capture_lib):
-    load_ext()
-    standin.run(capture_lib, """
-        import custream_rust_ext as rx
-        standin.fake_mem_alloc.restype, standin.fake_mem_alloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-        mem = standin.fake_mem_alloc(16)
-        words = (ctypes.c_uint32 * 4).from_address(mem)
-        s = custream.Stream()
-        rx.wait_value(s, mem, 0, 32, "eq")
-        rx.write_value(s, mem + 8, 2**40, 64)
-        s.synchronize()
-        assert ctypes.c_uint64.from_address(mem + 8).value == 2**40
-        for call, match in [
-            (lambda: rx.write_value(s, mem, 1, 16), "Custream_WriteValue() width must be 32 or 64, got 16"),
-            (lambda: rx.wait_value(s, mem + 4, 1, 64, "geq"), "not aligned to 8 bytes"),
-        ]:
-            try:
-                call()
-            except ValueError as e:
-                assert match in str(e), e
-            else:
-                raise AssertionError(match)
-    """)
-
-
-standin_lib = standin.standin_lib  # the session fixture, for the test above
+@pytest.mark.standin("capture.c", timeout=600)
+def test_stream_memory_operations_go_through_the_c_api(rx, driver):
+    driver.fake_mem_alloc.restype, driver.fake_mem_alloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    mem = driver.fake_mem_alloc(16)
+    s = custream.Stream()
+    rx.wait_value(s, mem, 0, 32, "eq")
+    rx.write_value(s, mem + 8, 2**40, 64)
+    s.synchronize()
+    assert ctypes.c_uint64.from_address(mem + 8).value == 2**40
+    with pytest.raises(ValueError, match=r"Custream_WriteValue\(\) width must be 32 or 64, got 16"):
+        rx.write_value(s, mem, 1, 16)
+    with pytest.raises(ValueError, match="not aligned to 8 bytes"):
+        rx.wait_value(s, mem + 4, 1, 64, "geq")
 
 
 # ---- to_python, share -------------------------------------------------------------------------
@@ -618,7 +591,7 @@ def test_the_rust_guide_is_the_crates_own_docs():
     text = GUIDE.read_text()
     assert "{include}" not in text and "crate::" not in text and "docs.rs" not in text
     commands = "\n".join(code for info, code in FENCE.findall(text) if info == "bash")
-    assert "pip install ../custream" in commands and "pip install custream" not in commands, "not on PyPI yet"
+    assert "pip install ../custream" in commands, "the recipe installs custream from its clone"
 
 
 def test_the_rust_guides_recipe_builds_and_runs(tmp_path):
