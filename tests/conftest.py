@@ -1,5 +1,6 @@
 """The ``standin`` marker: a test run against a stand-in libcuda (tests/standin/), in a
-pytest process of its own.
+pytest process of its own; and ``isolated``: a test in a pytest process of its own with no
+stand-in (one whose crash must fail only itself).
 
 custream opens libcuda once, when it is imported, from ``CUSTREAM_LIBCUDA`` if set; this
 process has no driver. A test marked ``@pytest.mark.standin("capture.c")`` is an ordinary
@@ -14,7 +15,8 @@ The marker takes the model (a file in tests/standin/), then C compiler flags, an
 standin.build), ``env`` (more environment for the child) and ``timeout`` (seconds, 60 by
 default). Past the timeout the child dumps every thread's stack and exits (faulthandler), so
 a hang fails instead of hanging the run; a Rust panic or a fatal Python error written to its
-stderr, in a test or at exit, fails the test even where it passed.
+stderr, in a test or at exit, fails the test even where it passed. ``isolated`` takes
+``timeout`` and ``env`` too.
 """
 
 import ctypes
@@ -44,6 +46,11 @@ def pytest_configure(config):
         "markers",
         "standin(model, *cflags, omit=(), also=(), env={}, timeout=60): run in a fresh pytest "
         "process against the stand-in libcuda built from tests/standin/<model> (tests/conftest.py)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "isolated(env={}, timeout=60): run in a pytest process of its own, so that a crash fails only "
+        "this test (tests/conftest.py)",
     )
     if IN_CHILD:
         _child_config.append(config)
@@ -87,7 +94,7 @@ if IN_CHILD:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(item, nextitem):
-        marker = item.get_closest_marker("standin")
+        marker = _marker(item)
         timeout = marker.kwargs.get("timeout", 60) if marker else 60
         end = time.monotonic() + timeout
 
@@ -121,6 +128,11 @@ if IN_CHILD:
 # ---- in this process ---------------------------------------------------------------------------
 
 
+def _marker(item):
+    """The item's ``standin`` or ``isolated`` marker, or None."""
+    return item.get_closest_marker("standin") or item.get_closest_marker("isolated")
+
+
 def _library(config, marker):
     """The stand-in the marker names, built once per session."""
     model, *flags = marker.args or ("libcuda.c",)
@@ -145,7 +157,7 @@ def _run_child(item, marker):
     config = item.config
     timeout = marker.kwargs.get("timeout", 60)
     try:
-        lib = _library(config, marker)
+        lib = _library(config, marker) if marker.name == "standin" else None
     except pytest.skip.Exception as e:
         return [_report(item, "setup", "skipped", (str(item.path), item.location[1], f"Skipped: {e.msg}"))]
     except Exception as e:  # noqa: BLE001 - the build's failure is the test's
@@ -153,7 +165,9 @@ def _run_child(item, marker):
     with tempfile.TemporaryDirectory(prefix="custream-standin-run-") as folder:
         reports_file = os.path.join(folder, "reports.jsonl")
         env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
-        env.update(marker.kwargs.get("env", {}), CUSTREAM_LIBCUDA=str(lib), **{REPORTS: reports_file})
+        env.update(marker.kwargs.get("env", {}), **{REPORTS: reports_file})
+        if lib is not None:
+            env["CUSTREAM_LIBCUDA"] = str(lib)
         cmd = [sys.executable, "-m", "pytest", item.nodeid, "-q", "-p", "no:cacheprovider",
                "-p", "no:hypothesispytest", "--rootdir", str(config.rootpath)]
         if config.inipath:
@@ -216,7 +230,7 @@ if not IN_CHILD:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(item, nextitem):
-        marker = item.get_closest_marker("standin")
+        marker = _marker(item)
         if marker is None:
             return None
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
