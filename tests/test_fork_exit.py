@@ -17,7 +17,6 @@ import pytest
 import custream
 from custream import Stream, as_stream
 
-import standin
 from _capi_ctypes import DeleterCounter
 
 HAS_DRIVER = custream.is_available()
@@ -309,8 +308,7 @@ SlowToGo()
 """
 
 
-def exit_with_a_thread_in_the_driver(tmp_path, extra, hook=""):
-    lib = standin.build("libcuda.c", tmp_path)
+def exit_with_a_thread_in_the_driver(lib, extra, hook=""):
     code = IN_DRIVER_AT_EXIT.format(tests=TESTS, extra=extra, hook=hook)
     env = dict(os.environ, CUSTREAM_LIBCUDA=str(lib))
     proc = subprocess.run([sys.executable, "-X", "dev", "-c", code], capture_output=True, text=True, env=env,
@@ -320,12 +318,12 @@ def exit_with_a_thread_in_the_driver(tmp_path, extra, hook=""):
 
 
 @pytest.mark.parametrize("extra", ["", "sys.exit(0)", "raise SystemExit(0)"])
-def test_exit_while_a_thread_is_inside_the_driver(extra, tmp_path):
-    assert exit_with_a_thread_in_the_driver(tmp_path, extra) == ""
+def test_exit_while_a_thread_is_inside_the_driver(extra, standin_lib):
+    assert exit_with_a_thread_in_the_driver(standin_lib, extra) == ""
 
 
-def test_a_thread_back_from_the_driver_after_the_atexit_hook_is_parked(tmp_path):
+def test_a_thread_back_from_the_driver_after_the_atexit_hook_is_parked(standin_lib):
     # Registered before custream's import, this hook runs after custream's: from then on the
     # thread comes back from the driver into Python no more.
-    out = exit_with_a_thread_in_the_driver(tmp_path, "", hook="atexit.register(after_custream_hook)")
+    out = exit_with_a_thread_in_the_driver(standin_lib, "", hook="atexit.register(after_custream_hook)")
     assert out == "returned from the driver after custream's hook: 0\n"

@@ -56,11 +56,6 @@ def build(model, folder, *flags, omit=(), also=()):
     return compile_library(source + "\n/* entry points not modelled */\n" + stubs, folder / "libcuda.so.1", *flags)
 
 
-@pytest.fixture(scope="session")
-def standin_lib(tmp_path_factory):
-    return build("libcuda.c", tmp_path_factory.mktemp("standin"))
-
-
 PRELUDE = f"""
 import ctypes, faulthandler, os, sys
 def _watch():
@@ -89,8 +84,3 @@ def script(lib, code, timeout=60, check_exit=True):
     if check_exit:
         assert out.returncode == 0, out.stdout + out.stderr
     return out
-
-
-def run(lib, code):
-    """`script`'s stdout (a test body not yet moved into its file as code)."""
-    return script(lib, code).stdout
