@@ -1,6 +1,7 @@
 /*
  * capture.c: a stand-in libcuda.so.1 for the CPU tests of host functions and capture
- * (tests/test_capture.py). It runs no GPU work: it models what custream's side of the
+ * (tests/test_host_functions.py, tests/test_graph.py; waits and memory operations too). It
+ * runs no GPU work: it models what custream's side of the
  * contract depends on, so the trampolines, the exit and fork paths and the capture guards
  * are exercised on a machine without a GPU. The GPU tests (tests/gpu/test_gpu_capture.py)
  * check the same behaviour against the real driver.
@@ -21,7 +22,7 @@
  * - The worker holds a lock of the driver's while it runs a host function, and query,
  *   record, capture status, launches and capture calls take that lock: as a real driver's
  *   locks do, this deadlocks a host function that waits for the GIL against a thread that
- *   holds the GIL in one of those calls (tests/test_capture.py runs that lock order).
+ *   holds the GIL in one of those calls (tests/test_host_functions.py runs that lock order).
  * - A context lock, held for writing by a stand-in module load until the queue is empty (a
  *   load that synchronizes the context, as CUDA's lazy loading may), and taken for reading by
  *   record and wait: a record made with the GIL held while a Python host function is queued

@@ -1,8 +1,10 @@
-"""IPC events without a GPU.
+"""custream.Event without a GPU: made, recorded, waited on and closed against the stand-in
+driver, and IPC events.
 
-In this process: the arguments, the handle as data (bytes, pickling, equality), and the
+In this process: the IPC arguments, the handle as data (bytes, pickling, equality), and the
 lifetime rule's first half, which needs no driver: the handle of an exporter that has exited
-is refused before the driver is asked.
+is refused before the driver is asked. (Bad Event() arguments are in test_bad_input.py's
+table, waits on events in test_waits.py, events in a capture in test_graph.py.)
 
 Against the stand-in driver (tests/standin/libcuda.c, which models CUDA's IPC event calls
 and device UUIDs): exporting, importing (the device found again by UUID), pickling an IPC
@@ -82,6 +84,42 @@ def test_the_handle_of_an_exporter_that_exited_is_refused_before_the_driver():
 
 
 # ---- against the stand-in driver -------------------------------------------------------------
+
+
+@STANDIN
+def test_an_event_is_made_recorded_and_closed_once(driver):
+    s = custream.Stream()
+    before = driver.standin_live_events()
+    e = Event()
+    assert driver.standin_live_events() == before + 1
+    assert e.device == 0 and not e.timing and not e.ipc and not e.closed and e.handle
+    assert e.record(s) is None
+    assert e.query() is True
+    e.synchronize()
+    s.wait(e)
+    e.close()
+    e.close()  # idempotent
+    assert e.closed and driver.standin_live_events() == before
+    for call in (lambda: e.record(s), e.query, e.synchronize, lambda: s.wait(e), lambda: e.handle):
+        with pytest.raises(ValueError, match="closed custream.Event"):
+            call()
+    # Stream.record() makes one; `with` closes it.
+    with s.record() as made:
+        assert type(made) is Event and driver.standin_live_events() == before + 1
+    assert made.closed and driver.standin_live_events() == before
+
+
+@STANDIN
+def test_a_dropped_event_is_destroyed(driver):
+    import gc
+
+    before = driver.standin_live_events()
+    events = [Event(timing=i % 2 == 0) for i in range(10)]
+    assert driver.standin_live_events() == before + 10
+    assert [e.timing for e in events[:2]] == [True, False]
+    del events
+    gc.collect()
+    assert driver.standin_live_events() == before
 
 
 @STANDIN
