@@ -295,7 +295,7 @@ class SlowToGo:  # a cycle, collected by the last collection, after finalization
     def __del__(self):
         # Lets the GIL go, long enough (time is the point) for the thread to come back from
         # the driver: CPython ends a thread waiting for it then.
-        self.sleep(0.5)
+        self.sleep(0.5)  # time under test (above)
 
 threading.Thread(target=busy, daemon=True).start()
 end = time.monotonic() + 10

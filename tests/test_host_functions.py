@@ -288,7 +288,7 @@ s = Stream()
 started = threading.Event()
 def slow():
     started.set()
-    time.sleep(0.3)
+    time.sleep(0.3)  # time under test: still running when the exit begins
     open({str(mark)!r}, "w").write("done")
 s.launch_host_func(slow)
 assert started.wait(10), "the host function never started"

@@ -66,7 +66,7 @@ def ticker(every):
 
     async def tick():
         while True:
-            await asyncio.sleep(every)
+            await asyncio.sleep(every)  # time under test: the loop turns
             count[0] += 1
 
     return count, asyncio.create_task(tick())
@@ -262,7 +262,7 @@ def test_ctrl_c_ends_a_launch_that_waits_for_room_in_a_full_queue(fake, kernel):
     ticks, end = 0, time.monotonic() + 0.3
     while time.monotonic() < end:
         ticks += 1
-        time.sleep(0.005)
+        time.sleep(0.005)  # time under test: this thread ticks meanwhile
     assert ticks > 20, ticks
     assert fake.fake_room_waiters() == 1 and t.is_alive()
     fake.fake_queue_limit(0)
