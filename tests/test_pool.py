@@ -15,10 +15,13 @@ import time
 import pytest
 
 import custream
-from _threads import wait_until
+from _threads import blocked_at, wait_until
 
 # In a pytest process of its own against tests/standin/libcuda.c (tests/conftest.py).
 STANDIN = pytest.mark.standin("libcuda.c")
+# The comment that marks the line of the lease a Ctrl-C is sent into (blocked_at): named here,
+# so that no other line holds the text.
+INTERRUPTED = "# interrupted"
 
 
 @pytest.mark.parametrize(
@@ -344,17 +347,11 @@ def test_a_waiting_lease_gets_the_stream_given_back():
 
         th = threading.Thread(target=waiter)
         th.start()
-        wait_until(lambda: th_blocked(th), "the second lease waits for the only stream")
+        wait_until(lambda: blocked_at(th, "pool.lease(timeout=30)"), "the second lease waits for the only stream")
         order.append("giving back")
     th.join(30)
     assert order == ["giving back", ("got", True)], order
     pool.close()
-
-
-def th_blocked(th):
-    from _threads import blocked_at
-
-    return blocked_at(th, "pool.lease(timeout=30)")
 
 
 @STANDIN
@@ -368,12 +365,12 @@ def test_ctrl_c_ends_a_waiting_lease():
     held = pool.lease()
     main = threading.main_thread()
     # Ctrl-C once this thread waits in lease() (not before it: it would end something else).
-    interrupter = threading.Thread(
-        target=lambda: (wait_until(lambda: blocked_at_lease(main), "lease() waits"), _thread.interrupt_main()))
+    interrupter = threading.Thread(target=lambda: (
+        wait_until(lambda: blocked_at(main, INTERRUPTED), "lease() waits"), _thread.interrupt_main()))
     interrupter.start()
     start = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        pool.lease()  # the lease the interrupter waits for
+        pool.lease()  # interrupted
     took = time.monotonic() - start
     interrupter.join()
     assert took < 5, took
@@ -381,12 +378,6 @@ def test_ctrl_c_ends_a_waiting_lease():
     with pool.lease(timeout=0):  # nothing was claimed by the interrupted wait
         pass
     pool.close()
-
-
-def blocked_at_lease(th):
-    from _threads import blocked_at
-
-    return blocked_at(th, "pool.lease()  # the lease the interrupter waits for")
 
 
 @STANDIN
@@ -405,7 +396,7 @@ def test_closing_refuses_leases_at_once_and_closes_streams_after_the_last(driver
 
     th = threading.Thread(target=waiter)
     th.start()
-    wait_until(lambda: th_blocked(th), "a lease waits for the only stream of priority 0")
+    wait_until(lambda: blocked_at(th, "pool.lease(timeout=30)"), "a lease waits for the only stream of priority 0")
     pool.close()
     th.join(30)
     assert errors == ["lease() on a closed custream.StreamPool"], errors  # woken with an error

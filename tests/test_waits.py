@@ -32,6 +32,9 @@ from custream import Event, Stream
 CAPTURE = pytest.mark.standin("capture.c")
 STICKY = pytest.mark.standin("libcuda.c")
 MAIN = threading.main_thread()
+# The comments that mark the line of a call a signal is sent into (signal_when_blocked): named
+# here, so that no other line (the one that starts the sender) holds the text.
+INTERRUPTED, FAULTED = "# interrupted", "# faulted"
 
 
 def pending_waits():
@@ -155,7 +158,7 @@ def test_ctrl_c_ends_a_wait_the_driver_would_not_end(fake, kernel):
     ]:
         kernel(s, 1200)
         wait = make_wait()
-        sender = signal_when_blocked(MAIN, "wait()  # interrupted", sig)
+        sender = signal_when_blocked(MAIN, INTERRUPTED, sig)
         t = time.monotonic()
         with pytest.raises(exc):
             wait()  # interrupted
@@ -219,7 +222,7 @@ def test_ctrl_c_ends_a_launch_that_waits_for_room_in_a_full_queue(fake, kernel):
         ("write_value", functools.partial(s.write_value, word, 7), sigint),
         ("synchronize", s.synchronize, sigint),
     ]:
-        sender = signal_when_blocked(MAIN, "launch()  # interrupted", sig)
+        sender = signal_when_blocked(MAIN, INTERRUPTED, sig)
         t = time.monotonic()
         with pytest.raises(exc):
             launch()  # interrupted
@@ -372,7 +375,7 @@ def test_a_threads_wait_keeps_its_deadline_while_the_driver_blocks_making_a_stre
     with pytest.raises(TimeoutError, match="synchronize"):
         s.synchronize(timeout=0.1)
     assert time.monotonic() - t < 0.15, time.monotonic() - t
-    sender = signal_when_blocked(MAIN, "s.synchronize()  # interrupted", signal.SIGINT)
+    sender = signal_when_blocked(MAIN, INTERRUPTED, signal.SIGINT)
     t = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         s.synchronize()  # interrupted
@@ -540,7 +543,7 @@ def test_the_c_api_waits_with_a_timeout(fake, kernel):
         api.synchronize_timeout(s, 0.05)
     assert api.synchronize_timeout(s, math.inf) == 0 and s.query()
     kernel(s, 1200)
-    sender = signal_when_blocked(MAIN, "api.synchronize(s)  # interrupted", signal.SIGINT)
+    sender = signal_when_blocked(MAIN, INTERRUPTED, signal.SIGINT)
     t = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         api.synchronize(s)  # interrupted
@@ -559,7 +562,7 @@ def test_a_fault_ends_pending_waits_with_the_drivers_error(driver):
     e = s.record()
     # The fault comes while the event's wait waits; the stream's wait then finds it.
     faulter = threading.Thread(target=lambda: (
-        wait_until(lambda: blocked_at(MAIN, "wait()  # faulted"), "the wait waits"), driver.standin_sticky(700)))
+        wait_until(lambda: blocked_at(MAIN, FAULTED), "the wait waits"), driver.standin_sticky(700)))
     faulter.start()
     for wait in (e.synchronize, functools.partial(s.synchronize, timeout=5)):
         with pytest.raises(custream.CudaError) as err:
