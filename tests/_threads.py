@@ -51,13 +51,15 @@ def blocked_at(thread, text):
     return bool(here) and here[0].startswith(("CALL", "PRECALL"))
 
 
-def signal_when_blocked(thread, text, sig):
+def signal_when_blocked(thread, text, sig, also=lambda: True, what=""):
     """Send ``sig`` to this process once ``thread`` is inside the call on the line holding
-    ``text`` (``blocked_at``): a Ctrl-C that comes while a wait waits, not before it."""
+    ``text`` (``blocked_at``) and ``also()`` holds (``what`` says what it waits for): a
+    Ctrl-C that comes while a wait waits, not before it."""
     import os
 
     def send():
-        wait_until(lambda: blocked_at(thread, text), f"a call on the line holding {text!r} waits")
+        wait_until(lambda: blocked_at(thread, text) and also(),
+                   f"a call on the line holding {text!r} waits{what}")
         os.kill(os.getpid(), sig)
 
     sender = threading.Thread(target=send, daemon=True)

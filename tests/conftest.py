@@ -28,9 +28,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
+from pathlib import Path
 
 import pytest
-from _pytest.reports import TestReport
 
 import standin
 
@@ -142,14 +143,12 @@ def _library(config, marker):
     if key not in libs:
         folder = tempfile.mkdtemp(prefix="custream-standin-")
         config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
-        from pathlib import Path
-
         libs[key] = standin.build(model, Path(folder), *flags, omit=omit, also=also)
     return libs[key]
 
 
 def _report(item, when, outcome, longrepr):
-    return TestReport(item.nodeid, item.location, {}, outcome, longrepr, when, sections=[])
+    return pytest.TestReport(item.nodeid, item.location, {}, outcome, longrepr, when, sections=[])
 
 
 def _run_child(item, marker):
@@ -237,12 +236,11 @@ if not IN_CHILD:
         for report in _run_child(item, marker):
             item.ihook.pytest_runtest_logreport(report=report)
         # Nothing was set up here for this test; what earlier tests set up and the next one
-        # does not share is torn down as after any test.
+        # does not share is torn down as after any test (pytest's own runtestprotocol does
+        # this through the session's SetupState, which has no public name).
         try:
             item.session._setupstate.teardown_exact(nextitem)
         except Exception:  # noqa: BLE001 - reported as this item's teardown error
-            import traceback
-
             item.ihook.pytest_runtest_logreport(report=_report(item, "teardown", "failed", traceback.format_exc()))
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True

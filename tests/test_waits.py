@@ -85,7 +85,10 @@ def fake(driver):
     driver.fake_mem_alloc.argtypes = [ctypes.c_size_t]
     driver.fake_host_func_waiters.restype = ctypes.c_int
     driver.fake_host_func_peak.restype = ctypes.c_int
-    return driver
+    yield driver
+    driver.fake_queue_limit(0)  # a launch left waiting for room by a failed test ends too
+    driver.fake_host_funcs(0)
+    driver.fake_busy_stream_create(0)
 
 
 class Stop(Exception):
@@ -222,7 +225,10 @@ def test_ctrl_c_ends_a_launch_that_waits_for_room_in_a_full_queue(fake, kernel):
         ("write_value", functools.partial(s.write_value, word, 7), sigint),
         ("synchronize", s.synchronize, sigint),
     ]:
-        sender = signal_when_blocked(MAIN, INTERRUPTED, sig)
+        # The signal comes once the launch waits in the driver for room (the stand-in counts
+        # it), the main thread waiting for it.
+        sender = signal_when_blocked(MAIN, INTERRUPTED, sig, also=lambda: fake.fake_room_waiters() == abandoned + 1,
+                                     what=f", its {name} waiting for room")
         t = time.monotonic()
         with pytest.raises(exc):
             launch()  # interrupted
@@ -232,8 +238,7 @@ def test_ctrl_c_ends_a_launch_that_waits_for_room_in_a_full_queue(fake, kernel):
         # Well before the kernel's end (the GPU test holds the 100 ms; here emulated aarch64
         # runs too).
         assert took < 0.9, (name, took)
-        # The launcher may still be on its way into the driver.
-        wait_until(lambda: fake.fake_room_waiters() == abandoned, f"{name}: the abandoned launch waits for room")
+        assert fake.fake_room_waiters() == abandoned, f"{name}: the abandoned launch waits for room"
     # Each launch still holds the stream and event open: close() takes effect after them.
     s.close()
     e.close()
