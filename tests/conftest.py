@@ -12,8 +12,9 @@ for its counters and knobs) from the ``driver`` fixture.
 
 The marker takes the model (a file in tests/standin/), then C compiler flags, and as keywords
 ``omit`` and ``also`` (entry points left out of or added to the generated stubs: see
-standin.build), ``env`` (more environment for the child) and ``timeout`` (seconds, 60 by
-default). Past the timeout the child dumps every thread's stack and exits (faulthandler), so
+standin.build), ``source`` (C source compiled as the library instead, with no stubs: a
+driver that exports only what it says), ``env`` (more environment for the child) and
+``timeout`` (seconds, 60 by default). Past the timeout the child dumps every thread's stack and exits (faulthandler), so
 a hang fails instead of hanging the run; a Rust panic or a fatal Python error written to its
 stderr, in a test or at exit, fails the test even where it passed. ``isolated`` takes
 ``timeout`` and ``env`` too.
@@ -45,7 +46,7 @@ BAD_OUTPUT = ("panicked", "Fatal Python error")
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "standin(model, *cflags, omit=(), also=(), env={}, timeout=60): run in a fresh pytest "
+        "standin(model, *cflags, omit=(), also=(), source=None, env={}, timeout=60): run in a fresh pytest "
         "process against the stand-in libcuda built from tests/standin/<model> (tests/conftest.py)",
     )
     config.addinivalue_line(
@@ -135,15 +136,20 @@ def _marker(item):
 
 
 def _library(config, marker):
-    """The stand-in the marker names, built once per session."""
+    """The stand-in the marker names (or the C ``source`` it gives, compiled as it is), built
+    once per session."""
     model, *flags = marker.args or ("libcuda.c",)
     omit, also = tuple(marker.kwargs.get("omit", ())), tuple(marker.kwargs.get("also", ()))
+    source = marker.kwargs.get("source")
     libs = config.stash.setdefault(_libs_key, {})
-    key = (model, tuple(flags), omit, also)
+    key = (model, tuple(flags), omit, also, source)
     if key not in libs:
-        folder = tempfile.mkdtemp(prefix="custream-standin-")
+        folder = Path(tempfile.mkdtemp(prefix="custream-standin-"))
         config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
-        libs[key] = standin.build(model, Path(folder), *flags, omit=omit, also=also)
+        if source is not None:
+            libs[key] = standin.compile_library(source, folder / "libcuda.so.1", *flags)
+        else:
+            libs[key] = standin.build(model, folder, *flags, omit=omit, also=also)
     return libs[key]
 
 
