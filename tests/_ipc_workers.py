@@ -1,4 +1,4 @@
-"""Targets of the processes tests/test_ipc.py starts with multiprocessing (spawn and
+"""Targets of the processes tests/test_event.py starts with multiprocessing (spawn and
 forkserver import them by name, so they live in a module)."""
 
 import custream

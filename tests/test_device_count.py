@@ -5,16 +5,13 @@ library it is 0 too (tests/test_no_driver.py); a driver too old for custream rai
 (tests/test_old_driver.py).
 
 Each stand-in exports only what custream calls before cuInit fails: cuInit answers the
-status in STANDIN_INIT_STATUS.
+status in STANDIN_INIT_STATUS. custream opens the driver at import: each test runs in a pytest
+process of its own with this one as its driver (the standin marker's ``source``).
 """
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
-from standin import compile_library
+
+import custream
 
 FAILING_INIT = r"""
 #include <stdlib.h>
@@ -32,47 +29,26 @@ CUresult cuGetErrorString(CUresult e, const char **s) {
 """
 
 
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory):
-    return compile_library(FAILING_INIT, tmp_path_factory.mktemp("init-fails") / "libcuda.so.1")
+def failing_init(status):
+    """In a pytest process of its own (tests/conftest.py) against FAILING_INIT, whose cuInit
+    answers `status`."""
+    return pytest.mark.standin(source=FAILING_INIT, env={"STANDIN_INIT_STATUS": str(status)})
 
 
-def run_with(driver, status, code):
-    env = dict(os.environ, CUSTREAM_LIBCUDA=str(driver), STANDIN_INIT_STATUS=str(status))
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
-                         timeout=120)
-    assert out.returncode == 0, out.stdout + out.stderr
-    return out.stdout
+@failing_init(100)
+def test_a_driver_that_finds_no_device_counts_zero():
+    assert custream.driver_version() == 13000  # the driver is there
+    assert custream.device_count() == 0
+    assert custream.is_available() is False
+    with pytest.raises(custream.CudaError) as e:
+        custream.Stream()
+    assert e.value.name == "CUDA_ERROR_NO_DEVICE" and e.value.code == 100, e.value
 
 
-def test_a_driver_that_finds_no_device_counts_zero(driver):
-    out = run_with(driver, 100, """
-        import custream
-        assert custream.driver_version() == 13000  # the driver is there
-        assert custream.device_count() == 0
-        assert custream.is_available() is False
-        try:
-            custream.Stream()
-        except custream.CudaError as e:
-            assert e.name == "CUDA_ERROR_NO_DEVICE" and e.code == 100, e
-        else:
-            raise AssertionError("a stream without a device")
-        print("zero")
-    """)
-    assert out.strip() == "zero"
-
-
-@pytest.mark.parametrize("status", [999, 3])  # CUDA_ERROR_UNKNOWN, CUDA_ERROR_NOT_INITIALIZED
-def test_a_driver_that_fails_to_initialize_still_raises(driver, status):
-    out = run_with(driver, status, f"""
-        import custream
-        try:
-            custream.device_count()
-        except custream.CudaError as e:
-            assert e.code == {status}, e
-            print("raised", e.name)
-        else:
-            raise AssertionError("device_count() hid the driver's error")
-        assert custream.is_available() is False
-    """)
-    assert out.strip() == "raised CUDA_ERROR_UNKNOWN"
+# CUDA_ERROR_UNKNOWN, CUDA_ERROR_NOT_INITIALIZED
+@pytest.mark.parametrize("status", [pytest.param(s, marks=failing_init(s)) for s in (999, 3)])
+def test_a_driver_that_fails_to_initialize_still_raises(status):
+    with pytest.raises(custream.CudaError) as e:
+        custream.device_count()  # not hidden as 0
+    assert e.value.code == status and e.value.name == "CUDA_ERROR_UNKNOWN", e.value
+    assert custream.is_available() is False

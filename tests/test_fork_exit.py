@@ -17,7 +17,6 @@ import pytest
 import custream
 from custream import Stream, as_stream
 
-import standin
 from _capi_ctypes import DeleterCounter
 
 HAS_DRIVER = custream.is_available()
@@ -272,19 +271,18 @@ RETURNS = [0]
 
 def after_custream_hook():
     before = RETURNS[0]
-    time.sleep(0.5)
+    time.sleep(0.5)  # time is the point: a thread let back into Python would return meanwhile
     print("returned from the driver after custream's hook:", RETURNS[0] - before)
 
 {hook}
 import custream
 from custream import Stream
-ctypes.CDLL(os.environ["CUSTREAM_LIBCUDA"]).standin_slow_synchronize(200)
-inside = threading.Event()
+lib = ctypes.CDLL(os.environ["CUSTREAM_LIBCUDA"])
+lib.standin_slow_synchronize(200)
 
 def busy():
     s = Stream(device=0)
     while True:
-        inside.set()
         try:
             s.synchronize()
         except custream.CudaError as e:
@@ -295,19 +293,22 @@ class SlowToGo:  # a cycle, collected by the last collection, after finalization
     def __init__(self):
         self.sleep, self.me = time.sleep, self
     def __del__(self):
-        self.sleep(0.5)  # lets the GIL go: CPython ends a thread waiting for it then
+        # Lets the GIL go, long enough (time is the point) for the thread to come back from
+        # the driver: CPython ends a thread waiting for it then.
+        self.sleep(0.5)  # time under test (above)
 
 threading.Thread(target=busy, daemon=True).start()
-inside.wait()
-time.sleep(0.05)  # the thread is inside cuStreamSynchronize, the GIL let go
+end = time.monotonic() + 10
+while not lib.standin_in_synchronize():  # the thread is inside cuStreamSynchronize, the GIL let go
+    assert time.monotonic() < end, "the thread never reached cuStreamSynchronize"
+    time.sleep(0.001)  # a poll's interval
 gc.disable()
 SlowToGo()
 {extra}
 """
 
 
-def exit_with_a_thread_in_the_driver(tmp_path, extra, hook=""):
-    lib = standin.build("libcuda.c", tmp_path)
+def exit_with_a_thread_in_the_driver(lib, extra, hook=""):
     code = IN_DRIVER_AT_EXIT.format(tests=TESTS, extra=extra, hook=hook)
     env = dict(os.environ, CUSTREAM_LIBCUDA=str(lib))
     proc = subprocess.run([sys.executable, "-X", "dev", "-c", code], capture_output=True, text=True, env=env,
@@ -317,12 +318,12 @@ def exit_with_a_thread_in_the_driver(tmp_path, extra, hook=""):
 
 
 @pytest.mark.parametrize("extra", ["", "sys.exit(0)", "raise SystemExit(0)"])
-def test_exit_while_a_thread_is_inside_the_driver(extra, tmp_path):
-    assert exit_with_a_thread_in_the_driver(tmp_path, extra) == ""
+def test_exit_while_a_thread_is_inside_the_driver(extra, standin_lib):
+    assert exit_with_a_thread_in_the_driver(standin_lib, extra) == ""
 
 
-def test_a_thread_back_from_the_driver_after_the_atexit_hook_is_parked(tmp_path):
+def test_a_thread_back_from_the_driver_after_the_atexit_hook_is_parked(standin_lib):
     # Registered before custream's import, this hook runs after custream's: from then on the
     # thread comes back from the driver into Python no more.
-    out = exit_with_a_thread_in_the_driver(tmp_path, "", hook="atexit.register(after_custream_hook)")
+    out = exit_with_a_thread_in_the_driver(standin_lib, "", hook="atexit.register(after_custream_hook)")
     assert out == "returned from the driver after custream's hook: 0\n"

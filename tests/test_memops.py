@@ -7,15 +7,18 @@ Against the stand-in driver (tests/standin/capture.c, whose "GPU" is a thread th
 operations on host memory in stream order): the conditions, both widths, the address read from
 __cuda_array_interface__ and from a DLPack capsule, what the driver says of an address
 (unknown, unmapped host memory, managed memory), the device's support, the C API's entries,
-and capture into a graph. tests/gpu/test_gpu_memops.py checks the same on a real GPU.
+and capture into a graph (the tests marked ``standin``, each in a pytest process of its own,
+tests/conftest.py). tests/gpu/test_gpu_memops.py checks the same on a real GPU.
 """
+
+import ctypes
+import types
 
 import pytest
 
 import custream
-import standin
+from _threads import wait_until
 from custream import Stream
-from standin import standin_lib  # noqa: F401  (a fixture)
 
 HAS_DRIVER = custream.is_available()
 
@@ -111,218 +114,224 @@ def test_good_arguments_reach_the_driver():
 
 # ---- against the stand-in driver -------------------------------------------------------------
 
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory):
-    return standin.build("capture.c", tmp_path_factory.mktemp("memops-libcuda"))
+CAPTURE = pytest.mark.standin("capture.c")
 
 
-PRELUDE = """
-import time
-fake = standin
-fake.fake_mem_alloc.restype = fake.fake_managed_alloc.restype = ctypes.c_void_p
-fake.fake_mem_alloc.argtypes = fake.fake_managed_alloc.argtypes = [ctypes.c_size_t]
-fake.fake_kernel.argtypes = [ctypes.c_void_p, ctypes.c_int]
-mem = fake.fake_mem_alloc(64)
-u32 = (ctypes.c_uint32 * 16).from_address(mem)
-u64 = (ctypes.c_uint64 * 8).from_address(mem)
-from test_memops import CAI
+@pytest.fixture
+def fake(driver):
+    """capture.c, typed, and 64 bytes of its "GPU" memory: ``mem`` (the address), ``u32`` and
+    ``u64`` (views of it)."""
+    for alloc in (driver.fake_mem_alloc, driver.fake_managed_alloc):
+        alloc.restype, alloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    mem = driver.fake_mem_alloc(64)
+    return types.SimpleNamespace(
+        lib=driver, mem=mem, u32=(ctypes.c_uint32 * 16).from_address(mem), u64=(ctypes.c_uint64 * 8).from_address(mem)
+    )
+
+
+def waits_on_its_value(fake, s):
+    """`s`'s wait_value came due and waits (the stand-in's worker spins on it): a later write
+    stays undone, and the stream is busy."""
+    wait_until(lambda: fake.lib.fake_value_waits() == 1, "the stream waits on its value")
+    return not s.query()
+
+
 class DLTensor(ctypes.Structure):
     _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
                 ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
                 ("lanes", ctypes.c_uint16), ("shape", ctypes.POINTER(ctypes.c_int64)),
                 ("strides", ctypes.c_void_p), ("byte_offset", ctypes.c_uint64)]
+
+
 class Managed(ctypes.Structure):
     _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
-new = ctypes.pythonapi.PyCapsule_New
-new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+def capsule(address, name):
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(address, name, None)
+
+
 class Torchish:
-    # A DLPack producer, as torch and CuPy are: a legacy "dltensor" capsule of 2 int64s.
+    """A DLPack producer, as torch and CuPy are: a legacy "dltensor" capsule of 2 int64s."""
+
     calls = []
+
     def __init__(self, ptr, offset=0, device_type=2):
         self.shape = (ctypes.c_int64 * 1)(2)
         self.device_type = device_type
         self.t = Managed(DLTensor(ptr, device_type, 0, 1, 1, 64, 1, self.shape, None, offset))
+
     def __dlpack_device__(self):
         return (self.device_type, 0)
+
     def __dlpack__(self, stream=None):
         self.calls.append(stream)
-        return new(ctypes.addressof(self.t), b"dltensor", None)
-def settle(s):
-    time.sleep(0.02)
-    return s.query()
-"""
+        return capsule(ctypes.addressof(self.t), b"dltensor")
 
 
+@CAPTURE
 def test_the_conditions_and_widths_do_what_cuda_says(fake):
-    standin.run(fake, PRELUDE + """
-s, t = custream.Stream(), custream.Stream()
-s.write_value(mem, 7)
-s.write_value(mem + 8, 2**40 + 5, width=64)
-s.synchronize()
-assert u32[0] == 7 and u64[1] == 2**40 + 5
-# Each condition: the stream waits (a later write stays undone) until the host makes it true.
-for op, value, before, after in [
-    ("geq", 10, 9, 10),              # cyclic: 2**32 - 1 is "before" 0 ...
-    ("geq", 0, 2**32 - 1, 1),        # ... and 1 is after it
-    ("eq", 5, 4, 5),
-    ("and", 0b100, 0b011, 0b110),
-    ("nor", 0b1, 2**32 - 1, 0b10),   # ~(word | 1) != 0 once a bit other than 1 is clear
-]:
-    u32[0], u32[1] = before, 0
-    t.wait_value(mem, value, op=op)
-    t.write_value(mem + 4, 1)
-    assert not settle(t) and u32[1] == 0, op
-    u32[0] = after
+    mem, u32, u64 = fake.mem, fake.u32, fake.u64
+    s, t = custream.Stream(), custream.Stream()
+    s.write_value(mem, 7)
+    s.write_value(mem + 8, 2**40 + 5, width=64)
+    s.synchronize()
+    assert u32[0] == 7 and u64[1] == 2**40 + 5
+    # Each condition: the stream waits (a later write stays undone) until the host makes it true.
+    for op, value, before, after in [
+        ("geq", 10, 9, 10),              # cyclic: 2**32 - 1 is "before" 0 ...
+        ("geq", 0, 2**32 - 1, 1),        # ... and 1 is after it
+        ("eq", 5, 4, 5),
+        ("and", 0b100, 0b011, 0b110),
+        ("nor", 0b1, 2**32 - 1, 0b10),   # ~(word | 1) != 0 once a bit other than 1 is clear
+    ]:
+        u32[0], u32[1] = before, 0
+        t.wait_value(mem, value, op=op)
+        t.write_value(mem + 4, 1)
+        assert waits_on_its_value(fake, t) and u32[1] == 0, op
+        u32[0] = after
+        t.synchronize()
+        assert u32[1] == 1, op
+    u64[1] = 2**63
+    t.wait_value(mem + 8, 2**63 + 1, width=64)   # geq, 64-bit
+    t.write_value(mem + 4, 2)
+    assert waits_on_its_value(fake, t)
+    u64[1] = 2**63 + 1
     t.synchronize()
-    assert u32[1] == 1, op
-u64[1] = 2**63
-t.wait_value(mem + 8, 2**63 + 1, width=64)   # geq, 64-bit
-t.write_value(mem + 4, 2)
-assert not settle(t)
-u64[1] = 2**63 + 1
-t.synchronize()
-assert u32[1] == 2
-""")
+    assert u32[1] == 2
 
 
+@CAPTURE
 def test_the_address_comes_from_an_array_or_a_dlpack_capsule(fake):
-    standin.run(fake, PRELUDE + """
-s = custream.Stream()
-s.write_value(CAI(mem + 16), 11)
-s.write_value(Torchish(mem, 24), 12, width=64)
-s.synchronize()
-assert u32[4] == 11 and u64[3] == 12
-assert Torchish.calls == [-1], "asked for no synchronization"
-""")
+    s = custream.Stream()
+    s.write_value(CAI(fake.mem + 16), 11)
+    s.write_value(Torchish(fake.mem, 24), 12, width=64)
+    s.synchronize()
+    assert fake.u32[4] == 11 and fake.u64[3] == 12
+    assert Torchish.calls == [-1], "asked for no synchronization"
 
 
+@CAPTURE
 def test_memory_the_gpu_cannot_reach_is_refused_before_anything_is_queued(fake):
-    out = standin.run(fake, PRELUDE + """
-s = custream.Stream()
-def refused(call, exc, match):
-    before = fake.fake_memops()
-    try:
-        call()
-    except exc as e:
-        assert match in str(e), e
-        print(type(e).__name__, e.name if hasattr(e, "name") else "")
-    else:
-        raise AssertionError("not refused: " + match)
-    assert fake.fake_memops() == before, "nothing queued"
-plain = (ctypes.c_uint32 * 1024)()
-refused(lambda: s.write_value(ctypes.addressof(plain), 1), ValueError, "is not GPU-accessible: CUDA does not know it")
-pinned = (ctypes.c_uint32 * 1024)()
-fake.cuMemHostRegister_v2(ctypes.c_void_p(ctypes.addressof(pinned)), ctypes.c_size_t(4096), 0)
-refused(lambda: s.wait_value(ctypes.addressof(pinned), 1), ValueError, "page-locked host memory not mapped for the GPU")
-refused(lambda: s.write_value(Torchish(ctypes.addressof(plain), device_type=1), 1), ValueError,
-        "is not GPU-accessible: CUDA does not know it")
-managed = fake.fake_managed_alloc(64)
-refused(lambda: s.write_value(managed, 1), ValueError, "managed memory (cuMemAllocManaged)")
-refused(lambda: s.wait_value(mem, 1, flush=True), custream.CudaError,
-        "wait_value() flush=True is not supported on device 0 (CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES is 0)")
-refused(lambda: s.write_value(mem, 1, flush=True), custream.CudaError,
-        "write_value() flush=True is not supported on device 0 (CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES is 0)")
-# Host memory registered and mapped is the GPU's at its device address.
-mapped = (ctypes.c_uint32 * 1024)()
-fake.cuMemHostRegister_v2(ctypes.c_void_p(ctypes.addressof(mapped)), ctypes.c_size_t(4096), 2)
-s.write_value(ctypes.addressof(mapped) + 8, 5)
-s.write_value(Torchish(ctypes.addressof(mapped) + 16, device_type=1), 6)   # a pinned CPU tensor, as torch's
-s.synchronize()
-assert mapped[2] == 5 and mapped[4] == 6
-""")
-    assert out.count("CUDA_ERROR_NOT_SUPPORTED") == 2, out
+    lib, mem = fake.lib, fake.mem
+    s = custream.Stream()
+
+    def refused(call, exc, match):
+        before = lib.fake_memops()
+        with pytest.raises(exc) as e:
+            call()
+        assert match in str(e.value), e.value
+        assert lib.fake_memops() == before, "nothing queued"
+        return e.value
+
+    plain = (ctypes.c_uint32 * 1024)()
+    refused(lambda: s.write_value(ctypes.addressof(plain), 1), ValueError, "is not GPU-accessible: CUDA does not know it")
+    pinned = (ctypes.c_uint32 * 1024)()
+    lib.cuMemHostRegister_v2(ctypes.c_void_p(ctypes.addressof(pinned)), ctypes.c_size_t(4096), 0)
+    refused(lambda: s.wait_value(ctypes.addressof(pinned), 1), ValueError, "page-locked host memory not mapped for the GPU")
+    refused(lambda: s.write_value(Torchish(ctypes.addressof(plain), device_type=1), 1), ValueError,
+            "is not GPU-accessible: CUDA does not know it")
+    managed = lib.fake_managed_alloc(64)
+    refused(lambda: s.write_value(managed, 1), ValueError, "managed memory (cuMemAllocManaged)")
+    for call, name in [(lambda: s.wait_value(mem, 1, flush=True), "wait_value"),
+                       (lambda: s.write_value(mem, 1, flush=True), "write_value")]:
+        e = refused(call, custream.CudaError, f"{name}() flush=True is not supported on device 0 "
+                                              "(CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES is 0)")
+        assert e.name == "CUDA_ERROR_NOT_SUPPORTED", e.name
+    # Host memory registered and mapped is the GPU's at its device address.
+    mapped = (ctypes.c_uint32 * 1024)()
+    lib.cuMemHostRegister_v2(ctypes.c_void_p(ctypes.addressof(mapped)), ctypes.c_size_t(4096), 2)
+    s.write_value(ctypes.addressof(mapped) + 8, 5)
+    s.write_value(Torchish(ctypes.addressof(mapped) + 16, device_type=1), 6)   # a pinned CPU tensor, as torch's
+    s.synchronize()
+    assert mapped[2] == 5 and mapped[4] == 6
 
 
+@pytest.mark.standin("capture.c", env={"FAKE_CAN_FLUSH": "1"})
 def test_a_flushing_write_flushes_first_in_one_batch(fake):
     """write_value(flush=True) where the device can flush: one batch, the flush then the write."""
-    out = standin.run(fake, "import os; os.environ['FAKE_CAN_FLUSH'] = '1'\n" + PRELUDE + """
-s = custream.Stream()
-mapped = (ctypes.c_uint64 * 512)()
-fake.cuMemHostRegister_v2(ctypes.c_void_p(ctypes.addressof(mapped)), ctypes.c_size_t(4096), 2)
-s.write_value(ctypes.addressof(mapped), 7, flush=True)
-s.write_value(ctypes.addressof(mapped) + 8, 2**40, width=64, flush=True)
-s.write_value(ctypes.addressof(mapped) + 16, 9)
-s.synchronize()
-assert fake.fake_flushes() == 2, fake.fake_flushes()
-assert mapped[0] & 0xFFFFFFFF == 7 and mapped[1] == 2**40 and mapped[2] & 0xFFFFFFFF == 9
-print("ok")
-""")
-    assert out.strip().endswith("ok"), out
-
-
-def test_a_device_without_64_bit_operations_refuses_them_by_name(fake):
-    standin.run(fake, "import os; os.environ['FAKE_NO_64BIT'] = '1'\n" + PRELUDE + """
-s = custream.Stream()
-for call in (lambda: s.write_value(mem, 1, width=64), lambda: s.wait_value(mem, 1, width=64)):
-    try:
-        call()
-    except custream.CudaError as e:
-        assert e.name == "CUDA_ERROR_NOT_SUPPORTED", e
-        assert "width=64 is not supported on device 0 (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS is 0)" in str(e)
-    else:
-        raise AssertionError("not refused")
-s.write_value(mem, 3)   # 32 bits still work
-s.synchronize()
-assert u32[0] == 3
-""")
-
-
-def test_the_c_api_entries_check_as_the_methods_do(fake):
-    standin.run(fake, PRELUDE + """
-from _capi_ctypes import capi
-table = capi()
-s = custream.Stream()
-assert table.write_value(s, mem + 12, 9, 32, 0) == 0
-assert table.wait_value(s, mem + 12, 9, 32, 1, 0) == 0   # CUSTREAM_WAIT_EQ
-s.synchronize()
-assert u32[3] == 9
-for call, exc, match in [
-    (lambda: table.write_value(s, mem, 1, 16, 0), ValueError, "Custream_WriteValue() width must be 32 or 64, got 16"),
-    (lambda: table.write_value(s, mem, 2**32, 32, 0), ValueError, "value 4294967296 is out of range for width=32"),
-    (lambda: table.wait_value(s, mem + 4, 1, 64, 0, 0), ValueError, "not aligned to 8 bytes"),
-    (lambda: table.wait_value(s, mem, 1, 32, 4, 0), ValueError, "op must be CUSTREAM_WAIT_GEQ, _EQ, _AND or _NOR (0 to 3), got 4"),
-    (lambda: table.write_value(None, mem, 1, 32, 0), TypeError, "Custream_WriteValue() expected a custream.Stream, got NoneType"),
-    (lambda: table.write_value(s, mem, 1, 32, 1), custream.CudaError, "write_value() flush=True is not supported on device 0"),
-]:
-    try:
-        call()
-    except exc as e:
-        assert match in str(e), e
-    else:
-        raise AssertionError(match)
-""")
-
-
-def test_the_operations_are_captured_into_a_graph(fake):
-    standin.run(fake, PRELUDE + """
-s = custream.Stream()
-for mode in ("thread_local", "global"):
-    u32[0] = u32[1] = u64[1] = 0
-    s.begin_capture(mode)
-    s.wait_value(mem, 1, op="eq")
-    s.write_value(mem + 4, 2)
-    s.write_value(mem + 8, 2**33, width=64)
-    g = s.end_capture()
-    assert fake.fake_invalidations() == 0, "no call of custream's broke the capture"
-    assert u32[1] == 0 and u64[1] == 0, "captured, not run"
-    g.launch(s)
-    assert not settle(s), "the graph's wait holds the stream"
-    u32[0] = 1
+    s = custream.Stream()
+    mapped = (ctypes.c_uint64 * 512)()
+    fake.lib.cuMemHostRegister_v2(ctypes.c_void_p(ctypes.addressof(mapped)), ctypes.c_size_t(4096), 2)
+    s.write_value(ctypes.addressof(mapped), 7, flush=True)
+    s.write_value(ctypes.addressof(mapped) + 8, 2**40, width=64, flush=True)
+    s.write_value(ctypes.addressof(mapped) + 16, 9)
     s.synchronize()
-    assert u32[1] == 2 and u64[1] == 2**33
-    g.close()
-""")
+    assert fake.lib.fake_flushes() == 2, fake.lib.fake_flushes()
+    assert mapped[0] & 0xFFFFFFFF == 7 and mapped[1] == 2**40 and mapped[2] & 0xFFFFFFFF == 9
 
 
-def test_a_thread_with_no_current_context_asks_in_the_streams(standin_lib):
+@pytest.mark.standin("capture.c", env={"FAKE_NO_64BIT": "1"})
+def test_a_device_without_64_bit_operations_refuses_them_by_name(fake):
+    s = custream.Stream()
+    for call in (lambda: s.write_value(fake.mem, 1, width=64), lambda: s.wait_value(fake.mem, 1, width=64)):
+        with pytest.raises(custream.CudaError) as e:
+            call()
+        assert e.value.name == "CUDA_ERROR_NOT_SUPPORTED", e.value
+        assert ("width=64 is not supported on device 0 (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS is 0)"
+                in str(e.value))
+    s.write_value(fake.mem, 3)   # 32 bits still work
+    s.synchronize()
+    assert fake.u32[0] == 3
+
+
+@CAPTURE
+def test_the_c_api_entries_check_as_the_methods_do(fake):
+    from _capi_ctypes import capi
+
+    mem = fake.mem
+    table = capi()
+    s = custream.Stream()
+    assert table.write_value(s, mem + 12, 9, 32, 0) == 0
+    assert table.wait_value(s, mem + 12, 9, 32, 1, 0) == 0   # CUSTREAM_WAIT_EQ
+    s.synchronize()
+    assert fake.u32[3] == 9
+    for call, exc, match in [
+        (lambda: table.write_value(s, mem, 1, 16, 0), ValueError, "Custream_WriteValue() width must be 32 or 64, got 16"),
+        (lambda: table.write_value(s, mem, 2**32, 32, 0), ValueError, "value 4294967296 is out of range for width=32"),
+        (lambda: table.wait_value(s, mem + 4, 1, 64, 0, 0), ValueError, "not aligned to 8 bytes"),
+        (lambda: table.wait_value(s, mem, 1, 32, 4, 0), ValueError,
+         "op must be CUSTREAM_WAIT_GEQ, _EQ, _AND or _NOR (0 to 3), got 4"),
+        (lambda: table.write_value(None, mem, 1, 32, 0), TypeError,
+         "Custream_WriteValue() expected a custream.Stream, got NoneType"),
+        (lambda: table.write_value(s, mem, 1, 32, 1), custream.CudaError,
+         "write_value() flush=True is not supported on device 0"),
+    ]:
+        with pytest.raises(exc) as e:
+            call()
+        assert match in str(e.value), e.value
+
+
+@CAPTURE
+def test_the_operations_are_captured_into_a_graph(fake):
+    mem, u32, u64 = fake.mem, fake.u32, fake.u64
+    s = custream.Stream()
+    for mode in ("thread_local", "global"):
+        u32[0] = u32[1] = u64[1] = 0
+        s.begin_capture(mode)
+        s.wait_value(mem, 1, op="eq")
+        s.write_value(mem + 4, 2)
+        s.write_value(mem + 8, 2**33, width=64)
+        g = s.end_capture()
+        assert fake.lib.fake_invalidations() == 0, "no call of custream's broke the capture"
+        assert u32[1] == 0 and u64[1] == 0, "captured, not run"
+        g.launch(s)
+        assert waits_on_its_value(fake, s), "the graph's wait holds the stream"
+        u32[0] = 1
+        s.synchronize()
+        assert u32[1] == 2 and u64[1] == 2**33
+        g.close()
+
+
+@pytest.mark.standin("libcuda.c")
+def test_a_thread_with_no_current_context_asks_in_the_streams(driver):
     """libcuda.c answers pointer attributes only in a context, and no context is current in
     this process: custream makes the stream device's primary context current for the call."""
-    standin.run(standin_lib, """
-s = custream.Stream()
-before = standin.standin_pushes()
-s.write_value(0x7F00_0000_0000, 1)
-s.wait_value(0x7F00_0000_0008, 2**40, width=64, op="and")
-assert standin.standin_pushes() > before
-assert standin.standin_primary_retains() == 2, "the stream's and custream's own, nothing leaked"
-""")
+    s = custream.Stream()
+    before = driver.standin_pushes()
+    s.write_value(0x7F00_0000_0000, 1)
+    s.wait_value(0x7F00_0000_0008, 2**40, width=64, op="and")
+    assert driver.standin_pushes() > before
+    assert driver.standin_primary_retains() == 2, "the stream's and custream's own, nothing leaked"

@@ -15,13 +15,12 @@ import sys
 import pytest
 
 import custream
-import standin
-from standin import standin_lib  # noqa: F401  (a fixture)
 
 
-def run(*args, code=None, env=None):
-    argv = [sys.executable, "-c", code] if code else [sys.executable, "-m", "custream", *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+def run(*args, env=None):
+    """``python -m custream *args``."""
+    return subprocess.run([sys.executable, "-m", "custream", *args], capture_output=True, text=True, timeout=300,
+                          env=env)
 
 
 def test_help_names_the_options():
@@ -81,28 +80,32 @@ def test_json_report_without_a_driver_passes_the_wrapped_round_trip():
                                                         "__cuda_stream__() gives it back"]
 
 
-def json_with_round_trip(body):
-    """The --json report (exit status 1 expected) with the round trip replaced by ``body``."""
-    code = (
-        "import sys, custream.__main__ as m\n"
-        "def trip():\n"
-        f"    {body}\n"
-        "m.round_trip_with_gpu = m.round_trip_without_gpu = trip\n"
-        "sys.exit(m.main(['--json']))\n"
-    )
-    out = run(code=code)
-    assert out.returncode == 1, out.stderr
-    return json.loads(out.stdout)
+def json_with_round_trip(trip, monkeypatch, capsys):
+    """The --json report (exit status 1 expected) with the round trip replaced by ``trip``
+    (in a pytest process of its own: the report is the module's state)."""
+    import custream.__main__ as m
+
+    monkeypatch.setattr(m, "round_trip_with_gpu", trip)
+    monkeypatch.setattr(m, "round_trip_without_gpu", trip)
+    assert m.main(["--json"]) == 1
+    return json.loads(capsys.readouterr().out)
 
 
-def test_a_failed_check_fails_the_json_report():
-    data = json_with_round_trip("return m._check('made to fail', False, 'on purpose')")
+@pytest.mark.isolated
+def test_a_failed_check_fails_the_json_report(monkeypatch, capsys):
+    import custream.__main__ as m
+
+    data = json_with_round_trip(lambda: m._check("made to fail", False, "on purpose"), monkeypatch, capsys)
     assert data["ok"] is False and data["error"] is None
     assert {"check": "made to fail", "ok": False, "detail": "on purpose"} in data["checks"]
 
 
-def test_an_exception_still_gives_a_json_report():
-    data = json_with_round_trip("raise RuntimeError('made to fail')")
+@pytest.mark.isolated
+def test_an_exception_still_gives_a_json_report(monkeypatch, capsys):
+    def trip():
+        raise RuntimeError("made to fail")
+
+    data = json_with_round_trip(trip, monkeypatch, capsys)
     assert data["ok"] is False and data["error"] == "RuntimeError: made to fail"
 
 
@@ -120,15 +123,13 @@ def test_both_reports_say_how_to_fix_a_missing_driver(tmp_path):
     assert data["driver"]["problem"].endswith("; " + fix), data["driver"]
 
 
-def test_the_gpu_report_makes_a_stream_in_a_green_context(standin_lib):
-    # The stand-in driver (one device of 132 SMs, green contexts in groups of 8) as the GPU.
-    out = standin.run(standin_lib, """
-        import json, subprocess
-        p = subprocess.run([sys.executable, "-m", "custream", "--json"], capture_output=True, text=True)
-        checks = {c["check"]: c for c in json.loads(p.stdout)["checks"]}
-        print(checks["a stream in a green context"])
-    """)
-    assert "'ok': True" in out and "8 of the device's 132 SMs" in out, out
+@pytest.mark.standin("libcuda.c")
+def test_the_gpu_report_makes_a_stream_in_a_green_context():
+    # The stand-in driver (one device of 132 SMs, green contexts in groups of 8) as the GPU:
+    # this process's CUSTREAM_LIBCUDA names it, and the report's process inherits it.
+    checks = {c["check"]: c for c in json.loads(run("--json").stdout)["checks"]}
+    check = checks["a stream in a green context"]
+    assert check["ok"] is True and "8 of the device's 132 SMs" in check["detail"], check
 
 
 def test_the_report_without_a_gpu_lists_the_peer_libraries(tmp_path):

@@ -1,8 +1,9 @@
 """pyo3-custream, the Rust face (docs/rust.md), through its test extension tests/rust_ext
 (`custream_rust_ext`, built by scripts/build-rust-ext.sh): every item of the crate from
 Python, on the CPU. Streams are wrapped made-up handles (no driver call), or owned streams of
-the stand-in libcuda (tests/standin) in a subprocess; fork, interpreter exit and a missing or
-incompatible custream run in subprocesses too.
+the stand-in libcuda (tests/standin), each such test in a pytest process of its own
+(tests/conftest.py); fork, interpreter exit and a missing or incompatible custream run in
+fresh interpreters.
 
 An installed extension is used (CI installs the wheel scripts/build-rust-ext.sh builds);
 otherwise the first test builds it with cargo and maturin (tests/_rust_ext.py), and without
@@ -32,7 +33,6 @@ import custream
 from custream import Stream
 
 import _capi_ctypes
-import standin
 from _rust_ext import load_ext
 from producers import Producer, Raising, protocol_oracle
 
@@ -232,67 +232,40 @@ def test_synchronize_timeout_reaches_custream(rx):
         rx.synchronize_timeout(s)
 
 
-def test_synchronize_and_close_on_the_standin_driver(standin_lib):
-    load_ext()
-    standin.run(standin_lib, """
-        import custream_rust_ext as rx
-        s = custream.Stream()
-        assert standin.standin_live_streams() == 1 and s.owned
-        rx.synchronize(s)  # the C API's synchronize: the GIL let go while it waits
-        assert rx.info(s) == (s.handle, 0, False)  # an owned stream knows its device
-        w = custream.Stream.from_handle(s.handle)
-        assert rx.info(w)[1] is None  # not learnt yet
-        assert rx.id_and_device(w) == (s.id, 0)  # Stream::id and resolve_device: the C API's
-        assert rx.info(w)[1] == 0
-        w.close()
-        assert rx.close(s) is True and s.closed
-        assert standin.standin_live_streams() == 0  # Stream::close destroyed it, once
-        try:
-            rx.id_and_device(s)
-        except ValueError as e:
-            assert "id on a closed custream.Stream" in str(e), e
-        else:
-            raise AssertionError("id of a closed stream")
-        try:
-            rx.synchronize(s)
-        except ValueError as e:
-            assert "closed" in str(e), e
-        else:
-            raise AssertionError("synchronize on a closed stream")
-    """)
+# The extension is built (or found) by the `rx` fixture in the test's own process, once: a
+# build's time is the timeout's.
+@pytest.mark.standin("libcuda.c", timeout=600)
+def test_synchronize_and_close_on_the_standin_driver(rx, driver):
+    s = custream.Stream()
+    assert driver.standin_live_streams() == 1 and s.owned
+    rx.synchronize(s)  # the C API's synchronize: the GIL let go while it waits
+    assert rx.info(s) == (s.handle, 0, False)  # an owned stream knows its device
+    w = custream.Stream.from_handle(s.handle)
+    assert rx.info(w)[1] is None  # not learnt yet
+    assert rx.id_and_device(w) == (s.id, 0)  # Stream::id and resolve_device: the C API's
+    assert rx.info(w)[1] == 0
+    w.close()
+    assert rx.close(s) is True and s.closed
+    assert driver.standin_live_streams() == 0  # Stream::close destroyed it, once
+    with pytest.raises(ValueError, match="id on a closed custream.Stream"):
+        rx.id_and_device(s)
+    with pytest.raises(ValueError, match="closed"):
+        rx.synchronize(s)
 
 
-@pytest.fixture(scope="module")
-def capture_lib(tmp_path_factory):
-    return standin.build("capture.c", tmp_path_factory.mktemp("rust-memops"))
-
-
-def test_stream_memory_operations_go_through_the_c_api(capture_lib):
-    load_ext()
-    standin.run(capture_lib, """
-        import custream_rust_ext as rx
-        standin.fake_mem_alloc.restype, standin.fake_mem_alloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-        mem = standin.fake_mem_alloc(16)
-        words = (ctypes.c_uint32 * 4).from_address(mem)
-        s = custream.Stream()
-        rx.wait_value(s, mem, 0, 32, "eq")
-        rx.write_value(s, mem + 8, 2**40, 64)
-        s.synchronize()
-        assert ctypes.c_uint64.from_address(mem + 8).value == 2**40
-        for call, match in [
-            (lambda: rx.write_value(s, mem, 1, 16), "Custream_WriteValue() width must be 32 or 64, got 16"),
-            (lambda: rx.wait_value(s, mem + 4, 1, 64, "geq"), "not aligned to 8 bytes"),
-        ]:
-            try:
-                call()
-            except ValueError as e:
-                assert match in str(e), e
-            else:
-                raise AssertionError(match)
-    """)
-
-
-standin_lib = standin.standin_lib  # the session fixture, for the test above
+@pytest.mark.standin("capture.c", timeout=600)
+def test_stream_memory_operations_go_through_the_c_api(rx, driver):
+    driver.fake_mem_alloc.restype, driver.fake_mem_alloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    mem = driver.fake_mem_alloc(16)
+    s = custream.Stream()
+    rx.wait_value(s, mem, 0, 32, "eq")
+    rx.write_value(s, mem + 8, 2**40, 64)
+    s.synchronize()
+    assert ctypes.c_uint64.from_address(mem + 8).value == 2**40
+    with pytest.raises(ValueError, match=r"Custream_WriteValue\(\) width must be 32 or 64, got 16"):
+        rx.write_value(s, mem, 1, 16)
+    with pytest.raises(ValueError, match="not aligned to 8 bytes"):
+        rx.wait_value(s, mem + 4, 1, 64, "geq")
 
 
 # ---- to_python, share -------------------------------------------------------------------------
@@ -471,46 +444,34 @@ def test_import_reports_the_abi(rx):
     assert rx.import_custream() == custream.ABI_VERSION == 1
 
 
-def test_without_custream_every_entry_is_an_import_error_and_takes_nothing():
-    out, _ = run_ok(f"""
-        import sys
-        sys.modules["custream"] = None  # as if it were not installed
-        import custream_rust_ext as rx
-        for call in (lambda: rx.handle_of(5), lambda: rx.take(5), lambda: rx.current(),
-                     lambda: rx.give({H}), lambda: rx.share_owner({H}), lambda: rx.from_handle({H}),
-                     rx.import_custream):
-            try:
-                call()
-            except ImportError as e:
-                assert "custream is not installed (it is not on PyPI yet: pip install /path/to/custream" in str(e), e
-                assert str(e).startswith("pyo3-custream 0.1.0 needs custream 0.1.0"), e
-            else:
-                raise AssertionError("no ImportError")
-        assert rx.released() == ([], 1) and rx.shared_strong_count() == 0  # nothing taken
-        del sys.modules["custream"]  # installed after all: the next call imports it
-        import custream
-        assert rx.handle_of(custream.Stream.from_handle(7)) == 7
-        print("ok")
-    """)
-    assert out.strip() == "ok"
+# The import checks below run in a pytest process of their own (tests/conftest.py): the
+# extension must not have found custream's C API before them.
+@pytest.mark.isolated(timeout=600)
+def test_without_custream_every_entry_is_an_import_error_and_takes_nothing(monkeypatch):
+    rx = load_ext()
+    monkeypatch.setitem(sys.modules, "custream", None)  # as if it were not installed
+    for call in (lambda: rx.handle_of(5), lambda: rx.take(5), lambda: rx.current(),
+                 lambda: rx.give(H), lambda: rx.share_owner(H), lambda: rx.from_handle(H),
+                 rx.import_custream):
+        with pytest.raises(ImportError) as e:
+            call()
+        assert "custream is not installed (it is not on PyPI yet: pip install /path/to/custream" in str(e.value), e.value
+        assert str(e.value).startswith("pyo3-custream 0.1.0 needs custream 0.1.0"), e.value
+    assert rx.released() == ([], 1) and rx.shared_strong_count() == 0  # nothing taken
+    monkeypatch.undo()  # installed after all: the next call imports it
+    assert rx.handle_of(custream.Stream.from_handle(7)) == 7
 
 
-def test_a_custream_without_the_capsule_is_an_import_error():
-    out, _ = run_ok("""
-        import custream, custream._custream as C, custream_rust_ext as rx
-        real = C._C_API
-        del C._C_API
-        try:
-            rx.handle_of(custream.Stream.from_handle(5))
-        except ImportError as e:
-            assert "no C API capsule custream._custream._C_API (too old?)" in str(e), e
-        else:
-            raise AssertionError("no ImportError")
-        C._C_API = real
-        assert rx.handle_of(custream.Stream.from_handle(5)) == 5
-        print("ok")
-    """)
-    assert out.strip() == "ok"
+@pytest.mark.isolated(timeout=600)
+def test_a_custream_without_the_capsule_is_an_import_error(monkeypatch):
+    import custream._custream as C
+
+    rx = load_ext()
+    monkeypatch.delattr(C, "_C_API")
+    with pytest.raises(ImportError, match=r"no C API capsule custream\._custream\._C_API \(too old\?\)"):
+        rx.handle_of(custream.Stream.from_handle(5))
+    monkeypatch.undo()
+    assert rx.handle_of(custream.Stream.from_handle(5)) == 5
 
 
 STREAM = custream.Stream.__basicsize__  # 112, or 128 where the object header is 32 bytes
@@ -529,32 +490,29 @@ TABLE = ctypes.sizeof(_capi_ctypes.CAPI)  # the table custream.h declares
     ],
     ids=["newer-abi", "older-abi", "smaller-table", "smaller-struct"],
 )
-def test_an_incompatible_custream_is_an_import_error(offset, value, message):
+@pytest.mark.isolated(timeout=600)
+def test_an_incompatible_custream_is_an_import_error(offset, value, message, monkeypatch):
     """A fake capsule: a copy of custream's table with one header field changed."""
-    out, _ = run_ok(f"""
-        import ctypes, struct, custream, custream._custream as C, custream_rust_ext as rx
-        NAME = b"custream._custream._C_API"
-        get = ctypes.pythonapi.PyCapsule_GetPointer
-        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-        new = ctypes.pythonapi.PyCapsule_New
-        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-        real = C._C_API
-        table = ctypes.create_string_buffer(ctypes.string_at(get(real, NAME), {TABLE}), {TABLE})
-        struct.pack_into("<I", table, {offset}, {value})
-        C._C_API = new(ctypes.addressof(table), NAME, None)
-        for call in (lambda: rx.handle_of(custream.Stream.from_handle(5)), lambda: rx.give(5)):
-            try:
-                call()
-            except ImportError as e:
-                assert {message!r} in str(e), e
-            else:
-                raise AssertionError("no ImportError")
-        assert rx.released() == ([], 1)
-        C._C_API = real  # the real one: accepted (a failed check is not remembered)
-        assert rx.handle_of(custream.Stream.from_handle(5)) == 5
-        print("ok")
-    """)
-    assert out.strip() == "ok"
+    import struct
+
+    import custream._custream as C
+
+    rx = load_ext()
+    name = b"custream._custream._C_API"
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    table = ctypes.create_string_buffer(ctypes.string_at(get(C._C_API, name), TABLE), TABLE)
+    struct.pack_into("<I", table, offset, value)
+    monkeypatch.setattr(C, "_C_API", new(ctypes.addressof(table), name, None))
+    for call in (lambda: rx.handle_of(custream.Stream.from_handle(5)), lambda: rx.give(5)):
+        with pytest.raises(ImportError) as e:
+            call()
+        assert message in str(e.value), e.value
+    assert rx.released() == ([], 1)
+    monkeypatch.undo()  # the real one: accepted (a failed check is not remembered)
+    assert rx.handle_of(custream.Stream.from_handle(5)) == 5
 
 
 # ---- the crate's version, and the Rust guide ----------------------------------------------------
@@ -580,9 +538,9 @@ def missing_tool(what):
 
 
 def test_the_crate_is_the_packages_version_and_says_so():
-    """The crate's version is the package's, as cargo resolves them, and the extension built
-    with it names both in its ImportError; it builds on the same Rust and pyo3 as custream and
-    leaves the abi3 choice to the extension."""
+    """The crate's version is the package's, as cargo resolves them (the extension built with
+    it names both in its ImportError: the next test); it builds on the same Rust and pyo3 as
+    custream and leaves the abi3 choice to the extension."""
     packages = cargo_metadata()
     crate, root = packages["pyo3-custream"], packages["custream"]
     assert crate["version"] == root["version"] == custream.__version__
@@ -590,14 +548,15 @@ def test_the_crate_is_the_packages_version_and_says_so():
     pyo3 = {p["name"]: {d["name"]: d for d in p["dependencies"] if d["kind"] is None}["pyo3"] for p in (crate, root)}
     assert pyo3["pyo3-custream"]["req"] == pyo3["custream"]["req"]
     assert not any("abi3" in f for f in pyo3["pyo3-custream"]["features"])
-    rc, out, err = run("""
-        import sys
-        sys.modules["custream"] = None
-        import custream_rust_ext as rx
-        rx.import_custream()
-    """)
+
+
+@pytest.mark.isolated(timeout=600)
+def test_the_import_error_names_the_crates_and_custreams_version(monkeypatch):
+    rx = load_ext()
+    monkeypatch.setitem(sys.modules, "custream", None)
     v = custream.__version__
-    assert rc != 0 and f"ImportError: pyo3-custream {v} needs custream {v}" in err, err
+    with pytest.raises(ImportError, match=f"^pyo3-custream {re.escape(v)} needs custream {re.escape(v)}"):
+        rx.import_custream()
 
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -618,7 +577,7 @@ def test_the_rust_guide_is_the_crates_own_docs():
     text = GUIDE.read_text()
     assert "{include}" not in text and "crate::" not in text and "docs.rs" not in text
     commands = "\n".join(code for info, code in FENCE.findall(text) if info == "bash")
-    assert "pip install ../custream" in commands and "pip install custream" not in commands, "not on PyPI yet"
+    assert "pip install ../custream" in commands, "the recipe installs custream from its clone"
 
 
 @pytest.mark.parametrize("variant", ["plain", "cudarc"])

@@ -5,7 +5,7 @@ to ``mark[0]``, here in pinned host memory, so a host function reads it with no 
 host function must make none). Capture is checked with real CuPy and PyTorch kernels queued
 on a custream stream, and every replayed graph is compared with the same work run eagerly.
 Exit and fork run in subprocesses. The same behaviour is checked without a GPU against a
-stand-in driver in tests/test_capture.py.
+stand-in driver in tests/test_host_functions.py and tests/test_graph.py.
 """
 
 import ctypes
@@ -22,7 +22,7 @@ import pytest
 
 import custream
 from custream import Stream
-from custream_capture_checks import check_call_lifetime
+from _host_function_checks import check_call_lifetime
 from custream_gpu_helpers import KERNELS, SPIN_CYCLES, handle_of, peer, try_import
 
 pytestmark = pytest.mark.gpu

@@ -1,4 +1,4 @@
-"""Stand-in libcuda builds for CPU tests, and running code against one in a subprocess.
+"""Stand-in libcuda builds for CPU tests.
 
 Two models live beside this file: libcuda.c (custream's own bookkeeping: retains, pushes,
 live streams) and capture.c (host functions and graph capture: a worker thread, capture
@@ -6,9 +6,10 @@ state). Either is built with every other entry point custream resolves (src/driv
 generated as a function returning CUDA_SUCCESS, so a stand-in keeps loading as the table
 grows.
 
-custream opens libcuda once per process, and this test process has none, so each check runs
-in a fresh interpreter with ``CUSTREAM_LIBCUDA`` naming the stand-in; ``standin`` in that
-interpreter is the library itself (ctypes), for its counters, and ``tests/`` is on its path.
+custream opens libcuda once per process, and the test process has none: a test marked
+``@pytest.mark.standin(model)`` runs in a pytest process of its own with the stand-in as its
+driver (tests/conftest.py). ``script`` runs source in a fresh interpreter instead, for the
+few checks whose point is the interpreter itself (its exit, a fork's exit).
 """
 
 import os
@@ -55,24 +56,31 @@ def build(model, folder, *flags, omit=(), also=()):
     return compile_library(source + "\n/* entry points not modelled */\n" + stubs, folder / "libcuda.so.1", *flags)
 
 
-@pytest.fixture(scope="session")
-def standin_lib(tmp_path_factory):
-    return build("libcuda.c", tmp_path_factory.mktemp("standin"))
-
-
 PRELUDE = f"""
-import ctypes, os, sys
+import ctypes, faulthandler, os, sys
+def _watch():
+    faulthandler.dump_traceback_later(int(os.environ["STANDIN_SCRIPT_TIMEOUT"]), exit=True)
+# A forked child has no watchdog thread (cancelling one there would hang): the parent's is
+# stopped across the fork and started again.
+os.register_at_fork(before=faulthandler.cancel_dump_traceback_later, after_in_parent=_watch)
+_watch()
 sys.path.insert(0, {str(HERE.parent)!r})
 import custream
 standin = ctypes.CDLL(os.environ["CUSTREAM_LIBCUDA"])
 """
 
 
-def run(lib, code):
-    """Run `code` (after PRELUDE) with the stand-in as the driver; fail with its output."""
-    env = dict(os.environ, CUSTREAM_LIBCUDA=str(lib))
+def script(lib, code, timeout=60, check_exit=True):
+    """Run `code` (after PRELUDE: custream imported, `standin` the stand-in through ctypes,
+    tests/ on the path) in a fresh interpreter with the stand-in `lib` as its driver. A hang
+    dumps every thread's stack and fails; so does a Rust panic or a fatal Python error in its
+    stderr, and (with `check_exit`) a non-zero exit. Returns the CompletedProcess."""
+    env = dict(os.environ, CUSTREAM_LIBCUDA=str(lib), STANDIN_SCRIPT_TIMEOUT=str(timeout))
     source = PRELUDE + textwrap.dedent(code)
-    out = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, env=env, timeout=120)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "panicked" not in out.stderr, out.stderr
-    return out.stdout
+    out = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, env=env,
+                         timeout=timeout + 30)
+    assert "panicked" not in out.stderr and "Fatal Python error" not in out.stderr, out.stderr
+    assert "Timeout (" not in out.stderr, out.stderr
+    if check_exit:
+        assert out.returncode == 0, out.stdout + out.stderr
+    return out

@@ -1,6 +1,7 @@
 /*
  * capture.c: a stand-in libcuda.so.1 for the CPU tests of host functions and capture
- * (tests/test_capture.py). It runs no GPU work: it models what custream's side of the
+ * (tests/test_host_functions.py, tests/test_graph.py; waits and memory operations too). It
+ * runs no GPU work: it models what custream's side of the
  * contract depends on, so the trampolines, the exit and fork paths and the capture guards
  * are exercised on a machine without a GPU. The GPU tests (tests/gpu/test_gpu_capture.py)
  * check the same behaviour against the real driver.
@@ -21,7 +22,7 @@
  * - The worker holds a lock of the driver's while it runs a host function, and query,
  *   record, capture status, launches and capture calls take that lock: as a real driver's
  *   locks do, this deadlocks a host function that waits for the GIL against a thread that
- *   holds the GIL in one of those calls (tests/test_capture.py runs that lock order).
+ *   holds the GIL in one of those calls (tests/test_host_functions.py runs that lock order).
  * - A context lock, held for writing by a stand-in module load until the queue is empty (a
  *   load that synchronizes the context, as CUDA's lazy loading may), and taken for reading by
  *   record and wait: a record made with the GIL held while a Python host function is queued
@@ -82,7 +83,7 @@ static long done_tickets, issued_tickets;
 static int worker_started;
 static Stream *capturing[64], *joined[64];
 static __thread int thread_mode;  /* CU_STREAM_CAPTURE_MODE_GLOBAL */
-static int exchanges, invalidations, destroyed, destroyed_in_host_fn;
+static int exchanges, invalidations, destroyed, destroyed_in_host_fn, module_loads;
 static pthread_t worker_thread;
 static char fake_context;
 static Stream legacy;
@@ -112,6 +113,9 @@ static int wait_met(const Item *it) {
 /* Host functions pending, the bound on them (fake_host_funcs) and the most there were since
  * it was set (fake_host_func_peak). */
 static int hostfn_limit, hostfn_pending, hostfn_waiters, hostfn_peak;
+/* Whether the worker waits on a value now (a wait_value not met when it came due). */
+static int value_waits;
+int fake_value_waits(void) { return __atomic_load_n(&value_waits, __ATOMIC_RELAXED); }
 
 static void *worker(void *arg) {
     (void)arg;
@@ -126,7 +130,11 @@ static void *worker(void *arg) {
             it.fn(it.user);
             pthread_mutex_unlock(&host_lock);
         }
-        if (it.wait) while (!wait_met(&it)) usleep(20);
+        if (it.wait && !wait_met(&it)) {
+            __atomic_add_fetch(&value_waits, 1, __ATOMIC_RELAXED);
+            while (!wait_met(&it)) usleep(20);
+            __atomic_sub_fetch(&value_waits, 1, __ATOMIC_RELAXED);
+        }
         if (it.write && it.wide) __atomic_store_n((volatile uint64_t *)it.write, it.value64, __ATOMIC_RELEASE);
         else if (it.write) __atomic_store_n(it.write, it.value, __ATOMIC_RELEASE);
         pthread_mutex_lock(&mu);
@@ -620,11 +628,14 @@ void fake_kernel(void *h, int ms) {
  * context does. */
 void fake_module_load(void) {
     pthread_rwlock_wrlock(&ctx_lock);
+    __atomic_add_fetch(&module_loads, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&mu);
     while (head != tail) pthread_cond_wait(&cv, &mu);
     pthread_mutex_unlock(&mu);
     pthread_rwlock_unlock(&ctx_lock);
 }
+/* How many module loads took the context lock: a test waits for one to hold it. */
+int fake_module_loads(void) { return __atomic_load_n(&module_loads, __ATOMIC_RELAXED); }
 int fake_exchanges(void) { return __atomic_load_n(&exchanges, __ATOMIC_RELAXED); }
 int fake_invalidations(void) { return invalidations; }
 int fake_destroyed(void) { return __atomic_load_n(&destroyed, __ATOMIC_RELAXED); }

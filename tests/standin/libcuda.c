@@ -178,10 +178,15 @@ static CUresult on(CUstream s) {
  * the interpreter exits. */
 static unsigned slow_sync_ms;
 void standin_slow_synchronize(unsigned ms) { slow_sync_ms = ms; }
+/* How many threads are inside a slow cuStreamSynchronize now. */
+static int in_synchronize;
+int standin_in_synchronize(void) { return __atomic_load_n(&in_synchronize, __ATOMIC_RELAXED); }
 CUresult cuStreamSynchronize(CUstream s) {
     if (slow_sync_ms) {
         struct timespec t = {slow_sync_ms / 1000, (long)(slow_sync_ms % 1000) * 1000000L};
+        __atomic_add_fetch(&in_synchronize, 1, __ATOMIC_RELAXED);
         nanosleep(&t, NULL);
+        __atomic_sub_fetch(&in_synchronize, 1, __ATOMIC_RELAXED);
     }
     return on(s);
 }

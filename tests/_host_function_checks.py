@@ -1,7 +1,7 @@
-"""Checks of host functions shared by the GPU tests (test_gpu_capture.py) and the CPU tests
-against a stand-in driver (tests/test_capture.py, which puts this folder on the path of its
-subprocesses). Each takes the stream and a function that queues work on it, and needs no
-GPU library itself. The module name is unique on purpose (see custream_gpu_helpers.py)."""
+"""Checks of host functions shared by the CPU tests against a stand-in driver
+(tests/test_host_functions.py) and the GPU tests (tests/gpu/test_gpu_capture.py, whose
+conftest puts tests/ on the path). Each takes the stream and a function that queues work on
+it, and needs no GPU library itself."""
 
 import gc
 import sys
@@ -41,11 +41,3 @@ def check_call_lifetime(s, queue_work):
     assert alive() is None, "the argument outlived the call"
     assert sys.getrefcount(fn) == before
 
-
-def refused(call, exc):
-    """The exception of type ``exc`` that ``call()`` raises; fails if it raises none."""
-    try:
-        call()
-    except exc as e:
-        return e
-    raise AssertionError(f"{call} raised no {exc.__name__}")
