@@ -52,7 +52,7 @@ TESTED_BY = {
 # Pages whose blocks another test runs or compiles: page -> that test.
 ELSEWHERE = {
     "docs/cpp.md": "the C++ tests that come with custream.hpp (cpp_tests/)",
-    # Written by scripts/rust_guide.py from pyo3-custream's README and docs/, whose Rust blocks
+    # Written by scripts/generate/rust_guide.py from pyo3-custream's README and docs/, whose Rust blocks
     # are the crate's doctests; tests/test_rust_crate.py checks the page is theirs and builds
     # its recipe (the two ```toml files, the first ```rust block, the ```bash commands).
     "docs/rust.md": "the doctests of pyo3-custream (cargo test) and tests/test_rust_crate.py",
