@@ -50,7 +50,7 @@ static double now_ns(void) {
 static void nothing(void *user) { (void)user; }
 
 /* What custream checks before a memory operation (the "memops_checked" loop, floor_ext.c's fwrite/fwait): that the
- * stream's context was not reset since custream learned it (src/stream.rs's check_context: one cuCtxGetId, the context
+ * stream's context was not reset since custream learned it (src/stream/methods.rs's check_context: one cuCtxGetId, the context
  * learned once per stream), and what the driver knows of the address (src/driver/memops.rs's pointer_info: the memory
  * type, managed, the device pointer, the ordinal, each in a zeroed word). */
 static void ask(CUstream s, unsigned long long word) {

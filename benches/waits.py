@@ -16,7 +16,7 @@ extern "C" __global__ void sleep_then_flag(unsigned long long ns, volatile int *
     *flag = 1;
     __threadfence_system();
 }'''
-# A wait longer than the 20 ms a thread's wait polls for before it sleeps on a notifier (src/waits.rs), and a shorter.
+# A wait longer than the 20 ms a thread's wait polls for before it sleeps on a notifier (src/waits/for_gpu.rs), and a shorter.
 LONG_NS, SHORT_NS, PENDING = 30_000_000, 5_000_000, 1_000
 DRIVER, MAIN = "s.synchronize(), another thread (the driver's wait)", "s.synchronize(), the main thread (interruptible)"
 AWAIT = "await s.record()"

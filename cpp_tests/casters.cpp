@@ -52,6 +52,13 @@ MODULE(MODNAME, m) {
     m.def("handle_of", [](custream::stream_ref s) { return to_int(s); });
     m.def("handle_of_uintptr", [](uintptr_t h) { return h; });
     m.def("handle_of_owned", [](custream::stream s) { return to_int(s.ref()); });
+    m.def("cast_ref", [](bind::handle h) { return to_int(bind::cast<custream::stream_ref>(h)); });
+#if defined(USE_NANOBIND)
+    m.def("try_ref", [](bind::handle h) {
+        custream::stream_ref s;
+        return bind::try_cast(h, s);
+    });
+#endif
     m.def("maybe_handle", [](std::optional<custream::stream_ref> s) -> std::optional<uintptr_t> {
         if (!s) return std::nullopt;
         return to_int(*s);

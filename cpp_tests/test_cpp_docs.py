@@ -2,14 +2,16 @@
 info string: ```cpp borrow, ```cpp move and ```cpp share compile (syntax-only, C++17 and
 C++20, warning-free); ```cpp nanobind and ```cpp pybind11 are built into modules that run the
 ```python block, once by this test's own builder and once by the page's ```cmake nanobind and
-```cmake pybind11 recipes; the ```cython block is built, in C++ mode, against a small
-mylib.hpp, once by this test's own builder and once by the page's ```python setup.py with the
-commands of its ```bash block."""
+```cmake pybind11 recipes; the ```cython block is built, in C++ mode, once by this test's own
+builder against a mylib.hpp of the test's (which records what it was given), and once as the
+page says, with its ```cpp mylib.hpp and ```cpp mylib.cpp, its ```python setup.py and the
+commands of its ```bash block, in a folder of its own."""
 
 import contextlib
 import importlib
 import io
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import custream
 from _producers import Producer, check_cuda_stream_made
 from _cpp_tools import CCCL_WHEELS, STANDARDS, assert_all_clean, cccl, module, nanobind, need, pybind11
 from _cy_build import BUILD_ROOT, build
-from _cy_downstream import cmake_build, run
+from _cy_downstream import run, tool
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "cpp.md"
 
@@ -34,16 +36,18 @@ def blocks() -> dict[str, str]:
 
 BLOCKS = blocks()
 
-# What the test adds to the Cython example: the library it calls, and a way to read it back.
+# The test's own library for the Cython example (the page's mylib.cpp calls the CUDA runtime,
+# which needs a GPU to get further than an error): it records what it was given.
 MYLIB = """#pragma once
 #include <cuda/stream>
 #include <cstddef>
 #include <cstdint>
 inline std::uintptr_t last_stream = 0;
 inline std::size_t last_n = 0;
-inline void fill(cuda::stream_ref stream, float *, std::size_t n) {
+inline cudaError_t fill(cuda::stream_ref stream, float *, std::size_t n) {
     last_stream = reinterpret_cast<std::uintptr_t>(stream.get());
     last_n = n;
+    return cudaSuccess;
 }
 """
 CYTHON_HARNESS = """
@@ -60,7 +64,8 @@ def last():
 
 def test_every_block_is_tested():
     assert set(BLOCKS) == {"cpp borrow", "cpp move", "cpp share", "cpp nanobind", "cpp pybind11", "cmake nanobind",
-                           "cmake pybind11", "python", "cython", "python setup.py", "bash"}
+                           "cmake pybind11", "python", "cpp mylib.hpp", "cpp mylib.cpp", "cython", "python setup.py",
+                           "bash"}
 
 
 def test_the_ownership_examples_compile():
@@ -118,14 +123,21 @@ def test_the_binding_examples_run(examples, name):
 
 @pytest.mark.parametrize(("binding", "name"), [("nanobind", "streams_nb"), ("pybind11", "streams_pb")])
 def test_the_cmake_recipes_build_the_binding_examples(binding, name, tmp_path):
-    """The page's CMakeLists.txt builds its module as a user would (cmake from the environment,
-    nothing from this test's builder), and the module imports in a fresh interpreter, libcudart
-    found, and runs the ```python block on wrapped handles: no GPU needed."""
+    """The page's CMakeLists.txt builds its module as a user would, with the page's own
+    commands (cmake and ninja from the environment, whose python comes first on PATH, as the
+    page asks; nothing from this test's builder), and the module imports in a fresh
+    interpreter, libcudart found, and runs the ```python block on wrapped handles: no GPU
+    needed."""
     need(cccl(), CCCL_WHEELS)
     need({"nanobind": nanobind, "pybind11": pybind11}[binding](), binding)
+    tool("cmake"), tool("ninja")
     (tmp_path / f"{name}.cpp").write_text(BLOCKS[f"cpp {binding}"])
     (tmp_path / "CMakeLists.txt").write_text(BLOCKS[f"cmake {binding}"])
-    folder = cmake_build(tmp_path)
+    commands = re.findall(r"`(cmake -S [^`]+)`", DOC.read_text())
+    assert commands and set(commands) == {"cmake -S . -B build -G Ninja && cmake --build build"}, commands
+    for command in commands[0].split(" && "):
+        run(command.split(), cwd=tmp_path)
+    folder = tmp_path / "build"
     code = BLOCKS["python"].replace("streams_nb", name)
     program = f"import sys; sys.path.insert(0, {str(folder)!r})\n{code}\nprint({name}.__file__)\n"
     printed = run([sys.executable, "-c", program], cwd=tmp_path)
@@ -144,41 +156,43 @@ def test_the_cython_example_runs(examples):
 
 
 def test_the_cython_setup_py_builds_the_cython_example(tmp_path):
-    """The page's setup.py and commands, as a user runs them, in a folder holding the ```cython
-    block as fill_cy.pyx and a mylib.hpp: the module builds with this Python (the wheels the
-    ```bash block installs are this environment's) and works in a fresh interpreter."""
+    """The page's Cython C++-mode recipe as a user follows it, in a folder of its own: its
+    mylib.hpp and mylib.cpp, the ```cython block as fill_cy.pyx and its setup.py, then the
+    commands of its ```bash block (the wheels the first installs are this environment's). The
+    module builds, links the CUDA runtime from the wheel, and its last line prints what the
+    page says on a machine with a driver; without one, the page's two sentences hold: Stream()
+    is CudaUnavailableError, and a wrapped handle reaches the runtime, which says so."""
     from importlib.metadata import PackageNotFoundError, version
-
-    from _cy_downstream import check_in
 
     need(cccl(), CCCL_WHEELS)
     pytest.importorskip("Cython")
     pytest.importorskip("setuptools")
-    (tmp_path / "fill_cy.pyx").write_text(BLOCKS["cython"] + CYTHON_HARNESS)
-    (tmp_path / "mylib.hpp").write_text(MYLIB)
+    (tmp_path / "mylib.hpp").write_text(BLOCKS["cpp mylib.hpp"])
+    (tmp_path / "mylib.cpp").write_text(BLOCKS["cpp mylib.cpp"])
+    (tmp_path / "fill_cy.pyx").write_text(BLOCKS["cython"])
     (tmp_path / "setup.py").write_text(BLOCKS["python setup.py"])
-    install, *commands = BLOCKS["bash"].strip().splitlines()
+    install, build_command, call = BLOCKS["bash"].strip().splitlines()
     assert install.startswith("pip install ")
     for dist in install.split()[2:]:
         try:
             version(dist)
         except PackageNotFoundError:
             need(f"{dist} is not installed", dist)
-    assert commands == ["python setup.py build_ext --inplace"], commands
-    run([sys.executable, *commands[0].split()[1:]], cwd=tmp_path)
-    check_in(tmp_path, """
-    import custream, fill_cy
+    assert build_command == "python setup.py build_ext --inplace", build_command
+    run([sys.executable, *build_command.split()[1:]], cwd=tmp_path)
+    assert list(tmp_path.glob("fill_cy.*.so")), "the module setup.py built, next to fill_cy.pyx"
 
-    class Producer:  # any library's stream
-        def __init__(self, handle):
-            self.handle = handle
-
-        def __cuda_stream__(self):
-            return (0, self.handle)
-
-    fill_cy.fill_on(custream.Stream.from_handle(0x4000), 0, 16)
-    assert fill_cy.last() == (0x4000, 16)
-    fill_cy.fill_on_any(Producer(0x5000), 0, 8)
-    assert fill_cy.last() == (0x5000, 8)
-    assert fill_cy.__file__.startswith(sys.path[0]), fill_cy.__file__  # the module setup.py built
-""")
+    command, _, printed = call.partition("  # ")
+    assert command.startswith('python -c "') and command.endswith('"'), command
+    code = command[len('python -c "'):-1]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    if custream.is_available():
+        assert proc.returncode == 0 and proc.stdout.strip() == printed.strip(), proc.stdout + proc.stderr
+        return
+    assert proc.returncode != 0 and "custream.CudaUnavailableError" in proc.stderr, proc.stdout + proc.stderr
+    text = " ".join(DOC.read_text().split())
+    m = re.search(r"`(fill_cy\.fill_on\(custream\.Stream\.from_handle\(0\), 0, 0\))` raises `RuntimeError: ([^`]+)`", text)
+    assert m, "the page says what a wrapped handle gives without a GPU"
+    proc = subprocess.run([sys.executable, "-c", f"import custream, fill_cy; {m.group(1)}"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and proc.stderr.rstrip().splitlines()[-1] == f"RuntimeError: {m.group(2)}", proc.stderr

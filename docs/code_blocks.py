@@ -54,7 +54,8 @@ ELSEWHERE = {
     "docs/cpp.md": "the C++ tests that come with custream.hpp (cpp_tests/)",
     # Written by scripts/generate/rust_guide.py from pyo3-custream's README and docs/, whose Rust blocks
     # are the crate's doctests; tests/test_rust_crate.py checks the page is theirs and builds
-    # its recipe (the two ```toml files, the first ```rust block, the ```bash commands).
+    # its two recipes, each in a folder of its own (the ```toml files, the ```rust block that
+    # defines the module, the ```bash commands): the first, and the cudarc one.
     "docs/rust.md": "the doctests of pyo3-custream (cargo test) and tests/test_rust_crate.py",
 }
 

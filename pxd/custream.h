@@ -39,7 +39,7 @@
  * CUSTREAM_ABI_VERSION changes only when something already published changes layout or
  * meaning, and custream_import() refuses a mismatch.
  *
- * This header is the single source of the layout: the Rust definition (src/layout.rs) is
+ * This header is the single source of the layout: the Rust definition (src/object/layout.rs) is
  * generated from it by bindgen, and a test fails when the two drift.
  */
 #ifndef CUSTREAM_H
@@ -115,7 +115,7 @@ typedef struct CustreamStream {
     int32_t priority;           /* as created (owned streams); 0 otherwise */
     uint32_t fork_generation;   /* the process's fork count when made: a child never
                                    destroys what its parent made */
-    uint32_t reserved;          /* custream's own, not for consumers (src/launch.rs: a count
+    uint32_t reserved;          /* custream's own, not for consumers (src/host/queue_depth.rs: a count
                                    of its launches on the stream since it last looked at how
                                    deep the stream's queue is; accessed atomically) */
     PyObject *owner;            /* kept alive until close; NULL after it (a borrowed stream's

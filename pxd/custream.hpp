@@ -42,9 +42,9 @@ namespace custream {
 inline constexpr int device_unknown = CUSTREAM_DEVICE_UNKNOWN;
 
 /* The Python types of a stream argument and of a returned stream, for binding signatures:
- * what custream.as_stream accepts (the .pyi names the protocol CudaStreamProducer) and what
- * comes back. */
-inline constexpr char python_arg_type[] = "custream.Stream | custream._custream.CudaStreamProducer";
+ * what custream.as_stream accepts (CudaStreamProducer, a typing-only name of custream's: any
+ * object with __cuda_stream__) and what comes back. */
+inline constexpr char python_arg_type[] = "custream.Stream | custream.CudaStreamProducer";
 inline constexpr char python_type[] = "custream.Stream";
 
 class stream_ref;
@@ -472,11 +472,13 @@ stream to_python(S &&owner, int device = device_unknown) noexcept {
 namespace detail {
 
 /* The casters' halves (custream/nanobind.hpp, custream/pybind11.hpp). An argument that is not
- * a stream loads as false with no Python error left: the binding raises its own TypeError. */
+ * a stream loads as false with no Python error left: the binding raises its own TypeError. A
+ * closed custream.Stream loads as false with its ValueError set (`handle on a closed
+ * custream.Stream`, what every face raises for it), which the caster raises as it is. */
 inline bool load(PyObject *src, stream_ref &out) noexcept {
     std::optional<stream_ref> ref = stream_ref::from_python(src);
     if (!ref) {
-        PyErr_Clear();
+        if (!(PyErr_ExceptionMatches(PyExc_ValueError) && is_stream(src))) PyErr_Clear();
         return false;
     }
     out = *ref;

@@ -1,7 +1,7 @@
 //! The C-API table exported as the capsule `custream._custream._C_API` (pxd/custream.h
 //! declares it). Every entry runs inside `boundary`, so no panic crosses into C. Each
 //! entry's contract (custream.h) is that of a C API call: the GIL is held and every
-//! `PyObject *` is NULL or alive; src/raw_stream.rs turns those pointers into safe views.
+//! `PyObject *` is NULL or alive; src/object/memory.rs turns those pointers into safe views.
 
 use std::ffi::{c_int, c_uint, c_void, CStr};
 use std::mem::offset_of;
@@ -13,23 +13,23 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyFloat};
 
-use crate::boundary::boundary;
-use crate::callback;
-use crate::current;
-use crate::deadline::{timeout_arg, Deadline};
-use crate::layout::{
+use crate::cpython::boundary::boundary;
+use crate::cpython::interrupt::{timeout_arg, Deadline};
+use crate::cpython::raw_call;
+use crate::host;
+use crate::memops;
+use crate::object::layout::{
     custream_deleter_t, custream_green_ctx_t, custream_handle_t, custream_host_fn_t, CustreamCAPI, CustreamStream,
     CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME, GROWTH, STREAM_SIZE,
 };
-use crate::memops;
+use crate::object::make::{self, Parts};
+use crate::object::memory::{self, StreamObject};
+use crate::object::protocol;
 use crate::pool::StreamPool;
-use crate::protocol;
-use crate::raw_call;
-use crate::raw_stream::{self, StreamObject};
 use crate::stream;
-use crate::stream_make::{self, Parts};
+use crate::stream::current;
 
-/// The table, and what a grown build appends to it (src/layout.rs's GROWTH).
+/// The table, and what a grown build appends to it (src/object/layout.rs's GROWTH).
 #[repr(C)]
 struct Table(CustreamCAPI, [u8; GROWTH]);
 // SAFETY: the table is written once, before it is published, and only read afterwards;
@@ -89,7 +89,7 @@ fn from_handle_of(
     owner: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<*mut ffi::PyObject> {
     let owner = owner.filter(|o| !o.is_none()).cloned();
-    Ok(stream_make::make(py, Parts::borrowed(handle as usize as u64, device_of(device)?, owner)?)?.into_ptr())
+    Ok(make::make(py, Parts::borrowed(handle as usize as u64, device_of(device)?, owner)?)?.into_ptr())
 }
 
 unsafe extern "C" fn from_handle_with_deleter(
@@ -103,17 +103,13 @@ unsafe extern "C" fn from_handle_with_deleter(
         parts.deleter = deleter;
         parts.deleter_ctx = ctx;
         // On failure the deleter is not called: the handle stays the caller's.
-        Ok(stream_make::make(py, parts)?.into_ptr())
+        Ok(make::make(py, parts)?.into_ptr())
     })
 }
 
 unsafe extern "C" fn check(obj: *mut ffi::PyObject) -> c_int {
     // SAFETY: the C API's contract.
-    unsafe {
-        raw_call::function_o(obj, |_, obj| {
-            c_int::from(obj.is_some_and(|o| raw_stream::is_stream(&o)))
-        })
-    }
+    unsafe { raw_call::function_o(obj, |_, obj| c_int::from(obj.is_some_and(|o| memory::is_stream(&o)))) }
 }
 
 unsafe extern "C" fn synchronize(obj: *mut ffi::PyObject) -> c_int {
@@ -168,7 +164,7 @@ unsafe extern "C" fn current_stream() -> *mut ffi::PyObject {
 }
 
 unsafe extern "C" fn default_stream(token: custream_handle_t) -> *mut ffi::PyObject {
-    boundary(|py| Ok(stream_make::default_stream(py, token as usize as u64)?.into_ptr()))
+    boundary(|py| Ok(make::default_stream(py, token as usize as u64)?.into_ptr()))
 }
 
 unsafe extern "C" fn pool_get(pool: *mut ffi::PyObject) -> *mut ffi::PyObject {
@@ -195,7 +191,7 @@ unsafe extern "C" fn launch_host_func(obj: *mut ffi::PyObject, f: custream_host_
             boundary(|_| {
                 let s = stream_arg(obj.as_deref(), "Custream_LaunchHostFunc")?;
                 let f = f.ok_or_else(|| PyValueError::new_err("Custream_LaunchHostFunc() fn is NULL"))?;
-                callback::launch_c(py, s, f, user)?;
+                host::functions::launch_c(py, s, f, user)?;
                 Ok(0)
             })
         })
@@ -324,7 +320,7 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
                 api_size: size_of::<Table>() as u32,
                 stream_size: STREAM_SIZE as u32,
                 reserved: 0,
-                StreamType: raw_stream::stream_type_ptr(),
+                StreamType: memory::stream_type_ptr(),
                 as_stream: Some(as_stream),
                 from_handle: Some(from_handle),
                 from_handle_with_deleter: Some(from_handle_with_deleter),

@@ -1,19 +1,19 @@
-//! `custream.Graph`: the executable graph a capture ends in (what a capture is to custream
-//! is src/capture.rs's), launched or uploaded on any stream. Its Python methods are the one
-//! `#[pymethods]` block here. (A Stream's capture methods are in src/stream_type.rs.)
+//! `custream.Graph`: the executable graph a capture ends in (what a capture is to custream is
+//! src/driver/capture_guard.rs's), launched or uploaded on any stream. Its Python methods are
+//! the one `#[pymethods]` block here. (A Stream's capture methods are in src/stream/slots.rs.)
 
 use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyType};
 
-use crate::capture;
-use crate::closable::{self, Closable};
+use crate::cpython::gil;
+use crate::driver::capture_guard;
 use crate::driver::{self, CaptureStatus, Context, GraphExecHandle, OwnedGraphExec, StreamHandle};
-use crate::gil;
-use crate::home::Home;
-use crate::launch::{self, Gil, Keep};
-use crate::lifecycle::{self, DriverObject, Made};
-use crate::protocol;
-use crate::raw_stream::StreamObject;
+use crate::host::queue_depth::{self, Gil, Keep};
+use crate::object::closable::{self, Closable};
+use crate::object::home_context::Home;
+use crate::object::lifecycle::{self, DriverObject, Made};
+use crate::object::memory::StreamObject;
+use crate::object::protocol;
 
 /// An executable CUDA graph: what ``Stream.end_capture()`` returns.
 ///
@@ -37,10 +37,10 @@ impl Graph {
             gil::detach(py, move || {
                 let ended = driver::stream_end_capture(h);
                 match &ended {
-                    Ok(g) => capture::ended(h.as_u64(), Some(g.handle())),
+                    Ok(g) => capture_guard::ended(h.as_u64(), Some(g.handle())),
                     // Invalidated or unjoined captures end too; a wrong-thread end does not.
                     Err(_) if driver::stream_capture_status(h) == Ok(CaptureStatus::None) => {
-                        capture::ended(h.as_u64(), None)
+                        capture_guard::ended(h.as_u64(), None)
                     }
                     Err(_) => {}
                 }
@@ -72,7 +72,7 @@ impl Graph {
         // host functions queued before, and those of Python (ours, CuPy's, numba's) take the
         // GIL to run (docs/benchmarks.md has what holding it would save).
         stream.use_handle_in(py, what, graph.exec.home(), |h| {
-            launch::run(
+            queue_depth::run(
                 py,
                 stream,
                 h,
@@ -83,7 +83,7 @@ impl Graph {
         })
     }
 
-    /// Hold the graph open for a launch that may outlive its caller (src/launch.rs).
+    /// Hold the graph open for a launch that may outlive its caller (src/host/queue_depth.rs).
     fn keep(kept: &mut Keep, this: &Bound<'_, Graph>) -> bool {
         fn end(py: Python<'_>, obj: &Bound<'_, PyAny>) {
             if let Ok(g) = obj.cast::<Graph>() {

@@ -5,15 +5,15 @@
 //! `cuStreamWaitValue*_v2`): the building block of a semaphore in memory another process or
 //! device shares. Both become graph nodes in a capture, as the driver makes them.
 //!
-//! Arguments are checked before any driver call: the width (32 or 64), the value's range,
-//! the condition's name, and the address (an int, an object with `__cuda_array_interface__`,
-//! or a DLPack producer, whose device pointer is read from its capsule without importing any
-//! library: alignment, size, read-only arrays, managed memory, devices other than CUDA's). Then the driver is
-//! asked what it knows of the address (`cuPointerGetAttributes`: memory it does not know, or
-//! host memory not mapped for the GPU, is refused before anything is queued; mapped host
-//! memory is given to the GPU at its device address), and whether the device supports what
-//! was asked (64-bit words, `NOR`, `flush`; a `CudaError` with `CUDA_ERROR_NOT_SUPPORTED`
-//! naming the attribute where not).
+//! Arguments are checked before any driver call: the width (32 or 64), the value's range, the
+//! condition's name, and the address (an int, an object with `__cuda_array_interface__`, or a
+//! DLPack producer, whose device pointer is read from its capsule without importing any
+//! library: alignment, size, read-only arrays, managed memory, devices other than CUDA's). Then
+//! the driver is asked what it knows of the address (`cuPointerGetAttributes`: memory it does
+//! not know, or host memory not mapped for the GPU, is refused before anything is queued;
+//! mapped host memory is given to the GPU at its device address), and whether the device
+//! supports what was asked (64-bit words, `NOR`, `flush`; a `CudaError` with
+//! `CUDA_ERROR_NOT_SUPPORTED` naming the attribute where not).
 
 use std::ffi::c_void;
 
@@ -22,13 +22,13 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict, PyInt, PyString, PyTuple};
 
-use crate::args::{bool_arg, int_repr, is_int_not_bool, short_repr, Signature};
+use crate::cpython::args::{bool_arg, int_repr, is_int_not_bool, short_repr, Signature};
+use crate::cpython::gil;
+use crate::cpython::raw_call::Fastcall;
 use crate::driver::{self, memory_type, MemOpSupport, WaitOp, Width};
-use crate::gil;
-use crate::launch::{self, Gil};
-use crate::raw_call::Fastcall;
-use crate::raw_stream::StreamObject;
-use crate::stream::closed_error;
+use crate::host::queue_depth::{self, Gil};
+use crate::object::lifecycle::{self, Managed};
+use crate::object::memory::StreamObject;
 
 static WRITE_SIG: Signature = Signature {
     name: "write_value",
@@ -102,7 +102,7 @@ pub fn wait_value(py: Python<'_>, s: StreamObject<'_>, args: &Fastcall<'_, '_>) 
 pub fn write(py: Python<'_>, s: StreamObject<'_>, address: u64, value: u64, width: Width, flush: bool) -> PyResult<()> {
     const WHAT: &str = "write_value()";
     if s.is_closed() {
-        return Err(closed_error(WHAT));
+        return Err(lifecycle::closed_error(<StreamObject<'_> as Managed>::KIND, WHAT));
     }
     let address = gpu_address(py, s, address, width, "write_value")?;
     if width == Width::W64 {
@@ -112,7 +112,7 @@ pub fn write(py: Python<'_>, s: StreamObject<'_>, address: u64, value: u64, widt
         require(py, s, MemOpSupport::Flush, "write_value() flush=True")?;
     }
     s.use_handle_py(py, WHAT, |h| {
-        launch::run(
+        queue_depth::run(
             py,
             s,
             h,
@@ -135,7 +135,7 @@ pub fn wait(
 ) -> PyResult<()> {
     const WHAT: &str = "wait_value()";
     if s.is_closed() {
-        return Err(closed_error(WHAT));
+        return Err(lifecycle::closed_error(<StreamObject<'_> as Managed>::KIND, WHAT));
     }
     let address = gpu_address(py, s, address, width, "wait_value")?;
     if width == Width::W64 {
@@ -148,7 +148,7 @@ pub fn wait(
         require(py, s, MemOpSupport::Flush, "wait_value() flush=True")?;
     }
     s.use_handle_py(py, WHAT, |h| {
-        launch::run(
+        queue_depth::run(
             py,
             s,
             h,
@@ -319,7 +319,7 @@ fn address_int_error(v: &Bound<'_, PyAny>, fname: &str) -> PyErr {
 /// Whether `address` is a GPU address (not 0) aligned for a `width` operation.
 #[inline]
 fn aligned(address: u64, width: Width) -> bool {
-    address != 0 && address % width.bytes() == 0
+    address != 0 && address.is_multiple_of(width.bytes())
 }
 
 #[inline]

@@ -1,6 +1,6 @@
 //! The Rust view of the Stream object is bindgen's output for pxd/custream.h, kept once as
 //! the public `ffi` module of the pyo3-custream crate (pyo3-custream/src/ffi.rs), which the
-//! extension re-exports as src/layout.rs. This test regenerates it and fails on any drift, so
+//! extension re-exports as src/object/layout.rs. This test regenerates it and fails on any drift, so
 //! the header stays the one source of the layout. `CUSTREAM_BLESS=1 cargo test --test
 //! layout` rewrites it.
 //!
@@ -172,7 +172,7 @@ fn generate_or_explain() -> String {
     }
 }
 
-/// Where the generated layout lives (src/layout.rs re-exports it).
+/// Where the generated layout lives (src/object/layout.rs re-exports it).
 const COPIES: [&str; 1] = ["pyo3-custream/src/ffi.rs"];
 
 #[test]

@@ -1,5 +1,5 @@
 """The design document stays true to the code: every C entry of custream.h is in its table
-and in the C guide, and src/ has no module circle and no floor used from below."""
+and in the C guide, and src/'s folders have no circle and none is used from below."""
 
 import re
 from pathlib import Path
@@ -9,56 +9,22 @@ HEADER = (ROOT / "pxd" / "custream.h").read_text()
 DESIGN = (ROOT / "docs" / "design.md").read_text()
 C_GUIDE = (ROOT / "docs" / "c.md").read_text()
 
-# The floors of docs/design.md's "Code layout", top to bottom.
-FLOORS = {
-    "lib": 0,
-    **dict.fromkeys(["stream_type", "green_type", "functions", "capi"], 1),
-    **dict.fromkeys(
-        [
-            "stream",
-            "stream_make",
-            "event",
-            "pool",
-            "lease",
-            "graph",
-            "green",
-            "current",
-            "callback",
-            "protocol",
-            "host_thread",
-            "host_semaphores",
-            "owner_release",
-            "waits",
-            "notifiers",
-            "signals",
-            "maker",
-            "ipc",
-            "memops",
-            "launch",
-        ],
-        2,
-    ),
-    "capture": 3,
-    **dict.fromkeys(
-        [
-            "raw_stream",
-            "raw_call",
-            "lifecycle",
-            "state_word",
-            "home",
-            "deferred_release",
-            "closable",
-            "errors",
-            "args",
-            "deadline",
-            "boundary",
-            "gil",
-        ],
-        4,
-    ),
-    **dict.fromkeys(["driver", "process", "libcuda", "layout"], 5),
-}
-# Modules of one floor may use each other, as long as there is no circle.
+# The layers of docs/design.md's "Code layout", top to bottom: the folders of src/ (and the
+# single-file modules at its top). A folder uses only folders of the layers below its own.
+LAYERS = [
+    ["lib"],
+    ["capi", "module_functions"],
+    ["stream"],
+    ["event", "graph", "memops", "pool"],
+    ["green", "waits"],
+    ["host"],
+    ["object"],
+    ["cpython"],
+    ["driver"],
+]
+LAYER = {unit: layer for layer, units in enumerate(LAYERS) for unit in units}
+# The Python faces: slots and methods that parse and delegate, all safe functions.
+FACES = ["stream/slots.rs", "green/methods.rs", "module_functions.rs"]
 
 
 def c_entries() -> set[str]:
@@ -81,50 +47,48 @@ def test_every_entry_of_the_c_api_struct_is_in_the_design_table():
     assert fields and not {f for f in fields if f"`{f}`" not in table}
 
 
-def module_of(path: Path) -> str:
+def unit_of(path: Path) -> str:
     rel = path.relative_to(ROOT / "src")
     return rel.parts[0] if len(rel.parts) > 1 else rel.stem
 
 
 def uses() -> dict[str, set[str]]:
+    """What each folder of src/ uses of the others, from its `use crate::` lines."""
     graph: dict[str, set[str]] = {}
     for path in (ROOT / "src").rglob("*.rs"):
         text = path.read_text()
         names = set(re.findall(r"\bcrate::(\w+)", text))
         for group in re.findall(r"use crate::\{([^;]*)\};", text):
             names.update(re.findall(r"(?:^|[\s,{])(\w+)(?=::|\s*[,}]|$)", group))
-        me = module_of(path)
+        me = unit_of(path)
         graph.setdefault(me, set()).update(n for n in names if n != me)
     return {m: {d for d in deps if d in graph} for m, deps in graph.items()}
 
 
-def test_every_module_of_src_has_a_floor():
-    assert set(uses()) == set(FLOORS), "docs/design.md's Code layout and FLOORS here list every module"
+def test_every_folder_of_src_has_a_layer():
+    assert set(uses()) == set(LAYER), "docs/design.md's Code layout and LAYERS here list every folder"
 
 
-def test_the_code_layout_table_lists_every_module_on_its_floor():
+def test_the_code_layout_table_lists_every_folder_in_its_layer():
     layout = DESIGN[DESIGN.index("### Code layout") : DESIGN.index("#### The unsafe boundary")]
-    names = ["top", "face", "core", "capture", "base", "ground"]
-    table = {}
-    for row in re.findall(r"^\| (\w+) \| ([^|]*) \|", layout, re.M):
-        if row[0] in names:
-            # `driver/mod.rs` (and its other files) is the module `driver`.
-            table[names.index(row[0])] = {f.split("/")[0] for f in re.findall(r"`([\w/]+)\.rs`", row[1])}
-    floors = {floor: {m for m, f in FLOORS.items() if f == floor} for floor in range(len(names))}
-    assert table == floors
+    table = {
+        int(layer): set(re.findall(r"`(\w+)(?:/|\.rs)`", entries))
+        for layer, entries in re.findall(r"^\| (\d+) \| ([^|]*) \|", layout, re.M)
+    }
+    assert table == {layer: set(units) for layer, units in enumerate(LAYERS)}
 
 
-def test_no_module_uses_a_floor_above_its_own():
+def test_no_folder_uses_its_own_layer_or_one_above():
     upward = sorted(
-        f"{m} (floor {FLOORS[m]}) uses {d} (floor {FLOORS[d]})"
+        f"{m} (layer {LAYER[m]}) uses {d} (layer {LAYER[d]})"
         for m, deps in uses().items()
         for d in deps
-        if FLOORS[d] < FLOORS[m]
+        if LAYER[d] <= LAYER[m]
     )
     assert not upward
 
 
-def test_src_has_no_module_circle():
+def test_src_has_no_folder_circle():
     graph = uses()
     state: dict[str, int] = {}
     circles = []
@@ -144,7 +108,23 @@ def test_src_has_no_module_circle():
     assert not circles
 
 
+def test_each_folder_says_what_it_holds_and_which_folders_it_uses():
+    graph = uses()
+    wrong = {}
+    for folder in sorted(p for p in (ROOT / "src").iterdir() if p.is_dir()):
+        doc = "\n".join(
+            line.removeprefix("//!").strip()
+            for line in (folder / "mod.rs").read_text().splitlines()
+            if line.startswith("//!")
+        )
+        assert doc, f"src/{folder.name}/mod.rs says nothing of what it holds"
+        said = doc[doc.rindex("Uses") :].split("\n\n")[0]
+        named = {n for n in re.findall(r"`(\w+)/?`", said) if n in LAYER}
+        if named != graph[folder.name]:
+            wrong[folder.name] = (sorted(named), sorted(graph[folder.name]))
+    assert not wrong, "mod.rs's 'Uses' (said, actual)"
+
+
 def test_the_python_faces_hold_no_unsafe_block():
-    faces = [m for m, floor in FLOORS.items() if floor == 1 and m != "capi"]
-    found = {m: len(re.findall(r"unsafe\s*\{", (ROOT / "src" / f"{m}.rs").read_text())) for m in faces}
-    assert not {m: n for m, n in found.items() if n}
+    found = {f: len(re.findall(r"unsafe\s*\{", (ROOT / "src" / f).read_text())) for f in FACES}
+    assert not {f: n for f, n in found.items() if n}

@@ -129,3 +129,23 @@ def test_the_gpu_report_makes_a_stream_in_a_green_context(standin_lib):
         print(checks["a stream in a green context"])
     """)
     assert "'ok': True" in out and "8 of the device's 132 SMs" in out, out
+
+
+def test_the_report_without_a_gpu_lists_the_peer_libraries(tmp_path):
+    # The peers --help promises: without a GPU none is tried, and the report says which are
+    # installed. A fake peer (a distribution and a module named as CuPy's) shows as installed.
+    env = {**os.environ, "CUSTREAM_LIBCUDA": str(tmp_path / "no-such-libcuda.so.1")}
+    fake = tmp_path / "site"
+    (fake / "cupy").mkdir(parents=True)
+    (fake / "cupy" / "__init__.py").write_text("")
+    (fake / "cupy-9.9.dist-info").mkdir()
+    (fake / "cupy-9.9.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: cupy\nVersion: 9.9\n")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(fake), env.get("PYTHONPATH")]))
+    text = run(env=env)
+    assert text.returncode == 0 and text.stderr == "", text.stdout + text.stderr
+    lines = text.stdout.splitlines()
+    start = lines.index("Peer libraries (their round trip with custream needs a GPU, so none is tried here)")
+    peers = lines[start + 1:start + 6]
+    assert peers[1] == "  [ -- ] CuPy: cupy 9.9 installed", peers
+    for line, name in zip(peers, ("cuda.core", "CuPy", "PyTorch", "numba-cuda", "rmm")):
+        assert line.startswith(f"  [ -- ] {name}: "), peers

@@ -482,7 +482,7 @@ def test_without_custream_every_entry_is_an_import_error_and_takes_nothing():
             try:
                 call()
             except ImportError as e:
-                assert "custream is not installed (pip install custream)" in str(e), e
+                assert "custream is not installed (it is not on PyPI yet: pip install /path/to/custream" in str(e), e
                 assert str(e).startswith("pyo3-custream 0.1.0 needs custream 0.1.0"), e
             else:
                 raise AssertionError("no ImportError")
@@ -621,11 +621,15 @@ def test_the_rust_guide_is_the_crates_own_docs():
     assert "pip install ../custream" in commands and "pip install custream" not in commands, "not on PyPI yet"
 
 
-def test_the_rust_guides_recipe_builds_and_runs(tmp_path):
+@pytest.mark.parametrize("variant", ["plain", "cudarc"])
+def test_the_rust_guides_recipe_builds_and_runs(tmp_path, variant):
     """The guide's recipe as a user copies it: a clone of custream (here, this repository),
     beside it a folder with the page's Cargo.toml, pyproject.toml and first Rust example as
-    src/lib.rs, then the page's commands. custream is already installed here, and the
-    extension goes into a folder of the test's own rather than this environment."""
+    src/lib.rs, then the page's commands. The cudarc variant: the same folder with the page's
+    cudarc `[dependencies]` in place of the first ones and its cudarc example as src/lib.rs,
+    then its own commands; without a driver, its call raises what the page says. custream is
+    already installed here, and the extension goes into a folder of the test's own rather
+    than this environment."""
     if shutil.which("cargo") is None:
         missing_tool("cargo is not on PATH")
     host = re.search(r"^host: (\S+)", subprocess.run(["rustc", "-vV"], capture_output=True, text=True).stdout, re.M)
@@ -636,14 +640,25 @@ def test_the_rust_guides_recipe_builds_and_runs(tmp_path):
         import maturin  # noqa: F401
     except ImportError:
         missing_tool(f"maturin is not installed in {sys.executable}")
-    blocks = FENCE.findall(GUIDE.read_text())
+    text = GUIDE.read_text()
+    blocks = FENCE.findall(text)
     tomls = [code for info, code in blocks if info == "toml"]
     (cargo,) = [t for t in tomls if "[lib]" in t]
     (pyproject,) = [t for t in tomls if "[build-system]" in t]
-    lib = next(code for info, code in blocks if info == "rust")
-    (bash,) = [code for info, code in blocks if info == "bash"]
+    (cudarc_deps,) = [t for t in tomls if t.startswith("[dependencies]\n")]
+    rusts = [code for info, code in blocks if info == "rust"]
+    (cudarc_lib,) = [code for code in rusts if "#[pymodule]\nfn mylib(" in code and "from_cudarc" in code]
+    plain_bash, cudarc_bash = [code for info, code in blocks if info == "bash"]
     assert 'crate-type = ["cdylib"]' in cargo and 'path = "../custream/pyo3-custream"' in cargo
-    assert "#[pymodule]\nfn mylib(" in lib
+    assert "#[pymodule]\nfn mylib(" in rusts[0]
+    if variant == "plain":
+        lib, bash = rusts[0], plain_bash
+    else:
+        assert 'features = ["cudarc"]' in cudarc_deps and "\ncudarc = " in cudarc_deps
+        # The user's edit: the [dependencies] table replaced by the page's cudarc one.
+        cargo = re.sub(r"^\[dependencies\]\n(?:[^\[\n][^\n]*\n|\n)*", cudarc_deps + "\n", cargo, count=1, flags=re.M)
+        assert cargo.count("[dependencies]") == 1 and "cudarc = " in cargo, cargo
+        lib, bash = cudarc_lib, cudarc_bash
 
     (tmp_path / "custream").symlink_to(ROOT)  # the clone
     project = tmp_path / "mylib"
@@ -672,9 +687,19 @@ def test_the_rust_guides_recipe_builds_and_runs(tmp_path):
         else:
             raise AssertionError(f"a command the test does not know how to run: {line!r}")
         out = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True)
+        ran.append(argv[1])
+        if argv[1] == "-c" and variant == "cudarc":
+            if custream.is_available():
+                shown = re.escape(comment.strip()).replace(re.escape("..."), ".+")
+                assert out.returncode == 0 and re.fullmatch(shown, out.stdout.strip()), out.stdout + out.stderr
+            else:
+                said = re.search(r"raises `(custream\.CudaUnavailableError: [^`]+)`", " ".join(text.split()))
+                assert said, "the page says what the call raises without a driver"
+                last = out.stderr.rstrip().splitlines()[-1]
+                assert out.returncode != 0 and last.startswith(said.group(1).split("...")[0]), out.stderr
+            continue
         assert out.returncode == 0, f"{line}\n{out.stdout}{out.stderr}"
         if argv[1] == "-c":
             assert out.stdout.strip() == comment.strip(), out.stdout
-        ran.append(argv[1])
     assert ran == ["-m", "-c"], ran  # it built the module, then called it
     assert list(site.glob("mylib/*.so")), "the module pip installed"

@@ -183,7 +183,7 @@ def test_ctrl_c_ends_a_launch_that_waits_for_room_in_a_full_queue(fake):
     exception ends each within a slice; the launch goes on, holding what it uses open, and
     ends when the queue has room. A shallow stream's launches never leave the thread."""
     out = run(fake, """
-        CHECKPOINT = 128  # src/launch.rs
+        CHECKPOINT = 128  # src/host/queue_depth.rs
         fake.fake_room_waiters.restype = ctypes.c_int
         fake.fake_mem_alloc.restype = ctypes.c_void_p
         fake.fake_mem_alloc.argtypes = [ctypes.c_size_t]

@@ -7,9 +7,10 @@
  *     m.def("make", [] { return custream::to_python(cuda::stream{cuda::device_ref{0}}, 0); });
  *
  * A stream_ref or stream argument accepts a custream.Stream or any object speaking the CUDA
- * Stream Protocol (CuPy, PyTorch, cuda.core, numba-cuda, rmm); anything else, or a closed
- * Stream for a stream_ref, gets pybind11's TypeError naming the argument. Python keeps the
- * argument alive for the call, and so the stream the view names. A returned custream::stream
+ * Stream Protocol (CuPy, PyTorch, cuda.core, numba-cuda, rmm); anything else gets pybind11's
+ * TypeError naming the argument, and a closed Stream for a stream_ref the ValueError every face
+ * raises for it (`handle on a closed custream.Stream`). Python keeps the argument alive for the
+ * call, and so the stream the view names. A returned custream::stream
  * gives Python its custream.Stream; an empty one gives None, or raises (as error_already_set)
  * the Python error a failed custream call left set. A returned stream_ref gives a Stream
  * borrowing the handle.
@@ -33,7 +34,13 @@ template <class T>
 struct custream_caster {
     PYBIND11_TYPE_CASTER(T, CUSTREAM_PYBIND11_NAME);
 
-    bool load(handle src, bool) { return ::custream::detail::load(src.ptr(), value); }
+    /* A closed Stream's ValueError is thrown: pybind11 raises it as it is (from a call, and
+     * from py::cast), instead of trying the next overload and then raising its TypeError. */
+    bool load(handle src, bool) {
+        if (::custream::detail::load(src.ptr(), value)) return true;
+        if (PyErr_Occurred()) throw error_already_set();
+        return false;
+    }
 
     /* pybind11 would wrap a null result in its own "Unable to convert" TypeError: throwing
      * keeps custream's error as it is. */

@@ -30,7 +30,7 @@ unsafe impl Sync for Api {}
 static API: PyOnceLock<Api> = PyOnceLock::new();
 
 /// The table, imported and checked on first use. A failure is not cached: the next call tries
-/// again (after `pip install custream`, say).
+/// again (once custream is installed, say).
 pub(crate) fn api(py: Python<'_>) -> PyResult<Api> {
     API.get_or_try_init(py, || import(py)).copied()
 }
@@ -44,7 +44,9 @@ fn import(py: Python<'_>) -> PyResult<Api> {
     let version = env!("CARGO_PKG_VERSION");
     let ptr = PyCapsule::import_pointer(py, capsule_name()).map_err(|e| {
         let why = if e.is_instance_of::<PyImportError>(py) {
-            "custream is not installed (pip install custream)".to_string()
+            "custream is not installed (it is not on PyPI yet: pip install /path/to/custream, a clone of \
+             its repository or a wheel built from one; pip install custream once it is published)"
+                .to_string()
         } else {
             "the installed custream has no C API capsule custream._custream._C_API (too old?)".to_string()
         };

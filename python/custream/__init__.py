@@ -40,6 +40,12 @@ from custream._custream import IpcEventHandle
 # `custream.name` lookup (LOAD_ATTR_MODULE), which doubled `custream.current_stream()`.
 from custream._custream import __version__
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    # A typing-only name (no object at run time): any object with __cuda_stream__, as the
+    # signatures of C++ functions taking custream::stream_ref name their argument.
+    from custream._custream import CudaStreamProducer as CudaStreamProducer
+
 __all__ = [
     "ABI_VERSION",
     "DEFAULT_STREAM",

@@ -3,7 +3,7 @@
 Prints the CUDA driver and devices, then a live CUDA Stream Protocol round trip: on a
 machine with a GPU, with every peer library that is installed (custream -> peer and
 peer -> custream on a real stream); without one, with a wrapped handle, which needs no
-driver. Exit status 0 when every check passed. ``--json`` prints the same as one JSON
+driver, and which peer libraries are installed. Exit status 0 when every check passed. ``--json`` prints the same as one JSON
 object, for bug reports and scripts.
 """
 
@@ -128,6 +128,14 @@ def round_trip_without_gpu() -> bool:
     return ok
 
 
+def report_peers_without_gpu() -> None:
+    """Which peer libraries are installed: the round trip with them needs a live stream."""
+    print("Peer libraries (their round trip with custream needs a GPU, so none is tried here)")
+    for label, dists, module in PEERS:
+        found = _version(dists) if importlib.util.find_spec(module.split(".")[0]) is not None else None
+        print(f"  [ -- ] {label}: " + (f"{found[0]} {found[1]} installed" if found else "not installed"))
+
+
 def _peers(ours: custream.Stream):
     """(library, distributions, module, function doing peer->custream and custream->peer)."""
 
@@ -218,6 +226,9 @@ def report() -> bool:
     print()
     _REPORT["round_trip"] = "live streams with the peers" if has_gpu else "a wrapped handle, no driver call"
     ok = round_trip_with_gpu() if has_gpu else round_trip_without_gpu()
+    if not has_gpu:
+        print()
+        report_peers_without_gpu()
     print()
     print("All checks passed." if ok else "Some checks FAILED (see above).")
     return ok

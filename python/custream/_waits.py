@@ -2,7 +2,7 @@
 watch over ``Event.future()``'s futures for a fault.
 
 The driver's thread never enters Python. A host function queued behind the awaited event
-(src/waits.rs) puts the await's token in the loop's bell and writes the bell's eventfd, which
+(src/waits/for_gpu.rs) puts the await's token in the loop's bell and writes the bell's eventfd, which
 the loop watches with ``add_reader``; the loop then runs ``_Ring.__call__`` here, which
 completes the futures whose tokens rang. A cancelled await forgets its token at once; the
 host function, already queued in the driver, still runs when the GPU passes the event, and

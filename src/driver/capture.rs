@@ -1,4 +1,4 @@
-//! The driver calls of host functions and graph capture (src/callback.rs, src/graph.rs),
+//! The driver calls of host functions and graph capture (src/host/functions.rs, src/graph.rs),
 //! over the same typed handles as the rest of the driver layer.
 
 use super::*;
@@ -248,7 +248,7 @@ pub unsafe fn host_register_mapped(ctx: Context, page: *mut c_void, bytes: usize
 }
 
 /// Queue on `h` a wait until the 32-bit word at the GPU address `word` equals `value` (a
-/// wait-value node, in a capture). The caller keeps `word` mapped (src/host_semaphores.rs
+/// wait-value node, in a capture). The caller keeps `word` mapped (src/host/semaphores.rs
 /// never unmaps a page).
 pub fn stream_wait_value32(h: StreamHandle, word: u64, value: u32) -> Result<()> {
     stream_wait_value(h, word, u64::from(value), Width::W32, WaitOp::Eq, false)
@@ -263,7 +263,7 @@ pub fn stream_write_value32(h: StreamHandle, word: u64, value: u32) -> Result<()
 /// Queue on `h`, in one call: a write of 1 to the 32-bit word at `ready` once the work before
 /// it is done (the GPU's writes before it visible first), a wait until the word at `done`
 /// reads 1, and a write of 0 to it. custream's thread watches `ready`, runs the host function
-/// and raises `done` (src/host_thread.rs): no host function of the driver's is involved, whose
+/// and raises `done` (src/host/thread.rs): no host function of the driver's is involved, whose
 /// thread would hold back what follows it on the stream.
 pub fn stream_hand_off(h: StreamHandle, ready: u64, done: u64) -> Result<()> {
     let api = init()?;
@@ -272,9 +272,10 @@ pub fn stream_hand_off(h: StreamHandle, ready: u64, done: u64) -> Result<()> {
         wait_value_op(done, 1),
         write_value_op(done, 0),
     ];
-    // SAFETY: three initialized operations that outlive the call (the driver copies them);
-    // the GPU touches both words later, and the caller keeps them mapped (src/host_semaphores.rs never
-    // unmaps a page). A stale `h` is the caller's to rule out, as for every call on a stream.
+    // SAFETY: three initialized operations that outlive the call (the driver copies them); the
+    // GPU touches both words later, and the caller keeps them mapped (src/host/semaphores.rs
+    // never unmaps a page). A stale `h` is the caller's to rule out, as for every call on a
+    // stream.
     check(unsafe { (api.cuStreamBatchMemOp_v2)(h.0, ops.len() as c_uint, ops.as_mut_ptr(), 0) })
 }
 

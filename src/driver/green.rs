@@ -1,17 +1,17 @@
-//! The driver calls of green contexts (src/green.rs): a device's SMs split into partitions, a
-//! green context over one, streams made in it, and the questions a stream of anybody's can be
-//! asked (which green context, how many SMs). CUDA 12.4 added them; an older driver gets a
-//! refusal that names the version needed, while `stream_green_context` answers "none" there,
-//! since no stream of such a driver can be in one.
+//! The driver calls of green contexts (src/green/context.rs): a device's SMs split into
+//! partitions, a green context over one, streams made in it, and the questions a stream of
+//! anybody's can be asked (which green context, how many SMs). CUDA 12.4 added them; an older
+//! driver gets a refusal that names the version needed, while `stream_green_context` answers
+//! "none" there, since no stream of such a driver can be in one.
 //!
 //! The driver does not lock a green context against concurrent calls on it ("no internal
-//! synchronization", cuGreenCtxCreate's documentation): src/green.rs serializes custream's
+//! synchronization", cuGreenCtxCreate's documentation): src/green/context.rs serializes custream's
 //! own calls on one.
 
 use super::*;
 
-pub use crate::libcuda::DevResource;
-use crate::libcuda::Green;
+pub use crate::driver::libcuda::DevResource;
+use crate::driver::libcuda::Green;
 use cudarc::driver::sys::{CUdevResourceDesc, CUgreenCtx};
 
 /// The oldest driver with the green-context entry points.

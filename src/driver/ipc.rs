@@ -1,4 +1,4 @@
-//! The driver calls of IPC events (src/ipc.rs): an event another process can open, its
+//! The driver calls of IPC events (src/event/ipc.rs): an event another process can open, its
 //! 64-byte handle, opening one, and the UUIDs that name a device the same in every process
 //! (an ordinal depends on the process's `CUDA_VISIBLE_DEVICES`).
 

@@ -3,12 +3,22 @@
 //! A driver object crosses this boundary only as a typed handle: an owning one (`OwnedStream`,
 //! `OwnedEvent`, `OwnedGraph`, `OwnedGraphExec`, `OwnedGreenCtx`: not `Copy`, destroyed by
 //! consuming it) or a `Copy` view for calls (`StreamHandle`, `EventHandle`, `GraphHandle`,
-//! `GraphExecHandle`, `GreenCtxHandle`), and a `Context`. Nothing here touches Python. Every call starts at `init()`, which refuses
-//! after `fork()` and during finalization (src/process.rs).
+//! `GraphExecHandle`, `GreenCtxHandle`), and a `Context`. Nothing here touches Python. Every
+//! call starts at `init()`, which refuses after `fork()` and during finalization
+//! (src/driver/gate.rs).
+//!
+//! Beside the calls (`contexts`, `streams`, `capture`, `green`, `ipc`, `memops`) and the
+//! handles (`handles`): `libcuda` finds and opens the driver library and its entry points;
+//! `gate` is the process's state in front of every call (fork, exit, host functions);
+//! `capture_guard` is what a capture is to custream, by handle (the captures begun through
+//! custream and their streams, and the decision to refuse a call a capture forbids or run it
+//! relaxed), asked by streams, events, waits and host functions.
+//!
+//! Uses nothing else of custream's.
 //!
 //! **The handle rule**, which the `unsafe` blocks below rely on: a view names a driver object
 //! that is alive while the view is used. A view is copied out of an owning handle, which its
-//! holder destroys only after the last use (src/lifecycle.rs holds every use open, and
+//! holder destroys only after the last use (src/object/lifecycle.rs holds every use open, and
 //! `destroy` consumes the owner), or made by an `unsafe fn from_raw` whose caller vouches for
 //! it (a borrowed stream's owner keeps it alive; 0, 1 and 2 are the default-stream tokens).
 //! A `Context` is one the driver handed out; it may since have been reset, which the driver
@@ -28,13 +38,16 @@ use cudarc::driver::sys::{
     self as cu, CUcontext, CUdevice, CUevent, CUgraph, CUgraphExec, CUhostFn, CUstream, CUuserObject,
 };
 
-use crate::libcuda::{self, Api, LoadError, Status};
-use crate::process::{self, Gate};
+use gate::Gate;
+use libcuda::{Api, LoadError, Status};
 
 // The handle types and their macros (`handle!`, `owned!`), in scope for the rest of this
 // module and for capture.rs.
 #[macro_use]
 mod handles;
+pub mod capture_guard;
+pub mod gate;
+pub mod libcuda;
 pub use handles::*;
 
 /// Driver status codes custream acts on, by name.
@@ -72,7 +85,7 @@ pub enum DriverError {
     Forked,
     /// The interpreter is shutting down; the driver may already be torn down.
     Finalizing,
-    /// Called from inside a host function, where CUDA forbids CUDA calls (src/callback.rs).
+    /// Called from inside a host function, where CUDA forbids CUDA calls (src/host/functions.rs).
     InHostFunction,
 }
 
@@ -158,7 +171,7 @@ static READY: OnceLock<&'static Api> = OnceLock::new();
 #[inline]
 fn init() -> Result<&'static Api> {
     match READY.get() {
-        Some(api) if process::initialized() => Ok(api),
+        Some(api) if gate::initialized() => Ok(api),
         _ => init_slow(),
     }
 }
@@ -166,16 +179,16 @@ fn init() -> Result<&'static Api> {
 #[cold]
 #[inline(never)]
 fn init_slow() -> Result<&'static Api> {
-    if process::in_host_function() {
+    if gate::in_host_function() {
         return Err(DriverError::InHostFunction);
     }
-    match process::gate() {
+    match gate::gate() {
         Gate::Open => {}
         Gate::Forked => return Err(DriverError::Forked),
         Gate::Finalizing => return Err(DriverError::Finalizing),
     }
     // Here while a host function runs on another thread: nothing to do on this one.
-    if let Some(api) = READY.get().filter(|_| process::initialized_here()) {
+    if let Some(api) = READY.get().filter(|_| gate::initialized_here()) {
         return Ok(api);
     }
     let boot = libcuda::boot().map_err(DriverError::Unavailable)?;
@@ -188,7 +201,7 @@ fn init_slow() -> Result<&'static Api> {
     }
     let api = libcuda::api().map_err(DriverError::Unavailable)?;
     READY.get_or_init(|| api);
-    process::mark_initialized();
+    gate::mark_initialized();
     Ok(api)
 }
 
@@ -199,7 +212,7 @@ pub fn library_candidates() -> Vec<String> {
 
 /// cuDriverGetVersion, which needs no cuInit: e.g. 13000 for CUDA 13.0.
 pub fn driver_version() -> Result<i32> {
-    if process::is_finalizing() {
+    if gate::is_finalizing() {
         return Err(DriverError::Finalizing);
     }
     let boot = libcuda::boot().map_err(DriverError::Unavailable)?;

@@ -153,12 +153,12 @@ print("ok")
 
 def test_ctrl_c_ends_a_launch_into_a_full_queue_within_100_ms():
     """Records on the main thread behind a 4 s kernel fill the stream's queue; the driver's
-    wait for room is no signal's to end, so custream's launcher makes it (src/launch.rs) and
+    wait for room is no signal's to end, so custream's launcher makes it (src/host/queue_depth.rs) and
     Ctrl-C ends the record within a slice. Prints the queue's depth as the driver has it
     (CuPy's launches behind a kernel, timed until one waits), which CHECKPOINT must stay far
     below, and what a record costs once the stream is deep."""
     out = run("""
-CHECKPOINT = 128  # src/launch.rs
+CHECKPOINT = 128  # src/host/queue_depth.rs
 s, e = Stream(device=0), Event(device=0)
 sleep(s, 0.01)
 s.synchronize()
@@ -442,7 +442,7 @@ assert not errors, errors[:5]
 settle()
 assert interrupted > 0, "no signal ended a wait of the main thread"
 assert counts["timeouts"] > 0, counts
-# A launch a signal's handler left (src/launch.rs) gives its stream back on custream's thread
+# A launch a signal's handler left (src/host/queue_depth.rs) gives its stream back on custream's thread
 # once it is made: soon, not at once.
 end = time.monotonic() + 5
 while custream.live_stream_count() != base and time.monotonic() < end:

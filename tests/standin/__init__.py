@@ -2,7 +2,7 @@
 
 Two models live beside this file: libcuda.c (custream's own bookkeeping: retains, pushes,
 live streams) and capture.c (host functions and graph capture: a worker thread, capture
-state). Either is built with every other entry point custream resolves (src/libcuda.rs)
+state). Either is built with every other entry point custream resolves (src/driver/libcuda.rs)
 generated as a function returning CUDA_SUCCESS, so a stand-in keeps loading as the table
 grows.
 
@@ -25,10 +25,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 
 def entry_points():
-    """Every entry point custream resolves, read from src/libcuda.rs (skip without it)."""
-    src = HERE.parent.parent / "src" / "libcuda.rs"
+    """Every entry point custream resolves, read from src/driver/libcuda.rs (skip without it)."""
+    src = HERE.parent.parent / "src" / "driver" / "libcuda.rs"
     if not src.is_file():
-        pytest.skip("needs the crate's sources (src/libcuda.rs) next to the tests")
+        pytest.skip("needs the crate's sources (src/driver/libcuda.rs) next to the tests")
     tables = re.findall(r"entry_points!\(\w+ \{(.*?)\}\);", src.read_text(), re.S)
     return [name for table in tables for name in re.findall(r"^\s*(cu\w+)\(", table, re.M)]
 

@@ -213,6 +213,27 @@ fn cu_stream_of(stream: StreamRef) -> usize {
     StreamRef::from(cu).as_usize()
 }
 
+/// Stream's reference views (clone_ref, as_py, bind, into_py_any) and StreamRef::as_handle:
+/// true when each names the same Python object and the same handle.
+#[pyfunction]
+fn views(py: Python<'_>, stream: Stream) -> bool {
+    let clone = stream.clone_ref(py);
+    let same =
+        clone.as_py().as_ptr() == stream.bind(py).as_ptr() && clone.handle().as_handle() == stream.handle().as_handle();
+    let any = clone.into_py_any();
+    same && any.as_ptr() == stream.as_py().as_ptr()
+}
+
+/// with_cudarc on a closure that panics on its own (not in cudarc's loader): the ordinal of a
+/// cudarc context, or, with `panic`, a panic of the closure's, which passes through.
+#[pyfunction]
+fn cudarc_ordinal(py: Python<'_>, device: usize, panic: bool) -> PyResult<usize> {
+    pyo3_custream::with_cudarc(py, || {
+        assert!(!panic, "the closure's own panic");
+        Ok(cudarc::driver::CudaContext::new(device)?.ordinal())
+    })
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(handle_of_usize, m)?)?;
     m.add_function(wrap_pyfunction!(handle_of, m)?)?;
@@ -238,5 +259,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(drop_held_on_thread, m)?)?;
     m.add_function(wrap_pyfunction!(import_custream, m)?)?;
     m.add_function(wrap_pyfunction!(cu_stream_of, m)?)?;
+    m.add_function(wrap_pyfunction!(cudarc_ordinal, m)?)?;
+    m.add_function(wrap_pyfunction!(views, m)?)?;
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! What needs a GPU (tests/gpu/test_gpu_rust.py): two kernels written in PTX, loaded with
 //! cuModuleLoadData at first use (no toolkit at build or run time: the driver compiles PTX),
 //! launched through cudarc's `driver::result` layer on any stream Python gives as a
-//! `StreamRef`; and a cudarc `CudaStream` handed to Python with `from_cudarc`.
+//! `StreamRef`; and a cudarc `CudaStream` handed to Python with `from_cudarc`. Every cudarc
+//! call goes through `with_cudarc`, so that without a driver each function raises custream's
+//! CudaUnavailableError (tests/test_rust_crate.py) rather than cudarc's panic.
 
 use std::ffi::{c_void, CString};
 use std::sync::{Arc, Mutex, Weak};
@@ -9,7 +11,7 @@ use std::sync::{Arc, Mutex, Weak};
 use cudarc::driver::{result, sys, CudaContext, CudaStream, DriverError};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3_custream::{from_cudarc, Stream, StreamRef};
+use pyo3_custream::{from_cudarc, with_cudarc, Stream, StreamRef};
 
 /// `scale(float *p, unsigned n, float a, float b)`: p[i] = p[i] * a + b.
 /// `fill_slow(float *p, unsigned n, float v, long long spin)`: each thread spins `spin` clock
@@ -88,10 +90,6 @@ FILL_DONE:
 }
 "#;
 
-fn err(e: DriverError) -> PyErr {
-    PyRuntimeError::new_err(format!("CUDA driver: {e:?}"))
-}
-
 /// The module loaded in one device's primary context, and its two functions.
 struct Kernels {
     device: usize,
@@ -114,23 +112,22 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The device's kernels, loaded at first use; its primary context bound to this thread.
-fn kernels(device: usize) -> PyResult<(sys::CUfunction, sys::CUfunction)> {
+fn kernels(py: Python<'_>, device: usize) -> PyResult<(sys::CUfunction, sys::CUfunction)> {
     let mut all = lock(&KERNELS);
     if let Some(k) = all.iter().find(|k| k.device == device) {
-        k.ctx.bind_to_thread().map_err(err)?;
+        with_cudarc(py, || k.ctx.bind_to_thread())?;
         return Ok((k.scale, k.fill_slow));
     }
-    let ctx = CudaContext::new(device).map_err(err)?;
-    ctx.bind_to_thread().map_err(err)?;
     let image = CString::new(PTX).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-    // SAFETY: a NUL-terminated PTX text, as cuModuleLoadData takes; the context is current.
-    let module = unsafe { result::module::load_data(image.as_ptr().cast()) }.map_err(err)?;
-    let function = |name: &str| {
-        let name = CString::new(name).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    let (ctx, scale, fill_slow) = with_cudarc(py, || {
+        let ctx = CudaContext::new(device)?;
+        ctx.bind_to_thread()?;
+        // SAFETY: a NUL-terminated PTX text, as cuModuleLoadData takes; the context is current.
+        let module = unsafe { result::module::load_data(image.as_ptr().cast()) }?;
         // SAFETY: `module` was just loaded and is never unloaded.
-        unsafe { result::module::get_function(module, name) }.map_err(err)
-    };
-    let (scale, fill_slow) = (function("scale")?, function("fill_slow")?);
+        let function = |name: &std::ffi::CStr| unsafe { result::module::get_function(module, name.into()) };
+        Ok((ctx, function(c"scale")?, function(c"fill_slow")?))
+    })?;
     all.push(Kernels {
         device,
         ctx,
@@ -149,16 +146,21 @@ fn grid(n: u32) -> (u32, u32, u32) {
 /// # Safety
 /// `params` are pointers to the kernel's arguments, of its parameters' types, and the device
 /// pointer among them holds at least `n` floats.
-unsafe fn launch(f: sys::CUfunction, n: u32, stream: sys::CUstream, params: &mut [*mut c_void]) -> PyResult<()> {
+unsafe fn launch(
+    f: sys::CUfunction,
+    n: u32,
+    stream: sys::CUstream,
+    params: &mut [*mut c_void],
+) -> Result<(), DriverError> {
     // SAFETY: the caller's contract; the function's context is current (kernels()).
-    unsafe { result::launch_kernel(f, grid(n), (256, 1, 1), 0, stream, params) }.map_err(err)
+    unsafe { result::launch_kernel(f, grid(n), (256, 1, 1), 0, stream, params) }
 }
 
 /// p[i] = p[i] * a + b on any Python stream, ordered after what is queued on it: the stream
 /// comes in as a StreamRef and goes to cudarc's result layer as a CUstream.
 #[pyfunction]
-fn scale(stream: StreamRef, device: usize, ptr: u64, n: u32, a: f32, b: f32) -> PyResult<()> {
-    let (f, _) = kernels(device)?;
+fn scale(py: Python<'_>, stream: StreamRef, device: usize, ptr: u64, n: u32, a: f32, b: f32) -> PyResult<()> {
+    let (f, _) = kernels(py, device)?;
     let (mut ptr, mut n_arg, mut a, mut b) = (ptr, n, a, b);
     let mut params = [
         (&raw mut ptr).cast::<c_void>(),
@@ -167,17 +169,24 @@ fn scale(stream: StreamRef, device: usize, ptr: u64, n: u32, a: f32, b: f32) -> 
         (&raw mut b).cast(),
     ];
     // SAFETY: scale(u64 pointer, u32, f32, f32); the caller passes a buffer of n floats.
-    unsafe { launch(f, n, stream.as_cu_stream(), &mut params) }
+    with_cudarc(py, || unsafe { launch(f, n, stream.as_cu_stream(), &mut params) })
 }
 
 /// p[i] = v after `spin` clock cycles, on any Python stream.
 #[pyfunction]
-fn fill_slow(stream: StreamRef, device: usize, ptr: u64, n: u32, v: f32, spin: u64) -> PyResult<()> {
-    let (_, f) = kernels(device)?;
-    fill_slow_on(f, stream.as_cu_stream(), ptr, n, v, spin)
+fn fill_slow(py: Python<'_>, stream: StreamRef, device: usize, ptr: u64, n: u32, v: f32, spin: u64) -> PyResult<()> {
+    let (_, f) = kernels(py, device)?;
+    with_cudarc(py, || fill_slow_on(f, stream.as_cu_stream(), ptr, n, v, spin))
 }
 
-fn fill_slow_on(f: sys::CUfunction, stream: sys::CUstream, ptr: u64, n: u32, v: f32, spin: u64) -> PyResult<()> {
+fn fill_slow_on(
+    f: sys::CUfunction,
+    stream: sys::CUstream,
+    ptr: u64,
+    n: u32,
+    v: f32,
+    spin: u64,
+) -> Result<(), DriverError> {
     let (mut ptr, mut n_arg, mut v, mut spin) = (ptr, n, v, spin);
     let mut params = [
         (&raw mut ptr).cast::<c_void>(),
@@ -193,10 +202,12 @@ fn fill_slow_on(f: sys::CUfunction, stream: sys::CUstream, ptr: u64, n: u32, v: 
 /// Python with from_cudarc; Rust keeps only a Weak (shared_cudarc_count).
 #[pyfunction]
 fn cudarc_stream(py: Python<'_>, device: usize, ptr: u64, n: u32, v: f32, spin: u64) -> PyResult<Stream> {
-    let (_, f) = kernels(device)?;
-    let ctx = CudaContext::new(device).map_err(err)?;
-    let stream = ctx.new_stream().map_err(err)?;
-    fill_slow_on(f, stream.cu_stream(), ptr, n, v, spin)?;
+    let (_, f) = kernels(py, device)?;
+    let stream = with_cudarc(py, || {
+        let stream = CudaContext::new(device)?.new_stream()?;
+        fill_slow_on(f, stream.cu_stream(), ptr, n, v, spin)?;
+        Ok(stream)
+    })?;
     *lock(&GIVEN) = Some(Arc::downgrade(&stream));
     from_cudarc(py, stream)
 }
