@@ -1,5 +1,8 @@
-"""The workers' rounds as one results dict (what --json writes), and the table."""
+"""The workers' rounds as one results dict (what --json writes), and the table; run, it writes
+docs/benchmarks.md's table from the stored runs (benches/results/*.json)."""
 
+import argparse, json, re, sys
+from pathlib import Path
 from statistics import median
 
 import ops
@@ -117,14 +120,19 @@ def table(results: dict) -> str:
                         (waits, "waits.py: median from a kernel's end to the waiter running again, and CPU used while "
                          "awaits are pending; ratio: to the driver's own wait (on another thread), same kernel")):
         out += ["", title, *once_lines(rows)] if rows and "error" not in rows and "na" not in rows else []
-    errors, quiet = results.get("lib_errors", {}), (None, "not applicable", "not measured", ops.NEEDS_GPU)
-    notes = [f"  {x}" for x in results.get("round_errors", [])] + [f"  {n}: {e}" for n, e in errors.items()]
-    notes += [f"  {n}.py: {x['error']}" for n, x in (("capture", cap), ("waits", waits))
-              if "error" in x]
-    notes += [f"  capture.py / {n}: {r['error']}" for n, r in cap.items() if isinstance(r, dict) and "error" in r]
-    notes += [f"  {n} / {o['title']}: {what}" for o in opsd.values() for n, r in o["results"].items() if n not in errors
-              for what in (r.get("na") not in quiet and f"n/a: {r['na']}", r.get("note")) if what]
+    notes = [f"  {x}" for x in notes_of(results)]
     return "\n".join(out + (["", "notes:", *notes] if notes else []))
+
+def notes_of(results: dict) -> list[str]:
+    """Why a figure is missing or what it means: a worker's error, a library's, a row's n/a or note."""
+    errors, quiet = results.get("lib_errors", {}), (None, "not applicable", "not measured", ops.NEEDS_GPU)
+    cap, waits = results.get("capture", {}), results.get("waits") or {}
+    notes = [*results.get("round_errors", []), *(f"{n}: {e}" for n, e in errors.items())]
+    notes += [f"{n}.py: {x['error']}" for n, x in (("capture", cap), ("waits", waits)) if "error" in x]
+    notes += [f"capture.py / {n}: {r['error']}" for n, r in cap.items() if isinstance(r, dict) and "error" in r]
+    return notes + [f"{n} / {o['title']}: {what}" for o in results["operations"].values()
+                    for n, r in o["results"].items() if n not in errors
+                    for what in (r.get("na") not in quiet and f"n/a: {r['na']}", r.get("note")) if what]
 
 def ratio_groups(results: dict) -> list:
     """(label, note, a line a library) per ratio row (to a C loop, timed in turn)."""
@@ -150,3 +158,85 @@ def once_lines(rows: dict) -> list:
             + (f"  (<= {r['target']}x: {'pass' if r['ratio'] <= r['target'] else 'MISS'})" if r.get("target") else "")
             + (f"  (target < {r['target_ms']} ms)" if "target_ms" in r else "")
             for name, r in rows.items() if "ns" in r]
+
+# docs/benchmarks.md's table: the newest stored run (benches/results/*.json), written between these markers by
+# `python3 benches/report.py` (tests/test_bench_smoke.py fails while the page holds anything else there).
+ROOT = Path(__file__).resolve().parents[1]
+PAGE, RESULTS = ROOT / "docs" / "benchmarks.md", ROOT / "benches" / "results"
+BEGIN = "<!-- written by python3 benches/report.py from the newest benches/results/*.json: edit neither by hand -->"
+END = "<!-- end of the written table -->"
+
+def _md(text: str) -> str:
+    """Text for a Markdown table cell: *, _ and | escaped outside `code` (where a backslash is kept as written)."""
+    return "".join(part.replace("|", "\\|") if i % 2 else re.sub(r"([\\*_|])", r"\\\1", part)
+                   for i, part in enumerate(re.split(r"(`[^`]*`)", text)))
+
+def _cells(key: str, o: dict, results: dict) -> list[str]:
+    """One row: the C loop, the best peer, the floor (the least binding or the loop alone), custream."""
+    res, unit, best = o["results"], o["unit"], o.get("best_peer")
+    mine, raw, code = res.get("custream", {}), _fig(res.get("raw")), lambda r: f" `{r['stmt']}`" if "stmt" in r else ""
+    if raw is not None:  # a ratio row: each library's ratio to the C loop, timed in turn with it
+        least = results.get("paired", {}).get(key, {}).get("floor", {}).get("ratio_median")
+        peer = f"{times(_fig(res[best], 'ratio'))} raw ({best})" if best else ""
+        ratio = o.get("ratio_raw")
+        me = f"{times(ratio)} raw" + (f" ({ratio / least:.2f}x the least)" if ratio and least else "") if ratio else ""
+        return [fmt(raw), peer, f"{times(least)} raw" if least else "", me]
+    value, suffix = _fig(mine, unit), " ms" * (unit == "ms")
+    peer = f"{fmt(_fig(res[best], unit))}{suffix} ({best}{code(res[best])})" if best else ""
+    floor = "; ".join(f"{fmt(f['ns'])} ({'`' + f['stmt'] + '`' if f.get('lib') == LEAST else f.get('label')})"
+                      for f in o["floors"])
+    extra = [f"{f['ratio_median']:.2f}x `{f['stmt']}`, in turn" for f in o["floors"] if "ratio_median" in f]
+    if c := o.get("compared_to"):
+        if p := c.get("in_turn"):
+            extra.append(f"{p['ratio']:.2f}x `{p['stmt']}`, in turn")
+        elif c.get(unit) is not None:
+            name = results["operations"][c["op"]]["title"] if c["lib"] == "custream" else c["lib"]
+            extra.append(f"{name}: {fmt(c[unit])}")
+    me = f"{fmt(value)}{suffix}" + (f" ({'; '.join(extra)})" if extra else "") if value is not None else "n/a"
+    return ["—", peer, floor, me]
+
+def markdown(results: dict) -> str:
+    """A stored run as docs/benchmarks.md shows it: the machine, a row per operation, capture's and the waits' rows
+    (each beside what it names), the rows the bench has that the run lacks, and the notes."""
+    m, opsd, settings = results.get("machine", {}), results["operations"], results.get("settings", {})
+    drv, loop = m.get("driver_version"), results.get("empty_loop_ns", {}).get("custream")
+    out = [f"{m.get('gpu') or 'No GPU'}" + (f", CUDA driver API {drv // 1000}.{drv % 1000 // 10}" if drv else "")
+           + f"; {m.get('cpu')}; Python {m.get('python')}; "
+           + ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if v) + ". "
+           + f"Median over {settings.get('rounds', 'n/a')} rounds of fresh workers, ns per call unless marked"
+           + (f"; the empty timing loop, in every figure: {fmt(loop)} ns." if loop else "."), "",
+           "| operation | raw (C loop) | best peer | floor | custream | target | |", "| --- " * 7 + "|"]
+    out += [f"| {_md(o['title'])} | " + " | ".join(_md(c) for c in [*_cells(k, o, results), o["target"], o["status"]])
+            + " |" for k, o in opsd.items()]
+    for title, rows in (("capture.py", results.get("capture") or {}), ("waits.py", results.get("waits") or {})):
+        rows = {n: r for n, r in rows.items() if isinstance(r, dict) and "ns" in r}
+        if rows:
+            out += ["", f"| {title}: row | figure | ratio | to | target |", "| --- " * 5 + "|"]
+            out += [f"| {_md(n.strip())} | " + (f"{r['ns'] / 1e6:.1f} ms" if r.get("unit") == "ms" else fmt(r["ns"]))
+                    + f" | {times(r['ratio']) if 'ratio' in r else ''} | "
+                    + (f"{_md(r['vs'])} ({fmt(r['vs_ns'])})" if "vs" in r else "") + " | "
+                    + (f"<= {r['target']}x: {'pass' if r['ratio'] <= r['target'] else 'MISS'}" if r.get("target")
+                       else f"< {r['target_ms']} ms" if "target_ms" in r else "") + " |" for n, r in rows.items()]
+    if missing := [op.title for op in ops.OPERATIONS if op.key not in opsd]:
+        out += ["", "Rows of the bench that this run predates: " + ", ".join(f"`{t}`" for t in missing) + "."]
+    return "\n".join(out + ["", "Notes:", "", *(f"- {_md(n)}" for n in notes_of(results))] * bool(notes_of(results)))
+
+def newest(paths) -> dict:
+    """The stored run to show: the newest GPU run, by its date."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    return max(runs, key=lambda r: (r.get("mode") == "gpu", r.get("machine", {}).get("date", "")))
+
+def page(text: str) -> str:
+    """The page's text with the written table made again from the stored runs."""
+    head, sep, rest = text.partition(BEGIN)
+    if not sep or END not in rest:
+        raise ValueError(f"{PAGE.name} has no {BEGIN!r} ... {END!r} block")
+    return f"{head}{BEGIN}\n\n{markdown(newest(sorted(RESULTS.glob('*.json'))))}\n\n{END}{rest.partition(END)[2]}"
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description="Write docs/benchmarks.md's table from benches/results/*.json.")
+    ap.add_argument("--check", action="store_true", help="write nothing: exit 1 if the page's table is stale")
+    old = PAGE.read_text()
+    if ap.parse_args().check:
+        sys.exit(0 if page(old) == old else f"{PAGE} is stale: run python3 benches/report.py")
+    PAGE.write_text(page(old))

@@ -95,7 +95,7 @@ def built(module):  # a cython_tests/_cy_build Module, built against the install
     return importlib.import_module(module.name)
 
 def extension(name: str):
-    """`nb`: cpp_tests/casters.cpp built with nanobind; `rx`: tests/rust_ext (scripts/build-rust-ext.sh builds it)."""
+    """`nb`: cpp_tests/casters.cpp built with nanobind; `rx`: tests/rust_ext (scripts/build/build-rust-ext.sh builds it)."""
     try:
         if name == "rx":
             return importlib.import_module("custream_rust_ext")

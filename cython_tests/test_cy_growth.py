@@ -43,7 +43,7 @@ def grown(tmp_path_factory) -> Path:
         pytest.skip("cargo not found: the grown custream is built from this repository")
     host = re.search(r"^host: (\S+)", subprocess.run(["rustc", "-vV"], capture_output=True, text=True).stdout, re.M)
     if host and not host.group(1).startswith(platform.machine()):
-        # An emulated run (scripts/test-aarch64.sh): the native cargo builds for its own host.
+        # An emulated run (scripts/sid/test-aarch64.sh): the native cargo builds for its own host.
         pytest.skip(f"cargo builds for {host.group(1)}, not for this {platform.machine()} interpreter")
     env = dict(os.environ)
     # Its own target folder, and no interpreter asked (abi3): every Python's run reuses it.

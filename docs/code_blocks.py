@@ -52,7 +52,7 @@ TESTED_BY = {
 # Pages whose blocks another test runs or compiles: page -> that test.
 ELSEWHERE = {
     "docs/cpp.md": "the C++ tests that come with custream.hpp (cpp_tests/)",
-    # Written by scripts/rust_guide.py from pyo3-custream's README and docs/, whose Rust blocks
+    # Written by scripts/generate/rust_guide.py from pyo3-custream's README and docs/, whose Rust blocks
     # are the crate's doctests; tests/test_rust_crate.py checks the page is theirs and builds
     # its two recipes, each in a folder of its own (the ```toml files, the ```rust block that
     # defines the module, the ```bash commands): the first, and the cudarc one.

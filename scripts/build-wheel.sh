@@ -7,17 +7,17 @@
 #
 # --arch aarch64 cross-builds the Linux aarch64 wheel (Grace, Graviton) on an x86_64 machine,
 # from the same sdist: rustup cannot bring the aarch64 standard library here, so the build
-# runs in the Debian sid root of scripts/debian-root.sh (made if need be: root and Debian's
+# runs in the Debian sid root of scripts/sid/debian-root.sh (made if need be: root and Debian's
 # debootstrap), with Debian's rustc and libstd-rust-dev:arm64, and zig from PyPI again
-# (scripts/maturin-aarch64.sh).
+# (scripts/sid/maturin-aarch64.sh).
 #   CUSTREAM_DEBIAN_ROOT  the root (default .roots/sid in the source tree)
 #
 # Usage: scripts/build-wheel.sh OUTDIR [--arch x86_64|aarch64]
-#        (variables, and the libgcc_s link: scripts/zig-env.sh)
+#        (variables, and the libgcc_s link: scripts/build/zig-env.sh)
 set -euo pipefail
 # --arch, and the sid root for aarch64 (made before any build: a missing tool is named now,
 # not after the sdist).
-. "$(dirname "$0")/zig-env.sh" "$@"
+. "$(dirname "$0")/build/zig-env.sh" "$@"
 
 rm -f "$out"/custream-*.tar.gz "$out"/custream-*_"$arch".whl
 (cd "$root" && maturin sdist --out "$out") >/dev/null
@@ -28,7 +28,7 @@ src=$(ls -d "$work"/custream-*/)
 if [ "$arch" = x86_64 ]; then
     (cd "$src" && maturin build --release --zig --compatibility "$tag" --out "$out")
 else
-    "$root/scripts/maturin-aarch64.sh" "$sid" "$src" . "$out" "$tag"
+    "$root/scripts/sid/maturin-aarch64.sh" "$sid" "$src" . "$out" "$tag"
 fi
 wheel=$(ls "$out"/custream-*_"$arch".whl)
 case "$wheel" in

@@ -4,7 +4,7 @@
 #
 #   bash scripts/freethreaded-suite.sh [PREFIX] [-- PYTEST_ARGS ...]
 #
-# 1. the interpreter: scripts/freethreaded-python.sh PREFIX (default target/ft-python; 3.13,
+# 1. the interpreter: scripts/build/freethreaded-python.sh PREFIX (default target/ft-python; 3.13,
 #    the one this machine's registries give);
 # 2. custream and the Rust crate's test extension built for it with maturin (a free-threaded
 #    interpreter loads no abi3 wheel). pyo3 0.30 supports free-threading from 3.14 on: for a
@@ -21,7 +21,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 prefix=$root/target/ft-python
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then prefix=$1; shift; fi
 [ "${1:-}" = "--" ] && shift
-bash "$root/scripts/freethreaded-python.sh" "$prefix" >/dev/null
+bash "$root/scripts/build/freethreaded-python.sh" "$prefix" >/dev/null
 python=$(ls "$prefix"/bin/python3.1[0-9]t | head -1)
 minor=$("$python" -c 'import sys; print(sys.version_info[1])')
 

@@ -5,7 +5,7 @@
 #
 # 1. installs the release wheel carried in dist/ (scripts/build-wheel.sh dist: what users
 #    get; GPU_CHECK_WHEEL=PATH for another build), the Rust crate's test extension if dist/
-#    has it (scripts/build-rust-ext.sh dist; tests/gpu/test_gpu_rust.py skips without it) and
+#    has it (scripts/build/build-rust-ext.sh dist; tests/gpu/test_gpu_rust.py skips without it) and
 #    the wheels in .whl/ (rmm, librmm, rapids-logger; optional: scripts/gpu-wheels.sh fetches
 #    them) into /tmp/site, offline, and puts it first on PYTHONPATH;
 # 2. prints the versions of Python, the driver and every peer library;
@@ -13,7 +13,7 @@
 # 4. stage "tests": `pytest -m gpu tests cython_tests`, then a pass/fail table per peer
 #    library with its version (also written to $OUT/peer-table.txt);
 # 5. stage "bench": benches/run.py --gpu, if that script exists ("rows": three of its workers, quick);
-# 6. stage "sanitizer": scripts/sanitizer-check.sh, if that script exists.
+# 6. stage "sanitizer": scripts/sanitizer/sanitizer-check.sh, if that script exists.
 #
 # GPU_CHECK_TESTS="tests/gpu/test_gpu_x.py ..." narrows stage "tests" to those paths.
 # SANITIZER_SUITE=1 adds the gpu-marked tests under both tools to the sanitizer stage.
@@ -51,7 +51,7 @@ banner() { printf '\n==== %s ====\n' "$*"; }
 banner "install into $SITE"
 # The artifact users get: the wheel scripts/build-wheel.sh makes (tagged manylinux_2_28).
 # GPU_CHECK_WHEEL=PATH installs another custream wheel instead (a developer's native
-# build, scripts/dev-install.sh's dist-dev/), and the run says so.
+# build, scripts/build/dev-install.sh's dist-dev/), and the run says so.
 release_tag=manylinux_2_28_x86_64
 shopt -s nullglob
 if [ -n "${GPU_CHECK_WHEEL:-}" ]; then
@@ -289,15 +289,15 @@ fi
 
 if want sanitizer; then
     banner "compute-sanitizer"
-    if [ -f scripts/sanitizer-check.sh ]; then
+    if [ -f scripts/sanitizer/sanitizer-check.sh ]; then
         t=$(budget 420)
         mkdir -p "$OUT/sanitizer-logs"
-        OUT="$OUT" PYTHON="$PY" SANITIZER_LOGS="$OUT/sanitizer-logs" timeout -k 10 "$t" bash scripts/sanitizer-check.sh ${SANITIZER_SUITE:+--suite}
+        OUT="$OUT" PYTHON="$PY" SANITIZER_LOGS="$OUT/sanitizer-logs" timeout -k 10 "$t" bash scripts/sanitizer/sanitizer-check.sh ${SANITIZER_SUITE:+--suite}
         rc=$?
         case $rc in 0) status[sanitizer]="passed" ;; 124 | 137) status[sanitizer]="TIMED OUT after ${t}s" ;; *) status[sanitizer]="FAILED (exit $rc)" ;; esac
     else
-        echo "scripts/sanitizer-check.sh is not there: skipped"
-        status[sanitizer]="skipped (no scripts/sanitizer-check.sh)"
+        echo "scripts/sanitizer/sanitizer-check.sh is not there: skipped"
+        status[sanitizer]="skipped (no scripts/sanitizer/sanitizer-check.sh)"
     fi
 fi
 

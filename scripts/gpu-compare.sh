@@ -5,7 +5,7 @@
 #   bash scripts/gpu-compare.sh BEFORE_WHEEL [SECONDS] [WORKERS]
 #
 # AFTER is the release wheel in dist/ (scripts/build-wheel.sh dist); a custream_rust_ext wheel
-# beside either (scripts/build-rust-ext.sh) is installed with it. WORKERS: benches/worker.py
+# beside either (scripts/build/build-rust-ext.sh) is installed with it. WORKERS: benches/worker.py
 # names (default "custream capture"). Each worker's JSON line goes to one file,
 # $OUT/compare.jsonl ({"wheel": "before"|"after", "round": N, ...}); keep $OUT small, since the
 # device tool brings back only a few files.
@@ -21,7 +21,7 @@ tmp=$(mktemp -d)
 for w in before after; do
     wheel=$before
     [ $w = after ] && wheel=$(ls dist/custream-*-manylinux_2_28_x86_64.whl)
-    # The Rust crate's test extension built beside each wheel (scripts/build-rust-ext.sh), if
+    # The Rust crate's test extension built beside each wheel (scripts/build/build-rust-ext.sh), if
     # there: the Rust StreamRef row, each against its own custream.
     rx=$(ls "$(dirname "$wheel")"/custream_rust_ext-*.whl 2>/dev/null | head -1)
     python3 -m pip install -q --no-index --no-deps --target "$tmp/$w" "$wheel" ${rx:+"$rx"} || exit 2

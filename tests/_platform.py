@@ -4,7 +4,7 @@ import sys
 
 
 def emulated() -> bool:
-    """Whether this interpreter runs under qemu-user (scripts/test-aarch64.sh): its
+    """Whether this interpreter runs under qemu-user (scripts/sid/test-aarch64.sh): its
     sys.executable is then a shell script that starts qemu, not the interpreter itself."""
     try:
         with open(sys.executable, "rb") as f:

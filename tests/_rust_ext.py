@@ -2,7 +2,7 @@
 custream_rust_ext), for tests/test_rust_crate.py and tests/gpu/test_gpu_rust.py.
 
 An installed custream_rust_ext is used as it is (CI installs the wheel that
-scripts/build-rust-ext.sh builds). Otherwise the first test that needs it builds it from the
+scripts/build/build-rust-ext.sh builds). Otherwise the first test that needs it builds it from the
 source tree with maturin (a debug build, into target/ as `cargo test` builds) and imports it
 from target/rust-ext-py/<key>/, the key hashing every input, so a rerun with nothing changed
 reuses it; subprocesses of the tests find it through PYTHONPATH. Where neither works (no cargo,
@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CRATE = ROOT / "tests" / "rust_ext"
 BUILD = ("the test run builds it with cargo and maturin (pip install '.[test]' brings maturin); "
-         "or scripts/build-rust-ext.sh OUTDIR builds its wheel (pip install OUTDIR/custream_rust_ext-*.whl)")
+         "or scripts/build/build-rust-ext.sh OUTDIR builds its wheel (pip install OUTDIR/custream_rust_ext-*.whl)")
 
 _built: "str | None" = None  # the folder this process imports it from, once built or found
 

@@ -56,27 +56,56 @@ def test_cpu_quick_run_reports_every_operation(tmp_path):
         assert line in p.stdout
 
 
-def test_the_table_prints_the_once_a_run_rows_with_their_verdicts():
-    """report.table on the stored H200 run, with capture.py and waits.py rows added: a line a
-    row, its ratio, what it was timed against and its target's verdict; CPU rows in ms."""
+def _report():
     sys.path.insert(0, str(BENCHES))
     try:
         import report
     finally:
         sys.path.remove(str(BENCHES))
+    return report
+
+
+def test_the_once_a_run_rows_get_their_targets_verdict():
+    """capture.py's and waits.py's rows, in the printed table and the page's: a ratio at its
+    target passes, one above it misses, a row without a target gets no verdict, and a row that
+    failed is reported with its error."""
+    report = _report()
     results = json.loads((BENCHES / "results" / "h200.json").read_text())
     results["capture"] = {
         "write_value + wait_value": {"ns": 2300.0, "vs_ns": 2000.0, "ratio": 1.15, "vs": "C", "target": 1.15},
         "  least binding fwrite": {"ns": 2100.0, "vs_ns": 2000.0, "ratio": 1.05, "vs": "C", "target": None},
         "IPC rows": {"error": "RuntimeError: no torch IPC event to compare with"}}
-    results["waits"] = {"await s.record(), 5 ms kernel": {"ns": 211705.0, "ratio": 7.32, "target": 1.5},
-                        "CPU ms in 1 s with 1,000 awaits pending": {"ns": 1536547.0, "unit": "ms", "target_ms": 20}}
-    text = report.table(results)
-    assert "  write_value + wait_value: 2,300 ns  1.15x against C (2,000 ns)  (<= 1.15x: pass)" in text
-    assert "    least binding fwrite: 2,100 ns  1.05x against C (2,000 ns)\n" in text
-    assert "  await s.record(), 5 ms kernel: 211,705 ns  7.32x  (<= 1.5x: MISS)" in text
-    assert "  CPU ms in 1 s with 1,000 awaits pending: 1.5 ms  (target < 20 ms)" in text
-    assert "capture.py / IPC rows: RuntimeError: no torch IPC event to compare with" in text
+    results["waits"] = {"await s.record(), 5 ms kernel": {"ns": 211705.0, "ratio": 7.32, "target": 1.5}}
+    for render in (report.table, report.markdown):
+        text = render(results).replace("\\_", "_")  # the page's Markdown escapes _
+        line = {name: [ln for ln in text.splitlines() if name in ln] for name in
+                ("write_value + wait_value", "least binding fwrite", "await s.record(), 5 ms kernel")}
+        assert all(len(found) == 1 for found in line.values()), (render.__name__, line)
+        assert "pass" in line["write_value + wait_value"][0], render.__name__
+        assert "MISS" in line["await s.record(), 5 ms kernel"][0], render.__name__
+        assert not {"pass", "MISS"} & set(line["least binding fwrite"][0].replace("|", " ").split()), render.__name__
+        assert "no torch IPC event to compare with" in text, render.__name__
+
+
+def test_the_page_shows_the_newest_gpu_run(tmp_path):
+    """The page's table comes from the newest stored GPU run, whatever the files are called
+    and whatever CPU run is newer."""
+    report = _report()
+    base = json.loads((BENCHES / "results" / "h200.json").read_text())
+    for name, mode, date, gpu in (("a.json", "gpu", "2026-12-07 10:00:00 UTC", "newest"),
+                                  ("b.json", "gpu", "2026-12-01 10:00:00 UTC", "older"),
+                                  ("c.json", "cpu", "2026-12-08 10:00:00 UTC", None)):
+        run = {**base, "mode": mode, "machine": {**base["machine"], "date": date, "gpu": gpu}}
+        (tmp_path / name).write_text(json.dumps(run))
+    assert report.newest(sorted(tmp_path.glob("*.json")))["machine"]["gpu"] == "newest"
+
+
+def test_the_benchmarks_page_holds_the_table_of_the_stored_runs():
+    """docs/benchmarks.md's table is what benches/report.py writes from benches/results/*.json,
+    so the page and the stored figures cannot drift apart."""
+    report = _report()
+    text = report.PAGE.read_text()
+    assert report.page(text) == text, "docs/benchmarks.md's table is stale: run python3 benches/report.py"
 
 
 def test_paired_timing_takes_the_ratio_within_each_pair():

@@ -1,6 +1,6 @@
 """The build scripts' refusals: what they say, before they build anything, when the input is
-wrong or a tool is missing (scripts/build-wheel.sh --arch, scripts/debian-root.sh,
-scripts/test-aarch64.sh). The builds themselves run in CI (.ci/run)."""
+wrong or a tool is missing (scripts/build-wheel.sh --arch, scripts/sid/debian-root.sh,
+scripts/sid/test-aarch64.sh). The builds themselves run in CI (.ci/run)."""
 
 import os
 import shutil
@@ -22,7 +22,7 @@ def run(*argv, env=None):
     return subprocess.run([BASH, *map(str, argv)], capture_output=True, text=True, env=env, timeout=60)
 
 
-@pytest.mark.parametrize("script", ["build-wheel.sh", "build-rust-ext.sh"])
+@pytest.mark.parametrize("script", ["build-wheel.sh", "build/build-rust-ext.sh"])
 @pytest.mark.parametrize("arch", ["riscv64", "arm64", "x86-64", ""])
 def test_the_builds_refuse_an_unknown_arch_in_one_line(script, arch, tmp_path):
     out = tmp_path / "out"
@@ -46,7 +46,7 @@ def without_debootstrap(tmp_path):
 
 
 def test_debian_root_names_the_package_of_a_missing_debootstrap(tmp_path):
-    proc = run(SCRIPTS / "debian-root.sh", tmp_path / "root", env=without_debootstrap(tmp_path))
+    proc = run(SCRIPTS / "sid" / "debian-root.sh", tmp_path / "root", env=without_debootstrap(tmp_path))
     assert proc.returncode == 1, proc
     assert "debootstrap not found" in proc.stderr and "Debian's debootstrap package" in proc.stderr, proc.stderr
 
@@ -63,6 +63,6 @@ def test_the_aarch64_build_names_a_missing_debootstrap_before_building(tmp_path)
 def test_test_aarch64_refuses_a_wheel_for_another_machine(tmp_path):
     wheel = tmp_path / "custream-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl"
     wheel.write_bytes(b"")
-    proc = run(SCRIPTS / "test-aarch64.sh", wheel)
+    proc = run(SCRIPTS / "sid" / "test-aarch64.sh", wheel)
     assert proc.returncode == 2, proc
     assert "is not an aarch64 wheel" in proc.stderr, proc.stderr

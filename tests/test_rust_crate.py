@@ -1,11 +1,11 @@
 """pyo3-custream, the Rust face (docs/rust.md), through its test extension tests/rust_ext
-(`custream_rust_ext`, built by scripts/build-rust-ext.sh): every item of the crate from
+(`custream_rust_ext`, built by scripts/build/build-rust-ext.sh): every item of the crate from
 Python, on the CPU. Streams are wrapped made-up handles (no driver call), or owned streams of
 the stand-in libcuda (tests/standin), each such test in a pytest process of its own
 (tests/conftest.py); fork, interpreter exit and a missing or incompatible custream run in
 fresh interpreters.
 
-An installed extension is used (CI installs the wheel scripts/build-rust-ext.sh builds);
+An installed extension is used (CI installs the wheel scripts/build/build-rust-ext.sh builds);
 otherwise the first test builds it with cargo and maturin (tests/_rust_ext.py), and without
 those the tests skip saying why, or fail under CUSTREAM_REQUIRE_BUILD_TOOLS. The Rust guide
 (docs/rust.md) is checked to be the crate's own docs, and its recipe is built as a user would.
@@ -559,8 +559,8 @@ def test_the_import_error_names_the_crates_and_custreams_version(monkeypatch):
         rx.import_custream()
 
 
-sys.path.insert(0, str(ROOT / "scripts"))
-import rust_guide  # noqa: E402 (scripts/rust_guide.py writes docs/rust.md from the crate's docs)
+sys.path.insert(0, str(ROOT / "scripts" / "generate"))
+import rust_guide  # noqa: E402 (scripts/generate/rust_guide.py writes docs/rust.md from the crate's docs)
 
 sys.path.pop(0)
 GUIDE = ROOT / "docs" / "rust.md"
@@ -568,11 +568,11 @@ FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 
 
 def test_the_rust_guide_is_the_crates_own_docs():
-    """One source: docs/rust.md is what scripts/rust_guide.py writes from the files the crate
+    """One source: docs/rust.md is what scripts/generate/rust_guide.py writes from the files the crate
     includes as its documentation (whose Rust blocks cargo runs as doctests)."""
     assert rust_guide.sources()[0] == CRATE / "README.md"
     assert len(rust_guide.sources()) >= 3
-    assert GUIDE.read_text() == rust_guide.page(), "docs/rust.md is stale: run python scripts/rust_guide.py"
+    assert GUIDE.read_text() == rust_guide.page(), "docs/rust.md is stale: run python scripts/generate/rust_guide.py"
     # It reads on its own: no directive a code host would not show, no link only rustdoc resolves.
     text = GUIDE.read_text()
     assert "{include}" not in text and "crate::" not in text and "docs.rs" not in text
@@ -593,7 +593,7 @@ def test_the_rust_guides_recipe_builds_and_runs(tmp_path, variant):
         missing_tool("cargo is not on PATH")
     host = re.search(r"^host: (\S+)", subprocess.run(["rustc", "-vV"], capture_output=True, text=True).stdout, re.M)
     if host and not host.group(1).startswith(platform.machine()):
-        # An emulated run (scripts/test-aarch64.sh): the native cargo builds for its own host.
+        # An emulated run (scripts/sid/test-aarch64.sh): the native cargo builds for its own host.
         pytest.skip(f"cargo builds for {host.group(1)}, not for this {platform.machine()} interpreter")
     try:
         import maturin  # noqa: F401

@@ -30,7 +30,7 @@ def test_stubtest_finds_no_difference(tmp_path):
 
 
 def _stub_docs():
-    sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
+    sys.path.insert(0, os.path.join(HERE, "..", "scripts", "generate"))
     try:
         import stub_docs
     finally:
@@ -45,7 +45,7 @@ STUBS = {"installed": os.path.join(custream.get_include(), "_custream.pyi"),
 @pytest.mark.parametrize("which", sorted(STUBS))
 def test_the_stubs_docstrings_are_the_runtimes(which):
     """One source: the Rust doc comments, which help() shows. The stub's docstrings are a copy
-    that scripts/stub_docs.py writes from the installed extension; every def and class of the
+    that scripts/generate/stub_docs.py writes from the installed extension; every def and class of the
     stub with a runtime object has the runtime's docstring (none where the runtime has none)."""
     import custream._custream as module
 
@@ -54,7 +54,7 @@ def test_the_stubs_docstrings_are_the_runtimes(which):
         pytest.skip(f"no {which} stub at {path}")
     found = _stub_docs().differences(module, open(path).read())
     assert not found, (f"{path} differs from the runtime's docstrings; edit the Rust doc comment (the one source), "
-                       "rebuild, then run scripts/stub_docs.py:\n" + "\n".join(found))
+                       "rebuild, then run scripts/generate/stub_docs.py:\n" + "\n".join(found))
 
 
 def test_the_docstring_check_sees_every_pair_and_a_difference():

@@ -5,7 +5,7 @@ Python with `from_cudarc`, CuPy work ordered after the Rust work on it, its `Arc
 once by `close()`.
 
 The kernels are PTX text loaded with cuModuleLoadData (tests/rust_ext/src/gpu.rs): no toolkit
-at build or run time. The extension is built where Rust is (scripts/build-rust-ext.sh dist)
+at build or run time. The extension is built where Rust is (scripts/build/build-rust-ext.sh dist)
 and installed by scripts/gpu-check.sh; without it these tests skip.
 """
 

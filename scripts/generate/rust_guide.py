@@ -7,7 +7,7 @@ crate's doctests). This script joins them, in lib.rs's order, into one page that
 own on a code host: rustdoc's hidden lines (`# ...`) and intra-doc link targets are left out.
 tests/test_rust_crate.py fails while docs/rust.md is not what this script writes.
 
-Usage: python scripts/rust_guide.py [--check]
+Usage: python scripts/generate/rust_guide.py [--check]
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CRATE = ROOT / "pyo3-custream"
 PAGE = ROOT / "docs" / "rust.md"
 
 HEADER = """\
-<!-- Written by scripts/rust_guide.py from the pyo3-custream crate's documentation ({sources}):
-edit those, then run `python scripts/rust_guide.py`. Their Rust blocks are the crate's doctests
+<!-- Written by scripts/generate/rust_guide.py from the pyo3-custream crate's documentation ({sources}):
+edit those, then run `python scripts/generate/rust_guide.py`. Their Rust blocks are the crate's doctests
 (cargo test); tests/test_rust_crate.py builds the recipe below and checks this page. -->
 """
 
@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
     text = page()
     if "--check" in argv:
         if PAGE.read_text() != text:
-            print(f"{PAGE} is not what scripts/rust_guide.py writes: run it", file=sys.stderr)
+            print(f"{PAGE} is not what scripts/generate/rust_guide.py writes: run it", file=sys.stderr)
             return 1
         return 0
     PAGE.write_text(text)

@@ -3,9 +3,9 @@
 # glibc) into dist-dev/ and install it, with the test tools, into a virtual environment
 # (default .venv). dist/ is left to the release wheel (scripts/build-wheel.sh), which is what
 # scripts/gpu-check.sh tests; GPU_CHECK_WHEEL=dist-dev/<wheel> makes it test this one.
-# Usage: scripts/dev-install.sh [VENV]
+# Usage: scripts/build/dev-install.sh [VENV]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 venv=${1:-.venv}
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check maturin pytest hypothesis cython setuptools

@@ -5,9 +5,9 @@
 # so that the GPU machine, which has no Rust toolchain, can install it. CI builds it once and
 # installs it beside custream's wheel; scripts/gpu-check.sh installs a dist/*rust*ext*.whl.
 # --arch aarch64 cross-builds it as scripts/build-wheel.sh does custream (the sid root), for
-# the emulated aarch64 suite (scripts/test-aarch64.sh).
+# the emulated aarch64 suite (scripts/sid/test-aarch64.sh).
 #
-# Usage: scripts/build-rust-ext.sh OUTDIR [--arch x86_64|aarch64]   (variables: scripts/zig-env.sh)
+# Usage: scripts/build/build-rust-ext.sh OUTDIR [--arch x86_64|aarch64]   (variables: scripts/build/zig-env.sh)
 set -euo pipefail
 . "$(dirname "$0")/zig-env.sh" "$@"
 
@@ -16,7 +16,7 @@ if [ "$arch" = x86_64 ]; then
     (cd "$root/tests/rust_ext" && maturin build --release --zig --compatibility "$tag" --out "$out")
 else
     # The whole workspace: the extension builds pyo3-custream from ../../pyo3-custream.
-    "$root/scripts/maturin-aarch64.sh" "$sid" "$root" tests/rust_ext "$out" "$tag"
+    "$root/scripts/sid/maturin-aarch64.sh" "$sid" "$root" tests/rust_ext "$out" "$tag"
 fi
 wheel=$(ls "$out"/custream_rust_ext-*_"$arch".whl)
 case "$wheel" in

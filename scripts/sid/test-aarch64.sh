@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Run the aarch64 wheel on this x86_64 machine, under qemu-user: Debian's arm64 python3.14
-# (unpacked in the sid root of scripts/debian-root.sh, beside its arm64 stdlib) in a fresh
+# (unpacked in the sid root of scripts/sid/debian-root.sh, beside its arm64 stdlib) in a fresh
 # virtual environment with the wheel installed, and the CPU test suite (or CMD) run there.
 # Made if need be: root and Debian's debootstrap on the host.
 #
-#   scripts/test-aarch64.sh WHEEL [PYTEST-ARGS ...]   the CPU suite (default: all of it)
-#   scripts/test-aarch64.sh WHEEL -- CMD ...          CMD in the current directory instead, with
+#   scripts/sid/test-aarch64.sh WHEEL [PYTEST-ARGS ...]   the CPU suite (default: all of it)
+#   scripts/sid/test-aarch64.sh WHEEL -- CMD ...          CMD in the current directory instead, with
 #                                                     the wheel installed and no driver
 #                                                     (CUSTREAM_LIBCUDA unset)
 #   Wheels (*.whl files) right after WHEEL are installed beside it: CI's aarch64 build of the
-#   Rust test extension (scripts/build-rust-ext.sh OUTDIR --arch aarch64).
+#   Rust test extension (scripts/build/build-rust-ext.sh OUTDIR --arch aarch64).
 #   CUSTREAM_DEBIAN_ROOT  the root (default .roots/sid in the source tree)
 #
 # The emulator is run explicitly, never registered with the kernel (binfmt_misc is shared
@@ -21,7 +21,7 @@
 # built against the root's arm64 Python headers.
 set -euo pipefail
 me=$(basename "$0")
-repo=$(cd "$(dirname "$0")/.." && pwd)
+repo=$(cd "$(dirname "$0")/../.." && pwd)
 if [ $# -lt 1 ] || [ ! -f "$1" ]; then
     echo "usage: $me WHEEL [PYTEST-ARGS ...] | WHEEL -- CMD ...   (WHEEL: a custream *_aarch64.whl)" >&2
     exit 2
@@ -48,9 +48,9 @@ if [ "${1:-}" = -- ]; then
 fi
 
 sid=${CUSTREAM_DEBIAN_ROOT:-$repo/.roots/sid}
-"$repo/scripts/debian-root.sh" "$sid"
+"$repo/scripts/sid/debian-root.sh" "$sid"
 if [ ! -x "$sid/usr/bin/qemu-aarch64" ]; then
-    echo "$me: qemu-aarch64 not found in $sid: it comes with Debian's qemu-user package (scripts/debian-root.sh installs it)" >&2
+    echo "$me: qemu-aarch64 not found in $sid: it comes with Debian's qemu-user package (scripts/sid/debian-root.sh installs it)" >&2
     exit 1
 fi
 
@@ -73,7 +73,7 @@ fi
 # aarch64 program the kernel cannot start without binfmt: its two tests skip. libclang and
 # ziglang serve cargo test (the layout), which .ci/run runs apart, through -- CMD.
 t0=$(date +%s)
-"$repo/scripts/debian-root.sh" "$sid" "${binds[@]}" --cwd "$cwd" \
+"$repo/scripts/sid/debian-root.sh" "$sid" "${binds[@]}" --cwd "$cwd" \
     --env PIP_DISABLE_PIP_VERSION_CHECK=1 --env PIP_NO_INPUT=1 \
     --env CC=aarch64-linux-gnu-gcc --env CXX=aarch64-linux-gnu-g++ \
     -- bash -euo pipefail -c '

@@ -1,6 +1,6 @@
 // What the driver itself costs, in C loops on a GPU machine: the figures docs/benchmarks.md
 // uses to say where each row's time goes (issue 26). Build and run it there:
-//     gcc -O2 -o /tmp/driver-costs scripts/driver-costs.c -I/usr/local/cuda/include -lcuda -lpthread
+//     gcc -O2 -o /tmp/driver-costs scripts/perf/driver-costs.c -I/usr/local/cuda/include -lcuda -lpthread
 //     /tmp/driver-costs
 // 1. ns per call of what custream adds beside the call a row exists for (best of 7 loops);
 // 2. the round trip of custream's host-function hand-off written in C (one cuStreamBatchMemOp

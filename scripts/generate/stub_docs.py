@@ -7,7 +7,7 @@ the wheel, then run this script: it rewrites every docstring of the stub from th
 ``custream._custream`` (adding those the stub lacks, removing those the runtime has none of).
 tests/test_stubs.py fails while the two differ.
 
-Usage: python scripts/stub_docs.py [--check] [STUB]   (default: the source tree's stub)
+Usage: python scripts/generate/stub_docs.py [--check] [STUB]   (default: the source tree's stub)
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 import types
 from pathlib import Path
 
-STUB = Path(__file__).resolve().parent.parent / "python" / "custream" / "_custream.pyi"
+STUB = Path(__file__).resolve().parents[2] / "python" / "custream" / "_custream.pyi"
 
 # Names whose docstring lives in the stub only, and why the runtime cannot carry it. (A stub
 # name with no runtime object at all, such as the typing-only CudaStreamProducer, keeps its

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Run custream under compute-sanitizer on the GPU machine: memcheck and racecheck over a
-# focused workload (scripts/sanitizer-workload.py, real CuPy/PyTorch kernels on custream
+# focused workload (scripts/sanitizer/sanitizer-workload.py, real CuPy/PyTorch kernels on custream
 # streams) and, with --suite, both tools over the gpu-marked tests too. Prints one
 # "<tool> <target>: ERROR SUMMARY: N errors" line per run; exits non-zero if any run
 # reported an error or failed.
 #
-# Usage: scripts/sanitizer-check.sh [--suite]      (PYTHON defaults to python3; custream
+# Usage: scripts/sanitizer/sanitizer-check.sh [--suite]      (PYTHON defaults to python3; custream
 #        must be importable by it, e.g. PYTHONPATH=/tmp/site; SANITIZER_RUN_S caps each
 #        run, default 200 s)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 python=${PYTHON:-python3}
 sanitizer=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
 if [ ! -x "$sanitizer" ]; then
@@ -45,8 +45,8 @@ run() {  # run TOOL NAME [TOOL OPTION...] -- COMMAND...
     fi
 }
 
-run memcheck workload -- "$python" scripts/sanitizer-workload.py
-run racecheck workload -- "$python" scripts/sanitizer-workload.py
+run memcheck workload -- "$python" scripts/sanitizer/sanitizer-workload.py
+run racecheck workload -- "$python" scripts/sanitizer/sanitizer-workload.py
 if [ "${1:-}" = "--suite" ]; then
     # The 100k-cycle, fork, exit and reset tests are left out: too slow under the tool, or
     # they run child processes of their own. memcheck does not count the driver's error

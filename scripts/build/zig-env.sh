@@ -1,10 +1,10 @@
-# Sourced by scripts/build-wheel.sh and scripts/build-rust-ext.sh: what both need to build an
+# Sourced by scripts/build-wheel.sh and scripts/build/build-rust-ext.sh: what both need to build an
 # abi3 wheel linked with zig against glibc 2.28 (tagged manylinux_2_28), so that it installs
 # where rmm, cuda-core and CuPy do and on the GPU machine, which has no Rust toolchain.
 #
-#   . scripts/zig-env.sh OUTDIR [--arch x86_64|aarch64]
+#   . scripts/build/zig-env.sh OUTDIR [--arch x86_64|aarch64]
 #
-# Sets arch, sid (the Debian sid root of scripts/debian-root.sh, made if need be, for
+# Sets arch, sid (the Debian sid root of scripts/sid/debian-root.sh, made if need be, for
 # aarch64), root (the source tree), out (OUTDIR, made absolute), tag, work (a temporary
 # folder, removed on exit), and exports CARGO_TARGET_DIR, PATH (maturin and zig first) and
 # RUSTFLAGS. Mistakes are named with the calling script's name.
@@ -29,10 +29,10 @@ case "$arch" in
     x86_64 | aarch64) ;;
     *) echo "$me: --arch $arch: the wheel is built for x86_64 or aarch64 only" >&2; exit 2 ;;
 esac
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 if [ "$arch" = aarch64 ]; then
     sid=${CUSTREAM_DEBIAN_ROOT:-$root/.roots/sid}
-    "$root/scripts/debian-root.sh" "$sid"
+    "$root/scripts/sid/debian-root.sh" "$sid"
 fi
 set -- "$outdir"
 mkdir -p "$1"

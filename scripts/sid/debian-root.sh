@@ -5,8 +5,8 @@
 # alone has both interpreters and a rustc new enough for our dependencies (libloading 0.9
 # needs 1.88; trixie's is 1.85), and arm64 comes in by multiarch, beside the amd64 tools.
 #
-#   scripts/debian-root.sh ROOT                          make ROOT (kept while its package list holds)
-#   scripts/debian-root.sh ROOT [OPTION]... -- CMD ...   make it if needed, then run CMD in it
+#   scripts/sid/debian-root.sh ROOT                          make ROOT (kept while its package list holds)
+#   scripts/sid/debian-root.sh ROOT [OPTION]... -- CMD ...   make it if needed, then run CMD in it
 #     --bind HOST:DIR      HOST (a folder or file) at DIR inside the root, writable
 #     --ro-bind HOST:DIR   the same, read-only
 #     --cwd DIR            where CMD starts inside the root (default /)

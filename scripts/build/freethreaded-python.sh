@@ -3,7 +3,7 @@
 # package: the one route to a free-threaded interpreter that this machine's registries give
 # (PyPI has none, and Debian builds no free-threaded binary).
 #
-#   bash scripts/freethreaded-python.sh PREFIX [3.13|3.14]     # then PREFIX/bin/python3.13t
+#   bash scripts/build/freethreaded-python.sh PREFIX [3.13|3.14]     # then PREFIX/bin/python3.13t
 #
 # 3.13 (the default) comes from trixie. 3.14 from sid, whose Sources list it, but whose
 # source files the archive reached here answered 404 on 2026-12-05 (3.14.8 to 3.14.10, and

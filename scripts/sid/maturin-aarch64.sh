@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # `maturin build --release --zig` for Linux aarch64, cross-compiled in the Debian sid root of
-# scripts/debian-root.sh (rustup cannot bring the aarch64 standard library here; sid's Rust
-# and libstd-rust-dev:arm64 can). Used by scripts/build-wheel.sh and scripts/build-rust-ext.sh
+# scripts/sid/debian-root.sh (rustup cannot bring the aarch64 standard library here; sid's Rust
+# and libstd-rust-dev:arm64 can). Used by scripts/build-wheel.sh and scripts/build/build-rust-ext.sh
 # with --arch aarch64; the root must exist (they make it first, to name a missing tool early).
 #
-#   scripts/maturin-aarch64.sh ROOT TREE SUBDIR OUTDIR TAG
+#   scripts/sid/maturin-aarch64.sh ROOT TREE SUBDIR OUTDIR TAG
 #
 # TREE (the sources, writable: cargo drops lock entries of workspace members an sdist leaves
 # out, as on x86_64) is bound at the fixed path /build, so that cargo's build folder
 # ($CARGO_TARGET_DIR/sid-aarch64, kept) stays fresh from one build to the next; maturin runs
 # in /build/SUBDIR. The extension links the cross gcc's libgcc_s.so.1 as the x86_64 one links
-# the system's (scripts/zig-env.sh says why). maturin and zig come from PyPI into a venv of
+# the system's (scripts/build/zig-env.sh says why). maturin and zig come from PyPI into a venv of
 # the root's python3.14, kept in the root.
 set -euo pipefail
 if [ $# -ne 5 ]; then

@@ -1,4 +1,4 @@
-"""A focused GPU workload for compute-sanitizer (scripts/sanitizer-check.sh): owned, borrowed
+"""A focused GPU workload for compute-sanitizer (scripts/sanitizer/sanitizer-check.sh): owned, borrowed
 and default streams, events, waits, real kernels from CuPy and/or PyTorch queued on custream
 streams, threads, close() racing an in-flight synchronize(), host functions (from several
 threads, raising, inside captures) and graph capture in the three modes with a forked and

@@ -5,10 +5,10 @@
 # Each figure is (a loop of 20,000 calls) - (a loop of none), over 20,000, loop included
 # (the `pass` row). Needs valgrind and a C compiler; uses the custream that $PYTHON imports.
 # STANDIN=capture.c counts against the stand-in that models memory (for W, a device word).
-#   bash scripts/instructions.sh ['STATEMENT' ...]
-#   STANDIN=capture.c bash scripts/instructions.sh pass "s.write_value(W, 1)" "fwrite(S, W, 1)"
+#   bash scripts/perf/instructions.sh ['STATEMENT' ...]
+#   STANDIN=capture.c bash scripts/perf/instructions.sh pass "s.write_value(W, 1)" "fwrite(S, W, 1)"
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-.venv/bin/python}
 dir=$(mktemp -d)
 "$PYTHON" - "$dir" "${STANDIN:-libcuda.c}" <<'PY'
