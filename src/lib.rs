@@ -62,7 +62,6 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<event::Event>()?;
     m.add_class::<event::IpcEventHandle>()?;
     m.add_class::<pool::StreamPool>()?;
-    pool::stream_pool::install(&py.get_type::<pool::StreamPool>())?;
     m.add_class::<pool::Lease>()?;
     m.add_class::<green::GreenContext>()?;
     m.add("CudaError", py.get_type::<cpython::errors::CudaError>())?;
