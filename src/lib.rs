@@ -73,7 +73,7 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("LEGACY_DEFAULT_STREAM", object::make::default_stream(py, 1)?)?;
     m.add("PER_THREAD_DEFAULT_STREAM", object::make::default_stream(py, 2)?)?;
     m.add("current_stream", stream::current::current_stream_function(py)?)?;
-    m.add("ABI_VERSION", object::layout::CUSTREAM_ABI_VERSION)?;
+    m.add("ABI_VERSION", cpython::stream_object::CUSTREAM_ABI_VERSION)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("as_stream", module_functions::as_stream(m)?)?;
     m.add_function(wrap_pyfunction!(module_functions::is_available, m)?)?;

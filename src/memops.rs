@@ -25,10 +25,10 @@ use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict, PyString, PyTuple};
 use crate::cpython::args::{bool_arg, int_repr, is_int_not_bool, short_repr, Signature};
 use crate::cpython::gil;
 use crate::cpython::raw_call::Fastcall;
+use crate::cpython::stream_object::StreamObject;
 use crate::driver::{self, memory_type, MemOpSupport, WaitOp, Width};
 use crate::host::queue_depth::{self, Gil};
 use crate::object::lifecycle::{self, Managed};
-use crate::object::memory::StreamObject;
 
 static WRITE_SIG: Signature = Signature {
     name: "write_value",

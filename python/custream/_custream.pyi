@@ -81,7 +81,8 @@ class Stream:
     somebody else made, keeping its owner alive. ``with s:`` makes ``s`` the current stream
     (``custream.current_stream()``) for the block and closes nothing. ``close()`` destroys an
     owned stream and lets go of a borrowed one's owner; after it, every handle accessor raises
-    ValueError."""
+    ValueError. Two Streams over one handle are equal (``==``, and their hashes); streams have
+    no order (``<`` raises TypeError)."""
 
     def __new__(
         cls,
@@ -128,6 +129,12 @@ class Stream:
     @property
     def priority(self) -> int:
         """The stream's priority (lower numbers run first)."""
+    @property
+    def flags(self) -> int:
+        """The stream's CUSTREAM_FLAG_* bits (custream.h), fixed when the object is made: 0x1 owned
+        (custream made it and destroys it on close), 0x2 a default-stream token (0, 1 or 2),
+        0x4 non-blocking (owned streams), 0x8 one of the module's shared default streams (never
+        closed), 0x10 made by a custream.StreamPool, 0x20 made in a custream.GreenContext."""
     @property
     def closed(self) -> bool:
         """True once close() has been called."""

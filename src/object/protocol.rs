@@ -7,8 +7,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PyString, PyTuple};
 
 use crate::cpython::args::{int_repr, is_int_not_bool, short_repr};
+use crate::cpython::stream_object;
 use crate::object::make::{self, Parts};
-use crate::object::memory;
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()
@@ -143,7 +143,7 @@ pub fn init(py: Python<'_>, stream_type: &Bound<'_, pyo3::types::PyType>) -> PyR
 /// `custream.as_stream(obj)`: a Stream as is, else a borrowed Stream over the handle that
 /// `obj.__cuda_stream__()` gives, keeping `obj` alive as its owner.
 pub fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    if memory::is_stream(obj) {
+    if stream_object::is_stream(obj) {
         return Ok(obj.clone());
     }
     let py = obj.py();

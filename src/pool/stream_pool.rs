@@ -16,11 +16,11 @@ use crate::cpython::args::{bool_arg, device_arg, i32_arg, int_repr, is_int_not_b
 use crate::cpython::boundary::{sole_reference, ObjectCell};
 use crate::cpython::interrupt::{timeout_arg, Deadline};
 use crate::cpython::raw_call::{hand_built_method, Fastcall};
+use crate::cpython::stream_object::StreamObject;
 use crate::driver::{self, CaptureMode, CaptureModeScope};
 use crate::green::{self, green_context_arg, GreenContext};
 use crate::object::closable::{self, Closable};
 use crate::object::make;
-use crate::object::memory::StreamObject;
 use crate::pool::lease::{CloseNow, Lease, Leases};
 
 /// The most streams one pool makes: far above any use (rmm's default is 16), low enough
