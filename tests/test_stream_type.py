@@ -2,15 +2,29 @@
 bits), equality without order, and `__new__`'s signature in help()."""
 
 import inspect
+import os
 import pydoc
+import re
 
 import pytest
 
 import custream
 from custream import Stream
 
-# custream.h's CUSTREAM_FLAG_* values.
-OWNED, DEFAULT, NON_BLOCKING, SHARED, POOLED, GREEN = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
+# custream.h's CUSTREAM_FLAG_* bits, as the installed header defines them.
+HEADER_FLAGS = {
+    name: int(value, 16)
+    for name, value in re.findall(
+        r"#define CUSTREAM_FLAG_(\w+) (0x[0-9a-fA-F]+)u", open(os.path.join(custream.get_include(), "custream.h")).read()
+    )
+}
+OWNED, DEFAULT, SHARED = HEADER_FLAGS["OWNED"], HEADER_FLAGS["DEFAULT"], HEADER_FLAGS["SHARED"]
+
+
+def test_the_modules_flag_constants_are_the_headers():
+    assert set(HEADER_FLAGS) == {"OWNED", "DEFAULT", "NON_BLOCKING", "SHARED", "POOLED", "GREEN"}
+    assert {name: getattr(custream, "FLAG_" + name) for name in HEADER_FLAGS} == HEADER_FLAGS
+    assert all("FLAG_" + name in custream.__all__ for name in HEADER_FLAGS)
 
 
 def test_a_wrapped_stream_has_no_flag():

@@ -8,6 +8,12 @@ from typing import Any, Callable, Final, Literal, Protocol, Sequence, final
 __all__ = [
     "ABI_VERSION",
     "DEFAULT_STREAM",
+    "FLAG_DEFAULT",
+    "FLAG_GREEN",
+    "FLAG_NON_BLOCKING",
+    "FLAG_OWNED",
+    "FLAG_POOLED",
+    "FLAG_SHARED",
     "LEGACY_DEFAULT_STREAM",
     "PER_THREAD_DEFAULT_STREAM",
     "CudaError",
@@ -38,6 +44,12 @@ __all__ = [
 ]
 
 ABI_VERSION: Final[int]
+FLAG_DEFAULT: Final[int]
+FLAG_GREEN: Final[int]
+FLAG_NON_BLOCKING: Final[int]
+FLAG_OWNED: Final[int]
+FLAG_POOLED: Final[int]
+FLAG_SHARED: Final[int]
 __version__: Final[str]
 DEFAULT_STREAM: Final[Stream]
 """The null stream (handle 0) of the calling thread's current context; never closed."""
@@ -131,10 +143,11 @@ class Stream:
         """The stream's priority (lower numbers run first)."""
     @property
     def flags(self) -> int:
-        """The stream's CUSTREAM_FLAG_* bits (custream.h), fixed when the object is made: 0x1 owned
-        (custream made it and destroys it on close), 0x2 a default-stream token (0, 1 or 2),
-        0x4 non-blocking (owned streams), 0x8 one of the module's shared default streams (never
-        closed), 0x10 made by a custream.StreamPool, 0x20 made in a custream.GreenContext."""
+        """The stream's CUSTREAM_FLAG_* bits (custream.h), fixed when the object is made, as
+        custream's FLAG_* ints: FLAG_OWNED (custream made it and destroys it on close),
+        FLAG_DEFAULT (a default-stream token: 0, 1 or 2), FLAG_NON_BLOCKING (owned streams),
+        FLAG_SHARED (one of the module's default streams, never closed), FLAG_POOLED (made by a
+        custream.StreamPool), FLAG_GREEN (made in a custream.GreenContext)."""
     @property
     def closed(self) -> bool:
         """True once close() has been called."""

@@ -474,7 +474,7 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
             (c"is_capturing", get_is_capturing, c"True while the stream is capturing a CUDA graph (whoever began the capture)."),
             (c"green_context", get_green_context, c"The custream.GreenContext the stream's work runs in, or None (the whole device).\nAny stream can be asked: one made in a green context by another library answers\ntoo (the driver is asked, and the green context adopted with the stream as owner)."),
             (c"sm_count", get_sm_count, c"How many SMs the stream's work may use: its green context's, else the device's."),
-            (c"flags", get_flags, c"The stream's CUSTREAM_FLAG_* bits (custream.h), fixed when the object is made: 0x1 owned\n(custream made it and destroys it on close), 0x2 a default-stream token (0, 1 or 2),\n0x4 non-blocking (owned streams), 0x8 one of the module's shared default streams (never\nclosed), 0x10 made by a custream.StreamPool, 0x20 made in a custream.GreenContext."),
+            (c"flags", get_flags, c"The stream's CUSTREAM_FLAG_* bits (custream.h), fixed when the object is made, as\ncustream's FLAG_* ints: FLAG_OWNED (custream made it and destroys it on close),\nFLAG_DEFAULT (a default-stream token: 0, 1 or 2), FLAG_NON_BLOCKING (owned streams),\nFLAG_SHARED (one of the module's default streams, never closed), FLAG_POOLED (made by a\ncustream.StreamPool), FLAG_GREEN (made in a custream.GreenContext)."),
         ],
     )
 }
