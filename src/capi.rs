@@ -16,14 +16,14 @@ use pyo3::types::{PyCapsule, PyFloat};
 use crate::cpython::boundary::boundary;
 use crate::cpython::interrupt::{timeout_arg, Deadline};
 use crate::cpython::raw_call;
-use crate::host;
-use crate::memops;
-use crate::object::layout::{
+use crate::cpython::stream_object::{self, StreamObject};
+use crate::cpython::stream_object::{
     custream_deleter_t, custream_green_ctx_t, custream_handle_t, custream_host_fn_t, CustreamCAPI, CustreamStream,
     CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME, GROWTH, STREAM_SIZE,
 };
+use crate::host;
+use crate::memops;
 use crate::object::make::{self, Parts};
-use crate::object::memory::{self, StreamObject};
 use crate::object::protocol;
 use crate::pool::StreamPool;
 use crate::stream;
@@ -109,7 +109,11 @@ unsafe extern "C" fn from_handle_with_deleter(
 
 unsafe extern "C" fn check(obj: *mut ffi::PyObject) -> c_int {
     // SAFETY: the C API's contract.
-    unsafe { raw_call::function_o(obj, |_, obj| c_int::from(obj.is_some_and(|o| memory::is_stream(&o)))) }
+    unsafe {
+        raw_call::function_o(obj, |_, obj| {
+            c_int::from(obj.is_some_and(|o| stream_object::is_stream(&o)))
+        })
+    }
 }
 
 unsafe extern "C" fn synchronize(obj: *mut ffi::PyObject) -> c_int {
@@ -320,7 +324,7 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
                 api_size: size_of::<Table>() as u32,
                 stream_size: STREAM_SIZE as u32,
                 reserved: 0,
-                StreamType: memory::stream_type_ptr(),
+                StreamType: stream_object::stream_type_ptr(),
                 as_stream: Some(as_stream),
                 from_handle: Some(from_handle),
                 from_handle_with_deleter: Some(from_handle_with_deleter),

@@ -6,13 +6,13 @@ use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyType};
 
 use crate::cpython::gil;
+use crate::cpython::stream_object::StreamObject;
 use crate::driver::capture_guard;
 use crate::driver::{self, CaptureStatus, Context, GraphExecHandle, OwnedGraphExec, StreamHandle};
 use crate::host::queue_depth::{self, Gil, Keep};
 use crate::object::closable::{self, Closable};
 use crate::object::home_context::Home;
 use crate::object::lifecycle::{self, DriverObject, Made};
-use crate::object::memory::StreamObject;
 use crate::object::protocol;
 
 /// An executable CUDA graph: what ``Stream.end_capture()`` returns.

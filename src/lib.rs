@@ -62,7 +62,6 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<event::Event>()?;
     m.add_class::<event::IpcEventHandle>()?;
     m.add_class::<pool::StreamPool>()?;
-    pool::stream_pool::install(&py.get_type::<pool::StreamPool>())?;
     m.add_class::<pool::Lease>()?;
     m.add_class::<green::GreenContext>()?;
     m.add("CudaError", py.get_type::<cpython::errors::CudaError>())?;
@@ -74,7 +73,21 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("LEGACY_DEFAULT_STREAM", object::make::default_stream(py, 1)?)?;
     m.add("PER_THREAD_DEFAULT_STREAM", object::make::default_stream(py, 2)?)?;
     m.add("current_stream", stream::current::current_stream_function(py)?)?;
-    m.add("ABI_VERSION", object::layout::CUSTREAM_ABI_VERSION)?;
+    m.add("ABI_VERSION", cpython::stream_object::CUSTREAM_ABI_VERSION)?;
+    {
+        use cpython::stream_object as c;
+        // custream.h's CUSTREAM_FLAG_* bits, which `Stream.flags` holds.
+        for (name, bit) in [
+            ("FLAG_OWNED", c::CUSTREAM_FLAG_OWNED),
+            ("FLAG_DEFAULT", c::CUSTREAM_FLAG_DEFAULT),
+            ("FLAG_NON_BLOCKING", c::CUSTREAM_FLAG_NON_BLOCKING),
+            ("FLAG_SHARED", c::CUSTREAM_FLAG_SHARED),
+            ("FLAG_POOLED", c::CUSTREAM_FLAG_POOLED),
+            ("FLAG_GREEN", c::CUSTREAM_FLAG_GREEN),
+        ] {
+            m.add(name, bit)?;
+        }
+    }
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("as_stream", module_functions::as_stream(m)?)?;
     m.add_function(wrap_pyfunction!(module_functions::is_available, m)?)?;

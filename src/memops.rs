@@ -20,15 +20,15 @@ use std::ffi::c_void;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict, PyInt, PyString, PyTuple};
+use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict, PyString, PyTuple};
 
 use crate::cpython::args::{bool_arg, int_repr, is_int_not_bool, short_repr, Signature};
 use crate::cpython::gil;
 use crate::cpython::raw_call::Fastcall;
+use crate::cpython::stream_object::StreamObject;
 use crate::driver::{self, memory_type, MemOpSupport, WaitOp, Width};
 use crate::host::queue_depth::{self, Gil};
 use crate::object::lifecycle::{self, Managed};
-use crate::object::memory::StreamObject;
 
 static WRITE_SIG: Signature = Signature {
     name: "write_value",
@@ -51,30 +51,9 @@ enum Access {
     Read,
 }
 
-/// `write_value(address, value)` or `wait_value(address, value)` with two ints, the common
-/// call: read in place (no parsing, no references taken), for a 32-bit word. Anything else (a
-/// keyword, another type, zero, a misaligned address, a value past 32 bits) takes the general
-/// path, which names what was wrong.
-#[inline]
-fn two_ints(args: &Fastcall<'_, '_>) -> Option<(u64, u64)> {
-    if !args.is_positional(2) {
-        return None;
-    }
-    let mut given = args.positional();
-    let (address, value) = (given.next()?, given.next()?);
-    if !(address.is_exact_instance_of::<PyInt>() && value.is_exact_instance_of::<PyInt>()) {
-        return None;
-    }
-    let (address, value) = (address.extract::<u64>().ok()?, value.extract::<u32>().ok()?);
-    aligned(address, Width::W32).then_some((address, u64::from(value)))
-}
-
 /// `s.write_value(address, value, *, width=32, flush=False)`.
 pub fn write_value(py: Python<'_>, s: StreamObject<'_>, args: &Fastcall<'_, '_>) -> PyResult<()> {
     const F: &str = "write_value";
-    if let Some((address, value)) = two_ints(args) {
-        return write(py, s, address, value, Width::W32, false);
-    }
     let [address, value, width, flush] = WRITE_SIG.parse_fastcall::<4>(args)?;
     let width = width_arg(width.as_ref(), F)?;
     let value = value_arg(value.as_ref(), width, F)?;
@@ -86,9 +65,6 @@ pub fn write_value(py: Python<'_>, s: StreamObject<'_>, args: &Fastcall<'_, '_>)
 /// `s.wait_value(address, value, *, width=32, op="geq", flush=False)`.
 pub fn wait_value(py: Python<'_>, s: StreamObject<'_>, args: &Fastcall<'_, '_>) -> PyResult<()> {
     const F: &str = "wait_value";
-    if let Some((address, value)) = two_ints(args) {
-        return wait(py, s, address, value, Width::W32, WaitOp::Geq, false);
-    }
     let [address, value, width, op, flush] = WAIT_SIG.parse_fastcall::<5>(args)?;
     let width = width_arg(width.as_ref(), F)?;
     let value = value_arg(value.as_ref(), width, F)?;

@@ -2,13 +2,12 @@
 //! the process report.
 
 use pyo3::exceptions::PyTypeError;
-use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::cpython::args::{bool_arg, device_arg};
-use crate::cpython::boundary::boundary;
 use crate::cpython::gil;
-use crate::cpython::raw_call;
+use crate::cpython::raw_call::hand_built_method;
+use crate::cpython::stream_object::{self, StreamObject};
 use crate::driver::capture_guard;
 use crate::driver::gate;
 use crate::driver::libcuda::LoadError;
@@ -16,32 +15,28 @@ use crate::driver::{self, DriverError};
 use crate::host;
 use crate::object::deferred_release;
 use crate::object::make;
-use crate::object::memory::{self, entry, StreamObject};
 use crate::object::protocol;
 use crate::waits;
 
-/// `as_stream` as a METH_O builtin: a Stream argument is returned before any argument
-/// parsing or pyo3 trampoline, the common case for a library that accepts any stream.
-fn as_stream_o(_: Python<'_>, obj: Option<Borrowed<'_, '_, PyAny>>) -> *mut ffi::PyObject {
+/// `as_stream(obj, /)`, a METH_O builtin built by hand (`hand_built_method!`): a Stream
+/// argument is returned before any argument parsing or pyo3 trampoline, the common case for a
+/// library that accepts any stream.
+fn as_stream_o(_: Python<'_>, obj: Option<Borrowed<'_, '_, PyAny>>) -> PyResult<Py<PyAny>> {
     match obj {
-        Some(obj) if memory::is_stream(&obj) => obj.to_owned().into_ptr(),
-        Some(obj) => boundary(|_| Ok(protocol::as_stream(&obj)?.into_ptr())),
-        None => boundary(|_| Err(PyTypeError::new_err("as_stream() missing required argument 'obj'"))),
+        Some(obj) if stream_object::is_stream(&obj) => Ok(obj.to_owned().unbind()),
+        Some(obj) => Ok(protocol::as_stream(&obj)?.unbind()),
+        None => Err(PyTypeError::new_err("as_stream() missing required argument 'obj'")),
     }
 }
 
 /// The `as_stream` builtin, bound to module `m`.
 pub fn as_stream<'py>(m: &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
-    raw_call::builtin(
+    hand_built_method!(
+        function_o,
         m,
-        ffi::PyMethodDef {
-            ml_name: c"as_stream".as_ptr(),
-            ml_meth: ffi::PyMethodDefPointer {
-                PyCFunction: entry!(function_o, as_stream_o),
-            },
-            ml_flags: ffi::METH_O,
-            ml_doc: c"as_stream(obj, /)\n--\n\nReturn ``obj`` as a custream.Stream: a Stream as is, otherwise a borrowed Stream over\nthe handle ``obj.__cuda_stream__()`` returns, keeping ``obj`` alive as its owner.".as_ptr(),
-        },
+        c"as_stream",
+        as_stream_o,
+        c"as_stream(obj, /)\n--\n\nReturn ``obj`` as a custream.Stream: a Stream as is, otherwise a borrowed Stream over\nthe handle ``obj.__cuda_stream__()`` returns, keeping ``obj`` alive as its owner."
     )
 }
 

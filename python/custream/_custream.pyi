@@ -8,6 +8,12 @@ from typing import Any, Callable, Final, Literal, Protocol, Sequence, final
 __all__ = [
     "ABI_VERSION",
     "DEFAULT_STREAM",
+    "FLAG_DEFAULT",
+    "FLAG_GREEN",
+    "FLAG_NON_BLOCKING",
+    "FLAG_OWNED",
+    "FLAG_POOLED",
+    "FLAG_SHARED",
     "LEGACY_DEFAULT_STREAM",
     "PER_THREAD_DEFAULT_STREAM",
     "CudaError",
@@ -38,6 +44,12 @@ __all__ = [
 ]
 
 ABI_VERSION: Final[int]
+FLAG_DEFAULT: Final[int]
+FLAG_GREEN: Final[int]
+FLAG_NON_BLOCKING: Final[int]
+FLAG_OWNED: Final[int]
+FLAG_POOLED: Final[int]
+FLAG_SHARED: Final[int]
 __version__: Final[str]
 DEFAULT_STREAM: Final[Stream]
 """The null stream (handle 0) of the calling thread's current context; never closed."""
@@ -81,7 +93,8 @@ class Stream:
     somebody else made, keeping its owner alive. ``with s:`` makes ``s`` the current stream
     (``custream.current_stream()``) for the block and closes nothing. ``close()`` destroys an
     owned stream and lets go of a borrowed one's owner; after it, every handle accessor raises
-    ValueError."""
+    ValueError. Two Streams over one handle are equal (``==``, and their hashes); streams have
+    no order (``<`` raises TypeError)."""
 
     def __new__(
         cls,
@@ -128,6 +141,13 @@ class Stream:
     @property
     def priority(self) -> int:
         """The stream's priority (lower numbers run first)."""
+    @property
+    def flags(self) -> int:
+        """The stream's CUSTREAM_FLAG_* bits (custream.h), fixed when the object is made, as
+        custream's FLAG_* ints: FLAG_OWNED (custream made it and destroys it on close),
+        FLAG_DEFAULT (a default-stream token: 0, 1 or 2), FLAG_NON_BLOCKING (owned streams),
+        FLAG_SHARED (one of the module's default streams, never closed), FLAG_POOLED (made by a
+        custream.StreamPool), FLAG_GREEN (made in a custream.GreenContext)."""
     @property
     def closed(self) -> bool:
         """True once close() has been called."""

@@ -5,6 +5,7 @@
 # Each figure is (a loop of 20,000 calls) - (a loop of none), over 20,000, loop included
 # (the `pass` row). Needs valgrind and a C compiler; uses the custream that $PYTHON imports.
 # STANDIN=capture.c counts against the stand-in that models memory (for W, a device word).
+# SETUP='P = custream.StreamPool(4)' runs before the loop (counted in both runs, so taken out).
 #   bash scripts/perf/instructions.sh ['STATEMENT' ...]
 #   STANDIN=capture.c bash scripts/perf/instructions.sh pass "s.write_value(W, 1)" "fwrite(S, W, 1)"
 set -euo pipefail
@@ -22,7 +23,7 @@ subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-I" + sysconfig.get_paths()["
                 "-o", str(out / ("floor_ext" + sysconfig.get_config_var("EXT_SUFFIX"))), "-ldl"], check=True)
 PY
 cat >"$dir/loop.py" <<'PY'
-import ctypes, sys
+import ctypes, os, sys
 sys.path.insert(0, sys.argv[3])
 cu, ctx = ctypes.CDLL("libcuda.so.1"), ctypes.c_void_p()
 assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0 and cu.cuCtxPushCurrent_v2(ctx) == 0
@@ -37,6 +38,7 @@ fs = fstream(Hf)
 def with_(cm):
     with cm:
         pass
+exec(os.environ.get("SETUP", ""))
 exec(compile(f"for _ in range({sys.argv[2]}):\n    {sys.argv[1]}\n", "loop", "exec"))
 PY
 count() {

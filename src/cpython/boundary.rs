@@ -1,8 +1,12 @@
 //! The boundary where CPython (or a C consumer) calls into Rust through a raw function
-//! pointer: no panic crosses it, and a `PyErr` becomes the raised exception.
+//! pointer: no panic crosses it, and a `PyErr` becomes the raised exception. And what the safe
+//! API lacks for a lease recycled: `ObjectCell` (a strong reference in an atomic cell) and
+//! `sole_reference`.
 
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::ffi;
@@ -76,4 +80,62 @@ fn raise(py: Python<'_>, err: PyErr) {
 /// stopped here instead of unwinding into CPython, and the object is left as it is.
 pub fn no_unwind(f: impl FnOnce()) {
     let _ = catch_unwind(AssertUnwindSafe(f));
+}
+
+// ---- objects held without the safe API --------------------------------------------------
+// What pyo3's safe API has no word for, for the one speed trick that pays its way (a lease
+// recycled: docs/design.md, "The unsafe boundary"): a strong reference held in an atomic
+// cell, and whether a reference is the only one.
+
+/// A strong reference to a Python object, or none, held through an atomic pointer: a field
+/// taken and put back without a lock. Every access swaps, so two takers never get the same
+/// reference.
+pub struct ObjectCell(AtomicPtr<ffi::PyObject>);
+
+impl ObjectCell {
+    pub fn new(obj: Option<Py<PyAny>>) -> ObjectCell {
+        ObjectCell(AtomicPtr::new(obj.map_or(null_mut(), Py::into_ptr)))
+    }
+
+    /// Whether the cell holds no reference.
+    pub fn is_empty(&self) -> bool {
+        self.0.load(Ordering::Acquire).is_null()
+    }
+
+    /// Take the reference out, leaving none.
+    #[inline]
+    pub fn take<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
+        self.replace(py, None)
+    }
+
+    /// Put `obj` in (or none), returning what was there.
+    #[inline]
+    pub fn replace<'py>(&self, py: Python<'py>, obj: Option<Bound<'py, PyAny>>) -> Option<Bound<'py, PyAny>> {
+        let old = self.0.swap(obj.map_or(null_mut(), Bound::into_ptr), Ordering::AcqRel);
+        // SAFETY: the cell holds a strong reference or null (`new`, `replace`); the swap made
+        // it ours alone.
+        unsafe { Bound::from_owned_ptr_or_opt(py, old) }
+    }
+}
+
+impl Drop for ObjectCell {
+    /// The reference held is dropped attached (leaked where the interpreter is gone).
+    fn drop(&mut self) {
+        if !self.0.get_mut().is_null() {
+            let _ = Python::try_attach(|py| drop(self.take(py)));
+        }
+    }
+}
+
+/// Whether `obj` is the only reference to its object, so that no one else can see what is
+/// done to it: where there is a GIL, which the caller holds (`py`), so that no other thread
+/// changes the count meanwhile. Never on a free-threaded build, where another thread may be
+/// taking a reference as the count is read.
+#[inline]
+pub fn sole_reference(obj: &Bound<'_, PyAny>) -> bool {
+    if cfg!(Py_GIL_DISABLED) {
+        return false;
+    }
+    // SAFETY: `obj` is alive (a reference to it is held), and the count is read under the GIL.
+    unsafe { ffi::Py_REFCNT(obj.as_ptr()) == 1 }
 }

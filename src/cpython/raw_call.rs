@@ -8,12 +8,11 @@
 
 use std::ptr::null_mut;
 
-use pyo3::exceptions::PyValueError;
 use std::ffi::CStr;
 
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyModule, PyString, PyTuple, PyType};
+use pyo3::types::{PyDict, PyModule, PyString, PyTuple};
 
 /// A builtin function of module `m` from a definition that lives for the process.
 pub fn builtin<'py>(m: &Bound<'py, PyModule>, def: ffi::PyMethodDef) -> PyResult<Bound<'py, PyAny>> {
@@ -24,47 +23,88 @@ pub fn builtin<'py>(m: &Bound<'py, PyModule>, def: ffi::PyMethodDef) -> PyResult
     unsafe { Bound::from_owned_ptr_or_err(m.py(), ffi::PyCMethod_New(def, null_mut(), name.as_ptr(), null_mut())) }
 }
 
-/// Add `def` (METH_FASTCALL | METH_KEYWORDS, its function an `entry!(pyclass_fastcall, ..)`
-/// shim) to the pyclass `tp` as a method descriptor, as CPython's own methods are: a call
-/// binds no method object, and CPython checks that `self` is a `tp` before the shim runs. For
-/// a method whose call without arguments must cost what a pyo3 method without parameters does
-/// (pyo3's argument extraction is skipped). The definition is leaked: it lives for the process.
-fn add_method(tp: &Bound<'_, PyType>, def: ffi::PyMethodDef) -> PyResult<()> {
-    let def = Box::leak(Box::new(def));
-    // SAFETY: a method definition's name is a NUL-terminated string that lives for the process.
-    let name = unsafe { std::ffi::CStr::from_ptr(def.ml_name) }
-        .to_str()
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    // SAFETY: `tp` is a live type object and the definition lives for the process, as
-    // PyDescr_NewMethod requires; the result is a new reference or NULL with an exception set.
-    let descr = unsafe { Bound::from_owned_ptr_or_err(tp.py(), ffi::PyDescr_NewMethod(tp.as_type_ptr(), def)) }?;
-    tp.setattr(name, descr)
-}
-
-/// `add_method` of `f` (an `entry!(pyclass_fastcall, ..)` shim) as `name`, with `doc` (its text
-/// signature first, as CPython's own methods have it).
-pub fn add_fastcall(
-    tp: &Bound<'_, PyType>,
+/// The method descriptor of `f` (a `hand_built_method!` shim, METH_FASTCALL |
+/// METH_KEYWORDS) for the pyclass `T`, as CPython's own methods are: a call binds no method
+/// object, and CPython checks that `self` is a `T` before the shim runs. The value of a
+/// `#[classattr]` of `T`'s `#[pymethods]` block, so the method is in the type from its
+/// creation (pyo3 hands a classattr the type while it fills the type's dict). For a method
+/// whose call must cost less than pyo3's argument extraction and bookkeeping
+/// (docs/design.md, "The unsafe boundary"). The definition is leaked: it lives for the
+/// process, as CPython requires.
+pub fn method_descriptor<T: pyo3::PyClass>(
+    py: Python<'_>,
     name: &'static CStr,
     f: ffi::PyCFunctionFastWithKeywords,
     doc: &'static CStr,
-) -> PyResult<()> {
-    add_method(
-        tp,
-        ffi::PyMethodDef {
-            ml_name: name.as_ptr(),
-            ml_meth: ffi::PyMethodDefPointer {
-                PyCFunctionFastWithKeywords: f,
-            },
-            ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
-            ml_doc: doc.as_ptr(),
+) -> PyResult<Py<PyAny>> {
+    let def = Box::leak(Box::new(ffi::PyMethodDef {
+        ml_name: name.as_ptr(),
+        ml_meth: ffi::PyMethodDefPointer {
+            PyCFunctionFastWithKeywords: f,
         },
-    )
+        ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+        ml_doc: doc.as_ptr(),
+    }));
+    let tp = py.get_type::<T>();
+    // SAFETY: `tp` is a live type object and the definition lives for the process, as
+    // PyDescr_NewMethod requires; the result is a new reference or NULL with an exception set.
+    unsafe { Ok(Bound::from_owned_ptr_or_err(py, ffi::PyDescr_NewMethod(tp.as_type_ptr(), def))?.unbind()) }
 }
 
+/// A method of the pyclass `$t` built by hand (METH_FASTCALL | METH_KEYWORDS), as the value
+/// of a `#[classattr]` in `$t`'s `#[pymethods]` block: `$f` is a safe
+/// `fn(&Bound<$t>, Option<Fastcall>) -> PyResult<Py<PyAny>>` (None: called without
+/// arguments), `$doc` its text signature and docstring. The one way a class of custream gets
+/// a method that pyo3 does not build.
+///
+/// `hand_built_method!(function_o, m, name, f, doc)`: a METH_O function of module `m`, `$f` a
+/// safe `fn(Python, Option<Borrowed>) -> PyResult<Py<PyAny>>`.
+macro_rules! hand_built_method {
+    (function_o, $m:expr, $name:expr, $f:expr, $doc:expr) => {{
+        unsafe extern "C" fn shim(
+            _m: *mut pyo3::ffi::PyObject,
+            arg: *mut pyo3::ffi::PyObject,
+        ) -> *mut pyo3::ffi::PyObject {
+            // SAFETY: CPython calls a METH_O function attached, with a live argument.
+            unsafe {
+                $crate::cpython::raw_call::function_o(arg, |py, arg| {
+                    $crate::cpython::boundary::boundary(|_| $f(py, arg).map(pyo3::Py::into_ptr))
+                })
+            }
+        }
+        $crate::cpython::raw_call::builtin(
+            $m,
+            pyo3::ffi::PyMethodDef {
+                ml_name: $name.as_ptr(),
+                ml_meth: pyo3::ffi::PyMethodDefPointer { PyCFunction: shim },
+                ml_flags: pyo3::ffi::METH_O,
+                ml_doc: $doc.as_ptr(),
+            },
+        )
+    }};
+    ($py:expr, $t:ty, $name:expr, $f:expr, $doc:expr) => {{
+        unsafe extern "C" fn shim(
+            obj: *mut pyo3::ffi::PyObject,
+            args: *const *mut pyo3::ffi::PyObject,
+            nargs: pyo3::ffi::Py_ssize_t,
+            kwnames: *mut pyo3::ffi::PyObject,
+        ) -> *mut pyo3::ffi::PyObject {
+            // SAFETY: CPython calls a method descriptor's METH_FASTCALL function attached,
+            // with a live `self` of the type and these (`method_descriptor`).
+            unsafe {
+                $crate::cpython::raw_call::pyclass_method_fastcall::<$t>(obj, args, nargs, kwnames, |obj, args| {
+                    $crate::cpython::boundary::boundary(|_| $f(obj, args).map(pyo3::Py::into_ptr))
+                })
+            }
+        }
+        $crate::cpython::raw_call::method_descriptor::<$t>($py, $name, shim, $doc)
+    }};
+}
+pub(crate) use hand_built_method;
+
 /// # Safety
-/// What CPython passes to a METH_FASTCALL | METH_KEYWORDS method added by `add_method` to the
-/// type of `T`: `obj` is the live `self` (a `T`, checked by the descriptor), the rest as for
+/// What CPython passes to a METH_FASTCALL | METH_KEYWORDS method of `method_descriptor` for
+/// `T`: `obj` is the live `self` (a `T`, checked by the descriptor), the rest as for
 /// `Fastcall::new`; the thread is attached. `f` gets None for a call without arguments.
 #[inline(always)]
 pub unsafe fn pyclass_method_fastcall<T: pyo3::PyClass>(
@@ -89,8 +129,7 @@ pub unsafe fn pyclass_method_fastcall<T: pyo3::PyClass>(
 
 /// Positional and keyword arguments of a METH_FASTCALL call, borrowed for the call.
 pub struct Fastcall<'a, 'py> {
-    py: Python<'py>,
-    args: &'a [*mut ffi::PyObject],
+    args: &'a [Borrowed<'a, 'py, PyAny>],
     nargs: usize,
     kwnames: Option<Borrowed<'a, 'py, PyTuple>>,
 }
@@ -112,15 +151,13 @@ impl<'a, 'py> Fastcall<'a, 'py> {
         let args = if total == 0 {
             &[][..]
         } else {
-            // SAFETY: the caller's contract: `total` live arguments start at `args`.
-            unsafe { std::slice::from_raw_parts(args, total) }
+            // SAFETY: the caller's contract: `total` live (so non-null) arguments start at
+            // `args`, borrowed for the call ('a); a `Borrowed` is `#[repr(transparent)]` over
+            // its object pointer (its other fields are zero-sized; `BORROWED_IS_A_POINTER`).
+            unsafe { std::slice::from_raw_parts(args.cast::<Borrowed<'a, 'py, PyAny>>(), total) }
         };
-        Fastcall {
-            py,
-            args,
-            nargs,
-            kwnames,
-        }
+        let () = BORROWED_IS_A_POINTER;
+        Fastcall { args, nargs, kwnames }
     }
 
     /// Whether the call passed no argument at all.
@@ -142,11 +179,7 @@ impl<'a, 'py> Fastcall<'a, 'py> {
 
     /// The positional arguments.
     pub fn positional(&self) -> impl ExactSizeIterator<Item = Borrowed<'a, 'py, PyAny>> + '_ {
-        let py = self.py;
-        // SAFETY: `new`'s contract: the first `nargs` pointers are live arguments.
-        self.args[..self.nargs]
-            .iter()
-            .map(move |&p| unsafe { Borrowed::from_ptr(py, p) })
+        self.args[..self.nargs].iter().copied()
     }
 
     /// The value of the call's only argument when it is the keyword `name` passed by the
@@ -160,11 +193,9 @@ impl<'a, 'py> Fastcall<'a, 'py> {
         if self.nargs != 0 || self.args.len() != 1 {
             return None;
         }
-        // SAFETY: `names` is a tuple with one item (one argument, not positional), live for
-        // the call; the item is borrowed, not owned.
-        let given = unsafe { ffi::PyTuple_GetItem(names.as_ptr(), 0) };
-        // SAFETY: `new`'s contract: the one argument is a live value.
-        std::ptr::eq(given, name.as_ptr()).then(|| unsafe { Borrowed::from_ptr(self.py, self.args[0]) })
+        // `names` is a tuple with one item (one argument, not positional).
+        let given = names.get_borrowed_item(0).ok()?;
+        given.is(name).then_some(self.args[0])
     }
 
     /// The keyword arguments, as (name, value).
@@ -176,11 +207,16 @@ impl<'a, 'py> Fastcall<'a, 'py> {
         names
             .iter()
             .zip(values)
-            // SAFETY: one live value per name follows the positional ones (`new`'s contract).
-            .map(|(name, &value)| (name, unsafe { Bound::from_borrowed_ptr(self.py, value) }))
+            .map(|(name, &value)| (name, Borrowed::to_owned(value)))
             .collect()
     }
 }
+
+/// What `Fastcall::new` relies on to see CPython's argument pointers as `Borrowed`s.
+const BORROWED_IS_A_POINTER: () = assert!(
+    size_of::<Borrowed<'static, 'static, PyAny>>() == size_of::<*mut ffi::PyObject>()
+        && align_of::<Borrowed<'static, 'static, PyAny>>() == align_of::<*mut ffi::PyObject>()
+);
 
 /// The argument tuple and keyword dict of a tp_new call, borrowed for the call.
 pub struct TupleDict<'a, 'py> {

@@ -238,11 +238,13 @@ pub unsafe fn host_register_mapped(ctx: Context, page: *mut c_void, bytes: usize
     let api = init()?;
     in_context(ctx, || {
         let flags = cu::CU_MEMHOSTREGISTER_PORTABLE | cu::CU_MEMHOSTREGISTER_DEVICEMAP;
-        // SAFETY: the caller vouches that the memory is allocated and stays so.
-        check(unsafe { (api.cuMemHostRegister_v2)(page, bytes, flags) })?;
         let mut device: cu::CUdeviceptr = 0;
-        // SAFETY: a valid out-pointer; `page` was registered just now.
-        check(unsafe { (api.cuMemHostGetDevicePointer_v2)(&mut device, page, 0) })?;
+        // SAFETY: the caller vouches that the memory is allocated and stays so; then a valid
+        // out-pointer, and `page` registered just now.
+        unsafe {
+            check((api.cuMemHostRegister_v2)(page, bytes, flags))?;
+            check((api.cuMemHostGetDevicePointer_v2)(&mut device, page, 0))?;
+        }
         Ok(device)
     })
 }

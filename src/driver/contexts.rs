@@ -8,10 +8,11 @@ use super::*;
 pub fn current_context() -> Result<Option<Context>> {
     let api = init()?;
     let mut ctx: CUcontext = null_mut();
-    // SAFETY: a valid out-pointer.
-    check(unsafe { (api.cuCtxGetCurrent)(&mut ctx) })?;
-    // SAFETY: the driver handed it out.
-    Ok(unsafe { Context::from_raw(ctx.cast()) })
+    // SAFETY: a valid out-pointer; on success the driver handed the context out (or null).
+    unsafe {
+        check((api.cuCtxGetCurrent)(&mut ctx))?;
+        Ok(Context::from_raw(ctx.cast()))
+    }
 }
 
 /// The device of `current`, the calling thread's current context (None: no context).
@@ -124,10 +125,13 @@ pub(super) fn in_context_if_needed<R>(
 pub fn retain_primary_context(ordinal: i32) -> Result<Context> {
     let (api, dev) = device_get(ordinal)?;
     let mut ctx: CUcontext = null_mut();
-    // SAFETY: a valid out-pointer.
-    check(unsafe { (api.cuDevicePrimaryCtxRetain)(&mut ctx, dev) })?;
-    // SAFETY: the driver handed it out, and succeeded, so it is not null.
-    unsafe { Context::from_raw(ctx.cast()) }.ok_or_else(|| failed(code::INVALID_CONTEXT))
+    // SAFETY: a valid out-pointer; on success the driver handed the context out, so it is
+    // not null.
+    unsafe {
+        check((api.cuDevicePrimaryCtxRetain)(&mut ctx, dev))?;
+        Context::from_raw(ctx.cast())
+    }
+    .ok_or_else(|| failed(code::INVALID_CONTEXT))
 }
 
 pub fn release_primary_context(ordinal: i32) -> Result<()> {

@@ -147,11 +147,13 @@ pub fn green_create(ordinal: i32, resource: &DevResource) -> Result<GreenMade> {
     let g = green()?;
     let mut resource = *resource;
     let mut desc: CUdevResourceDesc = null_mut();
-    // SAFETY: valid out-pointer; one whole resource the driver filled.
-    check(unsafe { (g.cuDevResourceGenerateDesc)(&mut desc, &mut resource, 1) })?;
     let mut h: CUgreenCtx = null_mut();
-    // SAFETY: a valid out-pointer and the descriptor the driver just made.
-    check(unsafe { (g.cuGreenCtxCreate)(&mut h, desc, dev, DEFAULT_STREAM) })?;
+    // SAFETY: valid out-pointers; one whole resource the driver filled, then the descriptor
+    // the driver just made of it.
+    unsafe {
+        check((g.cuDevResourceGenerateDesc)(&mut desc, &mut resource, 1))?;
+        check((g.cuGreenCtxCreate)(&mut h, desc, dev, DEFAULT_STREAM))?;
+    }
     let owned = OwnedGreenCtx(GreenCtxHandle(h));
     let described = green_sm_count(owned.handle()).and_then(|sm| Ok((sm, green_context(owned.handle())?)));
     match described {
@@ -181,10 +183,13 @@ pub fn green_sm_count(h: GreenCtxHandle) -> Result<u32> {
 pub fn green_context(h: GreenCtxHandle) -> Result<(Context, u64)> {
     let g = green()?;
     let mut ctx: CUcontext = null_mut();
-    // SAFETY: a valid out-pointer; the handle is live (the handle rule).
-    check(unsafe { (g.cuCtxFromGreenCtx)(&mut ctx, h.0) })?;
-    // SAFETY: the driver handed it out, and succeeded, so it is not null.
-    let ctx = unsafe { Context::from_raw(ctx.cast()) }.ok_or_else(|| failed(code::INVALID_CONTEXT))?;
+    // SAFETY: a valid out-pointer; the handle is live (the handle rule). On success the
+    // driver handed the context out, so it is not null.
+    let ctx = unsafe {
+        check((g.cuCtxFromGreenCtx)(&mut ctx, h.0))?;
+        Context::from_raw(ctx.cast())
+    }
+    .ok_or_else(|| failed(code::INVALID_CONTEXT))?;
     Ok((ctx, context_id(ctx)?))
 }
 

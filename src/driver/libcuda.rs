@@ -239,12 +239,15 @@ fn open() -> Result<&'static Opened, LoadError> {
                     stub.get_or_insert_with(|| name.clone());
                     continue;
                 }
-                // SAFETY: as for `Boot::resolve`.
-                let api = unsafe { Api::resolve(&lib) };
-                // SAFETY: as for `Boot::resolve`.
-                let green = unsafe { Green::resolve(&lib) };
-                // SAFETY: as for `Boot::resolve`.
-                let stream_device = unsafe { StreamDevice::resolve(&lib) }.ok();
+                // SAFETY: as for `Boot::resolve`: the library is a CUDA driver, whose tables
+                // of entry points these are.
+                let (api, green, stream_device) = unsafe {
+                    (
+                        Api::resolve(&lib),
+                        Green::resolve(&lib),
+                        StreamDevice::resolve(&lib).ok(),
+                    )
+                };
                 return Ok(Opened {
                     _lib: lib,
                     boot,

@@ -138,10 +138,10 @@ fn check(status: Status) -> Result<()> {
 fn failed(status: Status) -> DriverError {
     let text = |f: unsafe extern "C" fn(Status, *mut *const c_char) -> Status| {
         let mut p: *const c_char = std::ptr::null();
-        // SAFETY: a valid out-pointer; the driver owns the string it points it at.
-        let ok = unsafe { f(status, &mut p) } == code::SUCCESS && !p.is_null();
-        // SAFETY: the driver returned a NUL-terminated string that lives for the process.
-        ok.then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        // SAFETY: a valid out-pointer; the driver owns the string it points it at: on success,
+        // a NUL-terminated string that lives for the process.
+        unsafe { (f(status, &mut p) == code::SUCCESS && !p.is_null()).then(|| CStr::from_ptr(p)) }
+            .map(|text| text.to_string_lossy().into_owned())
     };
     let (name, message) = match libcuda::boot() {
         Ok(boot) => (text(boot.cuGetErrorName), text(boot.cuGetErrorString)),
@@ -273,10 +273,13 @@ fn device_get(ordinal: i32) -> Result<(&'static Api, CUdevice)> {
 pub fn device_name(ordinal: i32) -> Result<String> {
     let (api, dev) = device_get(ordinal)?;
     let mut buf = [0 as c_char; 256];
-    // SAFETY: the buffer and its length match.
-    check(unsafe { (api.cuDeviceGetName)(buf.as_mut_ptr(), buf.len() as c_int, dev) })?;
-    // SAFETY: the driver wrote a NUL-terminated name into the buffer.
-    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+    // SAFETY: the buffer and its length match; on success the driver wrote a NUL-terminated
+    // name into it.
+    let name = unsafe {
+        check((api.cuDeviceGetName)(buf.as_mut_ptr(), buf.len() as c_int, dev))?;
+        CStr::from_ptr(buf.as_ptr())
+    };
+    Ok(name.to_string_lossy().into_owned())
 }
 
 pub fn device_total_memory(ordinal: i32) -> Result<usize> {
@@ -294,9 +297,10 @@ pub fn compute_capability(ordinal: i32) -> Result<(i32, i32)> {
     let (api, dev) = device_get(ordinal)?;
     let (mut major, mut minor) = (0, 0);
     // SAFETY: valid out-pointers.
-    check(unsafe { (api.cuDeviceGetAttribute)(&mut major, MAJOR, dev) })?;
-    // SAFETY: as above.
-    check(unsafe { (api.cuDeviceGetAttribute)(&mut minor, MINOR, dev) })?;
+    unsafe {
+        check((api.cuDeviceGetAttribute)(&mut major, MAJOR, dev))?;
+        check((api.cuDeviceGetAttribute)(&mut minor, MINOR, dev))?;
+    }
     Ok((major, minor))
 }
 

@@ -55,10 +55,13 @@ pub fn stream_wait_event(h: StreamHandle, ev: EventHandle) -> Result<()> {
 pub fn stream_context(h: StreamHandle) -> Result<Context> {
     let api = init()?;
     let mut ctx: CUcontext = null_mut();
-    // SAFETY: a valid out-pointer; the handle is live (the handle rule).
-    check(unsafe { (api.cuStreamGetCtx)(h.0, &mut ctx) })?;
-    // SAFETY: the driver handed it out, and succeeded, so it is not null.
-    unsafe { Context::from_raw(ctx.cast()) }.ok_or_else(|| failed(code::INVALID_CONTEXT))
+    // SAFETY: a valid out-pointer; the handle is live (the handle rule). On success the
+    // driver handed the context out, so it is not null.
+    unsafe {
+        check((api.cuStreamGetCtx)(h.0, &mut ctx))?;
+        Context::from_raw(ctx.cast())
+    }
+    .ok_or_else(|| failed(code::INVALID_CONTEXT))
 }
 
 /// The device of a stream, never by changing the calling thread's current context beyond the

@@ -6,12 +6,12 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::cpython::gil;
+use crate::cpython::stream_object::StreamObject;
 use crate::driver;
 use crate::event::cuda_event::Event;
 use crate::host::queue_depth::{self, Gil};
 use crate::object::closable::Closable;
 use crate::object::lifecycle;
-use crate::object::memory::StreamObject;
 
 /// Make later work on `stream` wait for `event`.
 pub fn wait_event(stream: StreamObject<'_>, this: &Bound<'_, Event>) -> PyResult<()> {

@@ -25,13 +25,13 @@ use pyo3::types::PyWeakrefReference;
 use pyo3::PyTraverseError;
 
 use crate::cpython::gil;
+use crate::cpython::stream_object::{
+    CUSTREAM_FLAG_GREEN, CUSTREAM_FLAG_NON_BLOCKING, CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED,
+};
 use crate::driver::gate;
 use crate::driver::{self, Context, GreenCtxHandle, GreenMade, OwnedGreenCtx, OwnedStream};
 use crate::object::closable::Closable;
 use crate::object::home_context::Home;
-use crate::object::layout::{
-    CUSTREAM_FLAG_GREEN, CUSTREAM_FLAG_NON_BLOCKING, CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED,
-};
 use crate::object::lifecycle::{self, InUse, Managed};
 use crate::object::make::own;
 

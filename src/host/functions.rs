@@ -30,6 +30,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::cpython::gil;
+use crate::cpython::stream_object::StreamObject;
 use crate::driver::capture_guard;
 use crate::driver::gate::{self, HostFunctionScope};
 use crate::driver::{self, CaptureStatus, StreamHandle};
@@ -37,7 +38,6 @@ use crate::host::queue_depth::{self, Gil};
 use crate::host::semaphores::{self, Flag};
 use crate::host::thread::{self, After};
 use crate::object::lifecycle;
-use crate::object::memory::StreamObject;
 
 /// A Python call queued on a stream.
 struct Payload {

@@ -40,12 +40,12 @@ use pyo3::prelude::*;
 
 use crate::cpython::gil;
 use crate::cpython::interrupt::{self, Deadline};
+use crate::cpython::stream_object::StreamObject;
 use crate::driver::capture_guard;
 use crate::driver::gate;
 use crate::driver::{self, CaptureMode, CaptureModeScope, CaptureStatus, Context, OwnedEvent, StreamHandle};
 use crate::host::thread::{self, After};
 use crate::object::lifecycle::{self, InUse, Managed};
-use crate::object::memory::StreamObject;
 
 /// Launches between probes. The driver's queue holds about a thousand launches per stream
 /// (measured: benches/waits.py's queue rows); direct launches stop at twice this.

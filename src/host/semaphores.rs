@@ -14,7 +14,6 @@
 //! writes to memory that is still ours). A raised flag is reused once it reads 0 again: the
 //! GPU's write, the last operation on it, has run.
 
-use std::alloc::{alloc_zeroed, Layout};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -120,24 +119,31 @@ fn reuse(context_id: u64) -> Option<Flag> {
     })
 }
 
+/// 4 KiB of words, page-aligned: a page of flags is `PAGE_BYTES / 4096` of them, one after
+/// the other.
+#[repr(C, align(4096))]
+struct Chunk([AtomicU32; 4096 / WORD]);
+
 fn new_page(ctx: Context, context_id: u64) -> driver::Result<Vec<Flag>> {
-    let layout = Layout::from_size_align(PAGE_BYTES, 4096).expect("a valid layout");
-    // SAFETY: the layout has a non-zero size.
-    let page = unsafe { alloc_zeroed(layout) };
-    if page.is_null() {
-        std::alloc::handle_alloc_error(layout);
-    }
+    // Zeroed words, page-aligned and never freed (on failure too: a registration may half
+    // exist); the host accesses them only as atomics (the GPU's accesses are the driver's).
+    let page: &'static [Chunk] = Box::leak(
+        (0..PAGE_BYTES / size_of::<Chunk>())
+            .map(|_| Chunk(std::array::from_fn(|_| AtomicU32::new(0))))
+            .collect(),
+    );
     // Registering is one of the calls a capture in "global" or "thread_local" mode takes as
     // unsafe, and the first page is often registered by a launch inside a capture: this
     // thread is relaxed for it, so no capture is invalidated.
     let _relaxed = CaptureModeScope::enter(CaptureMode::Relaxed)?;
-    // SAFETY: the page is never freed (on failure too: a registration may half exist).
-    let device = unsafe { driver::host_register_mapped(ctx, page.cast::<c_void>(), PAGE_BYTES) }?;
-    Ok((0..PAGE_BYTES / WORD)
-        .map(|i| Flag {
-            // SAFETY: in bounds of a zeroed, suitably aligned page that is never freed, and
-            // only ever accessed as atomics by the host (the GPU's accesses are the driver's).
-            word: unsafe { &*page.add(i * WORD).cast::<AtomicU32>() },
+    // SAFETY: the page is never freed (leaked above), and `PAGE_BYTES` long.
+    let device = unsafe { driver::host_register_mapped(ctx, page.as_ptr().cast_mut().cast::<c_void>(), PAGE_BYTES) }?;
+    Ok(page
+        .iter()
+        .flat_map(|chunk| chunk.0.iter())
+        .enumerate()
+        .map(|(i, word)| Flag {
+            word,
             device: device + (i * WORD) as u64,
             context_id,
         })

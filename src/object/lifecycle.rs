@@ -76,7 +76,7 @@ pub fn enter<'a, T: Managed>(obj: &'a T, py: Python<'a>, what: &str) -> PyResult
 
 // SAFETY: an InUse is made only by a successful `Word::enter` and ends the use when dropped;
 // the release waits for every use to end (src/object/state_word.rs).
-unsafe impl<T: Managed> crate::object::memory::KeepsOpen for InUse<'_, T> {}
+unsafe impl<T: Managed> crate::cpython::stream_object::KeepsOpen for InUse<'_, T> {}
 
 /// Hold `obj` open without a driver call (to read what its release drops): also in a forked
 /// child, where no driver call may follow. None once closed.

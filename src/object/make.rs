@@ -14,14 +14,14 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PyTuple};
 
-use crate::driver::gate;
-use crate::driver::{self, Context, OwnedStream};
-use crate::object::home_context::Home;
-use crate::object::layout::{
+use crate::cpython::stream_object::{self, Fields};
+use crate::cpython::stream_object::{
     custream_deleter_t, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_NON_BLOCKING,
     CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED, CUSTREAM_FLAG_SHARED,
 };
-use crate::object::memory::{self, Fields};
+use crate::driver::gate;
+use crate::driver::{self, Context, OwnedStream};
+use crate::object::home_context::Home;
 
 /// The owned streams alive in this process: handle -> (context, context id). A borrowed
 /// stream over one of them learns its context here, without asking the driver about a
@@ -92,7 +92,7 @@ pub fn make<'py>(py: Python<'py>, parts: Parts<'py>) -> PyResult<Bound<'py, PyAn
     };
     let (context, context_id) = parts.home.map_or((None, 0), |(c, id)| (Some(c), id));
     let flags = parts.flags;
-    let obj = memory::alloc(
+    let obj = stream_object::alloc(
         py,
         Fields {
             handle: parts.handle,

@@ -1,10 +1,7 @@
-//! What every custream object stands on: the Stream object's memory and how one is made, and
-//! the one lifecycle of every object that holds a driver object (Stream, Event, Graph,
-//! GreenContext).
+//! What every custream object stands on: how a Stream object is made (its memory is
+//! src/cpython/stream_object.rs's, behind the boundary), and the one lifecycle of every object
+//! that holds a driver object (Stream, Event, Graph, GreenContext).
 //!
-//! - `layout`: the C layout of pxd/custream.h (bindgen's output, kept once).
-//! - `memory`: a Stream object's memory, reached through raw pointers here only: the safe
-//!   `StreamObject` view, `alloc`, the `entry!` shims of the Stream type's slots.
 //! - `make`: how a Stream object is made (owned, borrowed, the default streams; green
 //!   contexts' streams are made in `green/` and handed to `make::own`), and the registry of
 //!   the owned streams alive.
@@ -20,9 +17,7 @@
 pub mod closable;
 pub mod deferred_release;
 pub mod home_context;
-pub mod layout;
 pub mod lifecycle;
 pub mod make;
-pub mod memory;
 pub mod protocol;
 pub mod state_word;

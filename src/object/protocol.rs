@@ -2,14 +2,13 @@
 //! `__cuda_stream__()` result must follow (docs/design.md, "The protocol"). No driver call here.
 
 use pyo3::exceptions::{PyDeprecationWarning, PyTypeError, PyValueError};
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PyString, PyTuple};
 
 use crate::cpython::args::{int_repr, is_int_not_bool, short_repr};
+use crate::cpython::stream_object;
 use crate::object::make::{self, Parts};
-use crate::object::memory;
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()
@@ -29,23 +28,13 @@ pub fn handle_from_int(value: &Bound<'_, PyAny>, what: impl Fn() -> String) -> P
             type_name(value)
         )));
     }
-    // SAFETY: value is an int; the conversion sets OverflowError for out-of-range values.
-    // Where unsigned long is 64 bits it is the fast conversion: CPython's
-    // PyLong_AsUnsignedLongLong goes through _PyLong_AsByteArray for every int above 2**30.
-    #[cfg(all(target_pointer_width = "64", not(windows)))]
-    let h = unsafe { ffi::PyLong_AsUnsignedLong(value.as_ptr()) } as u64;
-    #[cfg(not(all(target_pointer_width = "64", not(windows))))]
-    // SAFETY: as above.
-    let h = unsafe { ffi::PyLong_AsUnsignedLongLong(value.as_ptr()) };
-    if h == u64::MAX && PyErr::occurred(value.py()) {
-        drop(PyErr::fetch(value.py()));
-        return Err(PyValueError::new_err(format!(
+    value.extract::<u64>().map_err(|_| {
+        PyValueError::new_err(format!(
             "{} {} is out of range: a stream handle is in [0, 2**64)",
             what(),
             int_repr(value)
-        )));
-    }
-    Ok(h)
+        ))
+    })
 }
 
 /// Check a producer's result and return the handle, and whether the result can be kept
@@ -77,11 +66,8 @@ fn parse_result(result: &Bound<'_, PyAny>, producer: &Bound<'_, PyAny>) -> PyRes
             type_name(&version)
         )));
     }
-    // SAFETY: an exact int; -1 with an error set is an overflow, which is not 0 either.
-    if unsafe { ffi::PyLong_AsLong(version.as_ptr()) } != 0 {
-        if PyErr::occurred(producer.py()) {
-            drop(PyErr::fetch(producer.py()));
-        }
+    // An int beyond an i64 is not 0 either.
+    if version.extract::<i64>().ok() != Some(0) {
         return Err(PyValueError::new_err(format!(
             "{}.__cuda_stream__() returned version {}: custream understands protocol version 0 only",
             owner_type(),
@@ -157,7 +143,7 @@ pub fn init(py: Python<'_>, stream_type: &Bound<'_, pyo3::types::PyType>) -> PyR
 /// `custream.as_stream(obj)`: a Stream as is, else a borrowed Stream over the handle that
 /// `obj.__cuda_stream__()` gives, keeping `obj` alive as its owner.
 pub fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    if memory::is_stream(obj) {
+    if stream_object::is_stream(obj) {
         return Ok(obj.clone());
     }
     let py = obj.py();
@@ -171,8 +157,8 @@ pub fn as_stream<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let (handle, keep_result) = parse_result(&result, obj)?;
     let mut parts = Parts::borrowed(handle, None, Some(obj.clone()))?;
     if keep_result {
-        // SAFETY: parse_result found an exact tuple.
-        parts.protocol = Some(unsafe { result.cast_into_unchecked::<PyTuple>() });
+        // parse_result found an exact tuple: the checked cast is one type compare.
+        parts.protocol = result.cast_into::<PyTuple>().ok();
     }
     make::make(py, parts)
 }

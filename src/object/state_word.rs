@@ -11,7 +11,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::object::layout::{
+use crate::cpython::stream_object::{
     CUSTREAM_STATE_CLOSED as CLOSED, CUSTREAM_STATE_RELEASED as RELEASED, CUSTREAM_STATE_USERS as USERS,
 };
 

@@ -24,23 +24,20 @@
 //!   takes the mutex before notifying, so the notification cannot fall between a waiter's
 //!   look and its sleep.
 
-use std::ptr::null_mut;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyTimeoutError, PyTypeError, PyValueError};
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyType};
 
 use super::stream_pool::StreamPool;
 use crate::cpython::args::Signature;
-use crate::cpython::boundary::boundary;
+use crate::cpython::boundary::ObjectCell;
 use crate::cpython::interrupt::{self, Deadline};
-use crate::cpython::raw_call::{self, Fastcall};
+use crate::cpython::raw_call::{hand_built_method, Fastcall};
 use crate::object::closable::{self, Closable};
-use crate::object::memory::entry;
 
 /// Bits per word of a tier's flags.
 const BITS: usize = u64::BITS as usize;
@@ -404,10 +401,10 @@ fn refused(close_now: CloseNow) -> Refused {
 #[pyclass(module = "custream", frozen)]
 pub struct Lease {
     stream: Py<PyAny>,
-    /// The pool: a strong reference while the lease is held, null once it was given back (a
-    /// lease the pool keeps for reuse must not keep the pool alive). Taken by whoever ends
-    /// the lease (the winner of `ended`'s swap), set again only by `hold_again`.
-    pool: AtomicPtr<ffi::PyObject>,
+    /// The pool: held while the lease is held, none once it was given back (a lease the pool
+    /// keeps for reuse must not keep the pool alive). Taken by whoever ends the lease (the
+    /// winner of `ended`), put back only by `hold_again`.
+    pool: ObjectCell,
     tier: usize,
     slot: usize,
     priority: i32,
@@ -415,10 +412,10 @@ pub struct Lease {
 }
 
 impl Lease {
-    pub fn new(stream: Py<PyAny>, pool: Py<PyAny>, tier: usize, slot: usize, priority: i32) -> Lease {
+    pub fn new(stream: Py<PyAny>, pool: Py<StreamPool>, tier: usize, slot: usize, priority: i32) -> Lease {
         Lease {
             stream,
-            pool: AtomicPtr::new(pool.into_ptr()),
+            pool: ObjectCell::new(Some(pool.into_any())),
             tier,
             slot,
             priority,
@@ -428,12 +425,8 @@ impl Lease {
 
     /// Held again, by a new `pool.lease()`: a lease that was given back and that nothing but
     /// the pool references (`StreamPool::reuse`), so that no one can see it change.
-    pub fn hold_again(&self, py: Python<'_>, pool: Py<PyAny>) {
-        // A load and a store: no one else references the lease (`reuse`).
-        let old = self.pool.load(Ordering::Acquire);
-        self.pool.store(pool.into_ptr(), Ordering::Release);
-        // SAFETY: `pool` holds a strong reference or null (given back: null, so never here).
-        drop(unsafe { Bound::from_owned_ptr_or_opt(py, old) });
+    pub fn hold_again(&self, py: Python<'_>, pool: Bound<'_, StreamPool>) {
+        drop(self.pool.replace(py, Some(pool.into_any())));
         self.ended.store(false, Ordering::Release);
     }
 
@@ -443,12 +436,7 @@ impl Lease {
         if self.ended_before(py) {
             return Ok(());
         }
-        // The one caller that ended it is the field's only user until `hold_again`: a load and
-        // a store.
-        let pool = self.pool.load(Ordering::Acquire);
-        self.pool.store(null_mut(), Ordering::Release);
-        // SAFETY: `pool` held a strong reference (a held lease has one) or null; it is ours now.
-        let Some(pool) = (unsafe { Bound::from_owned_ptr_or_opt(py, pool) }) else {
+        let Some(pool) = self.pool.take(py) else {
             return Ok(());
         };
         StreamPool::give_back(py, &pool, self.tier, self.slot, me)
@@ -507,6 +495,32 @@ impl Lease {
         slf.get().end(slf.py(), Some(slf))
     }
 
+    /// `__enter__`, built by hand: `enter_method`.
+    #[classattr]
+    #[pyo3(name = "__enter__")]
+    fn enter_descriptor(py: Python<'_>) -> PyResult<Py<PyAny>> {
+        hand_built_method!(
+            py,
+            Lease,
+            c"__enter__",
+            enter_method,
+            c"__enter__($self, /)\n--\n\nThe leased stream."
+        )
+    }
+
+    /// `__exit__`, built by hand: `exit_method`.
+    #[classattr]
+    #[pyo3(name = "__exit__")]
+    fn exit_descriptor(py: Python<'_>) -> PyResult<Py<PyAny>> {
+        hand_built_method!(
+            py,
+            Lease,
+            c"__exit__",
+            exit_method,
+            c"__exit__($self, exc_type, exc, traceback)\n--\n\nGive the stream back; the block's exception, if any, propagates."
+        )
+    }
+
     fn __repr__(&self, py: Python<'_>) -> String {
         let state = if self.is_closed() { "given back" } else { "held" };
         let handle = self
@@ -530,53 +544,33 @@ static EXIT_SIG: Signature = Signature {
     required: 3,
 };
 
-/// `lease.__enter__()`: the leased stream. A method of its own (`install`), as `__exit__`:
+/// `lease.__enter__()`: the leased stream. Built by hand (`enter_descriptor`), as `__exit__`:
 /// pyo3's methods parse their arguments and count the call in pyo3's own bookkeeping, which
 /// was most of what a `with pool.lease():` cost beyond CPython's own `with`.
-fn enter_method(lease: &Bound<'_, Lease>, args: Option<Fastcall<'_, '_>>) -> *mut pyo3::ffi::PyObject {
-    boundary(|py| {
-        if let Some(args) = args.filter(|a| !a.is_empty()) {
-            let given = args.positional().len() + args.keywords().len();
-            return Err(PyTypeError::new_err(format!(
-                "__enter__() takes no arguments ({given} given)"
-            )));
-        }
-        let lease = lease.get();
-        lease.ensure_held("__enter__()")?;
-        Ok(lease.stream.bind(py).clone().into_ptr())
-    })
+fn enter_method(lease: &Bound<'_, Lease>, args: Option<Fastcall<'_, '_>>) -> PyResult<Py<PyAny>> {
+    if let Some(args) = args.filter(|a| !a.is_empty()) {
+        let given = args.positional().len() + args.keywords().len();
+        return Err(PyTypeError::new_err(format!(
+            "__enter__() takes no arguments ({given} given)"
+        )));
+    }
+    let this = lease.get();
+    this.ensure_held("__enter__()")?;
+    Ok(this.stream.clone_ref(lease.py()))
 }
 
 /// `lease.__exit__(exc_type, exc, traceback)`: give the stream back; False, so that the
 /// block's exception, if any, propagates.
-fn exit_method(lease: &Bound<'_, Lease>, args: Option<Fastcall<'_, '_>>) -> *mut pyo3::ffi::PyObject {
-    boundary(|py| {
-        // The `with` statement passes three positional arguments: nothing to look at.
-        match args {
-            Some(args) if args.is_positional(3) => {}
-            Some(args) => drop(EXIT_SIG.parse_fastcall::<3>(&args)?),
-            None => return Err(PyTypeError::new_err("__exit__() missing required argument 'exc_type'")),
-        }
-        lease.get().end(py, Some(lease))?;
-        Ok(PyBool::new(py, false).to_owned().into_ptr())
-    })
-}
-
-/// Add `__enter__` and `__exit__` to the Lease type (the module's init, through
-/// src/pool/stream_pool.rs).
-pub fn install(tp: &Bound<'_, PyType>) -> PyResult<()> {
-    raw_call::add_fastcall(
-        tp,
-        c"__enter__",
-        entry!(pyclass_fastcall, Lease, enter_method),
-        c"__enter__($self, /)\n--\n\nThe leased stream.",
-    )?;
-    raw_call::add_fastcall(
-        tp,
-        c"__exit__",
-        entry!(pyclass_fastcall, Lease, exit_method),
-        c"__exit__($self, exc_type, exc, traceback)\n--\n\nGive the stream back; the block's exception, if any, propagates.",
-    )
+fn exit_method(lease: &Bound<'_, Lease>, args: Option<Fastcall<'_, '_>>) -> PyResult<Py<PyAny>> {
+    let py = lease.py();
+    // The `with` statement passes three positional arguments: nothing to look at.
+    match args {
+        Some(args) if args.is_positional(3) => {}
+        Some(args) => drop(EXIT_SIG.parse_fastcall::<3>(&args)?),
+        None => return Err(PyTypeError::new_err("__exit__() missing required argument 'exc_type'")),
+    }
+    lease.get().end(py, Some(lease))?;
+    Ok(PyBool::new(py, false).to_owned().into_any().unbind())
 }
 
 impl Closable for Lease {
@@ -594,16 +588,15 @@ impl Closable for Lease {
 impl Drop for Lease {
     /// A lease dropped while held gives its stream back.
     fn drop(&mut self) {
-        let pool = std::mem::replace(self.pool.get_mut(), null_mut());
         let held = !std::mem::replace(self.ended.get_mut(), true);
-        if pool.is_null() {
+        if self.pool.is_empty() {
             return;
         }
         let _ = Python::try_attach(|py| {
-            // SAFETY: `pool` held a strong reference (not null), now the caller's.
-            let pool = unsafe { Bound::from_owned_ptr(py, pool) };
-            if held {
-                let _ = StreamPool::give_back(py, &pool, self.tier, self.slot, None);
+            if let Some(pool) = self.pool.take(py) {
+                if held {
+                    let _ = StreamPool::give_back(py, &pool, self.tier, self.slot, None);
+                }
             }
         });
     }

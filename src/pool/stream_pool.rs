@@ -4,8 +4,7 @@
 //! without paying a create each time (rmm's `cuda_stream_pool`, PyTorch's internal pool).
 //! Its Python methods are the one `#[pymethods]` block here.
 
-use std::ptr::null_mut;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
@@ -14,16 +13,15 @@ use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyList, PyTuple, PyType};
 
 use crate::cpython::args::{bool_arg, device_arg, i32_arg, int_repr, is_int_not_bool, short_repr, Signature};
-use crate::cpython::boundary::boundary;
+use crate::cpython::boundary::{sole_reference, ObjectCell};
 use crate::cpython::interrupt::{timeout_arg, Deadline};
-use crate::cpython::raw_call;
-use crate::cpython::raw_call::Fastcall;
+use crate::cpython::raw_call::{hand_built_method, Fastcall};
+use crate::cpython::stream_object::StreamObject;
 use crate::driver::{self, CaptureMode, CaptureModeScope};
 use crate::green::{self, green_context_arg, GreenContext};
 use crate::object::closable::{self, Closable};
 use crate::object::make;
-use crate::object::memory::{entry, StreamObject};
-use crate::pool::lease::{self, CloseNow, Lease, Leases};
+use crate::pool::lease::{CloseNow, Lease, Leases};
 
 /// The most streams one pool makes: far above any use (rmm's default is 16), low enough
 /// that a typo does not try to make millions.
@@ -33,7 +31,7 @@ const MAX_SIZE: usize = 1 << 16;
 struct Tier {
     priority: i32,
     /// `priority` as a Python int: CPython keeps one object of each small int (-5 to 256),
-    /// so `get(priority=-1)` passes this very object, found by a pointer compare.
+    /// so `get(priority=-1)` passes this very object, found by an identity test.
     int: Py<PyAny>,
     slots: Box<[OnceLock<Py<PyAny>>]>,
     /// `get()`'s round-robin counter.
@@ -67,11 +65,11 @@ pub struct StreamPool {
     /// The priorities were checked against the device's range (once, before the first stream).
     checked: AtomicBool,
     leases: Leases,
-    /// By tier, then slot: the lease last given back by `close()` or `__exit__`, a strong
-    /// reference (or null), handed out again by `lease()` when nothing else references it
-    /// (`reuse`). Only the holder of the slot's lease touches its cell: the claim and the
-    /// give-back (`Leases`, SeqCst) order the accesses of one holder before the next's.
-    kept: Box<[AtomicPtr<pyo3::ffi::PyObject>]>,
+    /// By tier, then slot: the lease last given back by `close()` or `__exit__` (or none),
+    /// handed out again by `lease()` when nothing else references it (`reuse`). Only the
+    /// holder of the slot's lease touches its cell: the claim and the give-back (`Leases`,
+    /// SeqCst) order the accesses of one holder before the next's.
+    kept: Box<[ObjectCell]>,
 }
 
 impl StreamPool {
@@ -110,7 +108,7 @@ impl StreamPool {
             .collect();
         Ok(StreamPool {
             leases: Leases::new(tiers.len(), size),
-            kept: (0..tiers.len() * size).map(|_| AtomicPtr::new(null_mut())).collect(),
+            kept: (0..tiers.len() * size).map(|_| ObjectCell::new(None)).collect(),
             tiers,
             size,
             closed: AtomicBool::new(false),
@@ -156,22 +154,13 @@ impl StreamPool {
     /// None (`tier_of` then says why): `get(priority=p)`'s fast path, no error made.
     #[inline]
     fn tier_of_int(&self, priority: &Borrowed<'_, '_, PyAny>) -> Option<usize> {
-        if let Some(tier) = self.tiers.iter().position(|t| t.int.as_ptr() == priority.as_ptr()) {
+        if let Some(tier) = self.tiers.iter().position(|t| t.int.is(priority)) {
             return Some(tier);
         }
         if !priority.is_exact_instance_of::<PyInt>() {
             return None;
         }
-        // SAFETY: `priority` is a live int and the thread is attached. -1 may be a value or an
-        // error (an int beyond a C long): an error is cleared, and `tier_of` raises its own.
-        let wanted = unsafe {
-            let v = pyo3::ffi::PyLong_AsLongLong(priority.as_ptr());
-            if v == -1 && !pyo3::ffi::PyErr_Occurred().is_null() {
-                pyo3::ffi::PyErr_Clear();
-                return None;
-            }
-            v
-        };
+        let wanted = priority.extract::<i64>().ok()?;
         self.tiers.iter().position(|t| i64::from(t.priority) == wanted)
     }
 
@@ -306,7 +295,7 @@ impl StreamPool {
         };
         let lease = Lease::new(
             stream.unbind(),
-            slf.clone().into_any().unbind(),
+            slf.clone().unbind(),
             tier,
             slot,
             self.tiers[tier].priority,
@@ -316,8 +305,9 @@ impl StreamPool {
 
     /// The lease kept for `tier`'s `slot` (just claimed by the caller), held again, when
     /// nothing but the pool references it: no one can see that it is the same object. Saves
-    /// a lease's allocation, initialization and deallocation. Not on a free-threaded build,
-    /// where a reference count read by one thread may be changing in another.
+    /// a lease's allocation, initialization and deallocation (a quarter of what a `with
+    /// pool.lease():` costs: docs/design.md, "The unsafe boundary"). Not on a free-threaded
+    /// build, where a reference count read by one thread may be changing in another.
     #[inline]
     fn reuse<'py>(
         &self,
@@ -329,19 +319,12 @@ impl StreamPool {
         if cfg!(Py_GIL_DISABLED) {
             return None;
         }
-        // A load and a store, no read-modify-write: the cell is the slot holder's alone.
-        let cell = &self.kept[tier * self.size + slot];
-        let kept = cell.load(Ordering::Acquire);
-        cell.store(null_mut(), Ordering::Release);
-        // SAFETY: a cell holds a strong reference to a Lease, or null (`keep`).
-        let lease = unsafe { Bound::from_owned_ptr_or_opt(py, kept)?.cast_into_unchecked::<Lease>() };
-        // SAFETY: `lease` is alive (the reference just taken), and the thread holds the GIL
-        // (a build with one), so no other thread changes its count meanwhile. 1: the
-        // reference taken from the cell is the only one.
-        if unsafe { pyo3::ffi::Py_REFCNT(lease.as_ptr()) } != 1 {
+        let lease = self.kept[tier * self.size + slot].take(py)?;
+        if !sole_reference(&lease) {
             return None; // someone holds it still (ended: it refuses to be used); dropped here
         }
-        lease.get().hold_again(py, slf.clone().into_any().unbind());
+        let lease = lease.cast_into::<Lease>().ok()?;
+        lease.get().hold_again(py, slf.clone());
         Some(lease)
     }
 
@@ -350,11 +333,7 @@ impl StreamPool {
         if cfg!(Py_GIL_DISABLED) {
             return;
         }
-        let cell = &self.kept[tier * self.size + slot];
-        let old = cell.load(Ordering::Acquire);
-        cell.store(lease.clone().into_ptr(), Ordering::Release);
-        // SAFETY: a cell holds a strong reference to a Lease, or null; the old one is ours now.
-        drop(unsafe { Bound::from_owned_ptr_or_opt(py, old) });
+        drop(self.kept[tier * self.size + slot].replace(py, Some(lease.clone().into_any())));
     }
 
     /// A lease of `slot` in `tier` ends (`Lease`'s give-back: src/pool/lease.rs): `lease` is kept
@@ -381,27 +360,25 @@ static GET_SIG: Signature = Signature {
     required: 0,
 };
 
-/// `pool.get(*, priority=None)`: a method of its own (`install`), not of the `#[pymethods]`
-/// block, so that a call without arguments skips pyo3's argument extraction and costs what
-/// the `get()` without parameters did.
-fn get_method(pool: &Bound<'_, StreamPool>, args: Option<Fastcall<'_, '_>>) -> *mut pyo3::ffi::PyObject {
-    boundary(|py| {
-        let pool = pool.get();
-        let tier = match args {
-            None => 0,
-            Some(args) => match args
-                .only_keyword(intern!(py, "priority"))
-                .and_then(|p| pool.tier_of_int(&p))
-            {
-                Some(tier) => tier,
-                None => {
-                    let [priority] = GET_SIG.parse_fastcall::<1>(&args)?;
-                    pool.tier_of(priority.as_ref(), "get")?
-                }
-            },
-        };
-        Ok(pool.get(py, tier)?.into_ptr())
-    })
+/// `pool.get(*, priority=None)`, built by hand (`get_descriptor`): a call without arguments
+/// skips pyo3's argument extraction.
+fn get_method(pool: &Bound<'_, StreamPool>, args: Option<Fastcall<'_, '_>>) -> PyResult<Py<PyAny>> {
+    let py = pool.py();
+    let pool = pool.get();
+    let tier = match args {
+        None => 0,
+        Some(args) => match args
+            .only_keyword(intern!(py, "priority"))
+            .and_then(|p| pool.tier_of_int(&p))
+        {
+            Some(tier) => tier,
+            None => {
+                let [priority] = GET_SIG.parse_fastcall::<1>(&args)?;
+                pool.tier_of(priority.as_ref(), "get")?
+            }
+        },
+    };
+    Ok(pool.get(py, tier)?.unbind())
 }
 
 static LEASE_SIG: Signature = Signature {
@@ -411,45 +388,26 @@ static LEASE_SIG: Signature = Signature {
     required: 0,
 };
 
-/// `pool.lease(*, priority=None, timeout=None)`: a method of its own, as `get` is, so that
+/// `pool.lease(*, priority=None, timeout=None)`, built by hand as `get` is, so that
 /// `with pool.lease():` pays no argument extraction.
-fn lease_method(pool: &Bound<'_, StreamPool>, args: Option<Fastcall<'_, '_>>) -> *mut pyo3::ffi::PyObject {
-    boundary(|py| {
-        let this = pool.get();
-        let (tier, deadline) = match args {
-            None => (0, Deadline::NEVER),
-            Some(args) => match args
-                .only_keyword(intern!(py, "priority"))
-                .and_then(|p| this.tier_of_int(&p))
-            {
-                Some(tier) => (tier, Deadline::NEVER),
-                None => {
-                    let [priority, timeout] = LEASE_SIG.parse_fastcall::<2>(&args)?;
-                    let tier = this.tier_of(priority.as_ref(), "lease")?;
-                    (tier, timeout_arg(timeout.as_ref(), "lease")?)
-                }
-            },
-        };
-        Ok(this.lease(py, pool, tier, deadline)?.into_ptr())
-    })
-}
-
-/// Add `get` and `lease` to the StreamPool type, and the Lease type's `with` methods (the
-/// module's init, src/lib.rs).
-pub fn install(tp: &Bound<'_, PyType>) -> PyResult<()> {
-    lease::install(&tp.py().get_type::<Lease>())?;
-    raw_call::add_fastcall(
-        tp,
-        c"lease",
-        entry!(pyclass_fastcall, StreamPool, lease_method),
-        c"lease($self, /, *, priority=None, timeout=None)\n--\n\nA custream.Lease of one stream of the tier of ``priority`` (None: the first tier\ngiven) that no other lease holds until it is given back: ``with pool.lease() as s:``.\nWhen every stream of the tier is leased it waits, with the GIL released and Ctrl-C\nending the wait, until one is given back, or raises TimeoutError after ``timeout``\nseconds (None: no limit). A closed pool refuses at once (ValueError), and wakes\nwaiting leases with that error.",
-    )?;
-    raw_call::add_fastcall(
-        tp,
-        c"get",
-        entry!(pyclass_fastcall, StreamPool, get_method),
-        c"get($self, /, *, priority=None)\n--\n\nThe next stream of the tier of ``priority`` (None: the first tier given),\nround-robin (thread-safe, no lock): one atomic add, once the stream is made. The\nsame stream may go to several callers; ``lease()`` holds one for one caller.",
-    )
+fn lease_method(pool: &Bound<'_, StreamPool>, args: Option<Fastcall<'_, '_>>) -> PyResult<Py<PyAny>> {
+    let py = pool.py();
+    let this = pool.get();
+    let (tier, deadline) = match args {
+        None => (0, Deadline::NEVER),
+        Some(args) => match args
+            .only_keyword(intern!(py, "priority"))
+            .and_then(|p| this.tier_of_int(&p))
+        {
+            Some(tier) => (tier, Deadline::NEVER),
+            None => {
+                let [priority, timeout] = LEASE_SIG.parse_fastcall::<2>(&args)?;
+                let tier = this.tier_of(priority.as_ref(), "lease")?;
+                (tier, timeout_arg(timeout.as_ref(), "lease")?)
+            }
+        },
+    };
+    Ok(this.lease(py, pool, tier, deadline)?.into_any().unbind())
 }
 
 /// `priority=` or `priorities=` of StreamPool(): the tiers' priorities, in order.
@@ -562,6 +520,32 @@ impl StreamPool {
         }
     }
 
+    /// `get`, built by hand: `get_method`.
+    #[classattr]
+    #[pyo3(name = "get")]
+    fn get_descriptor(py: Python<'_>) -> PyResult<Py<PyAny>> {
+        hand_built_method!(
+            py,
+            StreamPool,
+            c"get",
+            get_method,
+            c"get($self, /, *, priority=None)\n--\n\nThe next stream of the tier of ``priority`` (None: the first tier given),\nround-robin (thread-safe, no lock): one atomic add, once the stream is made. The\nsame stream may go to several callers; ``lease()`` holds one for one caller."
+        )
+    }
+
+    /// `lease`, built by hand: `lease_method`.
+    #[classattr]
+    #[pyo3(name = "lease")]
+    fn lease_descriptor(py: Python<'_>) -> PyResult<Py<PyAny>> {
+        hand_built_method!(
+            py,
+            StreamPool,
+            c"lease",
+            lease_method,
+            c"lease($self, /, *, priority=None, timeout=None)\n--\n\nA custream.Lease of one stream of the tier of ``priority`` (None: the first tier\ngiven) that no other lease holds until it is given back: ``with pool.lease() as s:``.\nWhen every stream of the tier is leased it waits, with the GIL released and Ctrl-C\nending the wait, until one is given back, or raises TimeoutError after ``timeout``\nseconds (None: no limit). A closed pool refuses at once (ValueError), and wakes\nwaiting leases with that error."
+        )
+    }
+
     /// Every stream of every tier: ``size`` times the number of priorities.
     pub fn __len__(&self) -> usize {
         self.size * self.tiers.len()
@@ -636,18 +620,6 @@ impl Drop for StreamPool {
     /// outliving its pool is not valid (it may still be referenced elsewhere). No lease is
     /// held then: a lease keeps its pool alive.
     fn drop(&mut self) {
-        let kept: Vec<_> = self
-            .kept
-            .iter_mut()
-            .map(|k| std::mem::replace(k.get_mut(), null_mut()))
-            .collect();
-        let _ = Python::try_attach(|py| {
-            for k in kept {
-                // SAFETY: a cell holds a strong reference to a Lease, or null. Its pool
-                // reference was given up when it was given back: dropping it drops no pool.
-                drop(unsafe { Bound::from_owned_ptr_or_opt(py, k) });
-            }
-        });
         if !self.closed.swap(true, Ordering::AcqRel) && self.leases.close().is_some() {
             let _ = Python::try_attach(|py| {
                 for s in self.made_streams() {

@@ -11,18 +11,18 @@ use pyo3::types::PyInt;
 
 use crate::cpython::gil;
 use crate::cpython::interrupt::{self, Deadline};
+use crate::cpython::stream_object::StreamObject;
+use crate::cpython::stream_object::{
+    CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_GREEN, CUSTREAM_FLAG_NON_BLOCKING,
+    CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED, CUSTREAM_FLAG_SHARED,
+};
 use crate::driver::capture_guard;
 use crate::driver::{self, capture_code, CaptureMode, CaptureStatus, Context, DriverError, OwnedStream, StreamHandle};
 use crate::green::{self, GreenContext};
 use crate::host::queue_depth::{self, Gil};
 use crate::object::home_context::Home;
-use crate::object::layout::{
-    CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_GREEN, CUSTREAM_FLAG_NON_BLOCKING,
-    CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED, CUSTREAM_FLAG_SHARED,
-};
 use crate::object::lifecycle::{self, Managed};
 use crate::object::make::{owned_streams, DEFAULT_NAMES};
-use crate::object::memory::StreamObject;
 use crate::stream::owner_release;
 use crate::waits::{self, StreamWait};
 
@@ -31,7 +31,7 @@ use crate::waits::{self, StreamWait};
 struct Released;
 
 // SAFETY: made only inside `Managed::release` below, the one release of the object.
-unsafe impl crate::object::memory::KeepsOpen for Released {}
+unsafe impl crate::cpython::stream_object::KeepsOpen for Released {}
 
 /// What a Stream does, on the view of its object.
 impl StreamObject<'_> {

@@ -1,9 +1,10 @@
-//! `custream.Stream`: its Python face and what its methods do. Its memory, how one is made
-//! and the protocol are `object/`'s, below every feature that takes a stream.
+//! `custream.Stream`: its Python face and what its methods do. How one is made and the
+//! protocol are `object/`'s, below every feature that takes a stream; its memory and the
+//! tables of its type are `cpython/`'s (`stream_object`, `stream_type`), behind the boundary.
 //!
-//! - `slots`: the Stream type, built from slots (`tp_basicsize` is `sizeof(CustreamStream)`,
-//!   the C layout pxd/custream.h declares), and its table of methods and getters, each a
-//!   safe function behind `entry!`.
+//! - `slots`: the Stream type's slots, methods and getters, each a safe function, declared
+//!   with `stream_type!` (`tp_basicsize` is `sizeof(CustreamStream)`, the C layout
+//!   pxd/custream.h declares).
 //! - `methods`: what a Stream does (every use holds it open and checks its context;
 //!   `synchronize`, `query`, captures, `green_context`, `sm_count`, `close`; released once).
 //! - `current`: the current stream (`with s:`, `custream.current_stream`).
@@ -13,7 +14,7 @@
 //! - here: `synchronize`, `query`, `close`, `__enter__`/`__exit__` (`current`),
 //!   `__reduce__`, `begin_capture`, `__cuda_stream__`, and the getters (`handle`, `device`,
 //!   `id`, `owned`, `owner`, `is_default`, `non_blocking`, `priority`, `closed`,
-//!   `is_capturing`, `green_context`, `sm_count`);
+//!   `is_capturing`, `green_context`, `sm_count`, `flags`);
 //! - `object/make.rs`: `Stream()` and `Stream.from_handle()`; `green/context.rs`:
 //!   `Stream(green_context=)`;
 //! - `event/stream_methods.rs`: `record`, `wait`;

@@ -10,7 +10,7 @@ use std::cell::{Cell, RefCell};
 
 use pyo3::prelude::*;
 
-use crate::object::memory::Owned;
+use crate::cpython::stream_object::Owned;
 
 /// How many owner releases may nest on one thread before further ones are queued.
 const NESTING_LIMIT: u32 = 50;

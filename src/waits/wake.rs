@@ -4,7 +4,9 @@
 //! custream's own thread (src/host/thread.rs), which takes the GIL there. Giving one enters
 //! no Python and makes no CUDA call.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -40,7 +42,8 @@ impl Done {
 
 /// An event loop's bell: an eventfd the loop watches, and the tokens of the awaits that rang.
 struct Bell {
-    fd: OwnedFd,
+    /// The eventfd, read and written through std's `File` (8 bytes a time).
+    fd: File,
     rung: Mutex<Vec<u64>>,
 }
 
@@ -50,8 +53,7 @@ impl Bell {
         // After the push: a loop that drains the fd and then takes the tokens sees this
         // token now or is woken again by this write.
         let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live buffer to our own open eventfd.
-        let _ = unsafe { libc::write(self.fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        let _ = (&self.fd).write(&one);
     }
 }
 
@@ -71,7 +73,7 @@ impl PyBell {
         }
         Ok(PyBell(Arc::new(Bell {
             // SAFETY: a new descriptor that nothing else owns.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd: unsafe { File::from_raw_fd(fd) },
             rung: Mutex::new(Vec::new()),
         })))
     }
@@ -83,8 +85,8 @@ impl PyBell {
     /// The tokens rung since the last call (the eventfd drained first).
     fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let mut count = [0u8; 8];
-        // SAFETY: reads at most 8 bytes into a live buffer from our own non-blocking eventfd.
-        let _ = unsafe { libc::read(self.0.fd.as_raw_fd(), count.as_mut_ptr().cast(), count.len()) };
+        // Non-blocking: nothing to read (not rung) is an error, ignored.
+        let _ = (&self.0.fd).read(&mut count);
         let rung = std::mem::take(&mut *self.0.rung.lock().unwrap_or_else(PoisonError::into_inner));
         PyList::new(py, rung)
     }

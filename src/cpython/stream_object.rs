@@ -1,6 +1,7 @@
-//! The one module that touches Python objects through raw pointers: the memory of a Stream
-//! object (`CustreamStream` from pxd/custream.h, through src/object/layout.rs), and the arguments
-//! CPython passes to the entry points of the Stream type (src/cpython/raw_call.rs has the calling
+//! The memory of a Stream object, reached through raw pointers here only: its C layout
+//! (`CustreamStream` from pxd/custream.h, bindgen's output kept once in pyo3-custream), and
+//! the Stream object CPython passes to the entry points of the Stream type (the type's
+//! tables and shims are src/cpython/stream_type.rs's; src/cpython/raw_call.rs has the calling
 //! conventions that touch no Stream: argument lists, module functions, the C API's objects).
 //!
 //! What the rest of the crate gets is safe:
@@ -10,8 +11,8 @@
 //! - `Fields`, the whole of a new Stream, written once by `alloc`.
 //! - The argument views (`Fastcall`, `TupleDict`) and the shims that touch no Stream live in
 //!   src/cpython/raw_call.rs, under the same rules.
-//! - The `entry!` shims: the `unsafe extern "C"` functions of the Stream type's tables, each
-//!   one line that turns CPython's pointers into the views above and calls a safe closure.
+//! - `method`, `method_fastcall`, `slot`, `dealloc`, `traverse`: what the shims of the Stream
+//!   type (src/cpython/stream_type.rs) call to turn CPython's pointers into the views above.
 //!
 //! The rules that make the `unsafe` blocks here sound. None rests on the GIL: a free-threaded
 //! interpreter runs these with other threads attached beside them.
@@ -44,7 +45,19 @@ use pyo3::types::{PyTuple, PyType};
 use crate::cpython::boundary::no_unwind;
 use crate::cpython::raw_call::Fastcall;
 use crate::driver::Context;
-use crate::object::layout::{custream_deleter_t, custream_handle_t, CustreamStream};
+
+// The C layout of pxd/custream.h: bindgen's output, kept once, as the pyo3-custream crate's
+// `ffi` module (tests/layout.rs compares it byte for byte with a fresh bindgen run).
+pub use pyo3_custream::ffi::*;
+
+/// Bytes that a build with the `abi-growth-test` feature appends to the Stream object and to
+/// the C-API table, standing for a later custream whose object and table grew: the test of
+/// the growth rule (tests/test_abi_growth.py) runs consumers built against today's header on
+/// it. 0 in every build that ships.
+pub const GROWTH: usize = if cfg!(feature = "abi-growth-test") { 64 } else { 0 };
+
+/// The Stream type's `tp_basicsize`, and the table's `stream_size`.
+pub const STREAM_SIZE: usize = size_of::<CustreamStream>() + GROWTH;
 
 /// The Stream type object, made once when the module is initialized and never freed.
 static STREAM_TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(null_mut());
@@ -52,15 +65,6 @@ static STREAM_TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(null_mut());
 /// Remember the Stream type (src/stream/slots.rs made it); it lives for the process.
 pub fn set_stream_type(tp: Bound<'_, PyType>) {
     STREAM_TYPE.store(tp.into_ptr().cast(), Ordering::Release);
-}
-
-/// Make a heap type from `spec`, whose tables live for the process.
-pub fn type_from_spec<'py>(py: Python<'py>, spec: &'static mut ffi::PyType_Spec) -> PyResult<Bound<'py, PyType>> {
-    // SAFETY: the spec and the tables it points to live for the process (the `'static`
-    // borrow), as CPython requires of a spec's slots, methods and getters.
-    let tp = unsafe { ffi::PyType_FromSpec(spec) };
-    // SAFETY: a new reference to a type object, or null with an exception set.
-    unsafe { Ok(Bound::from_owned_ptr_or_err(py, tp)?.cast_into_unchecked()) }
 }
 
 /// The Stream type, once made.
@@ -80,6 +84,31 @@ pub fn stream_type_ptr() -> *mut ffi::PyTypeObject {
 pub fn is_stream(obj: &Bound<'_, PyAny>) -> bool {
     let tp = STREAM_TYPE.load(Ordering::Acquire);
     !tp.is_null() && obj.get_type_ptr() == tp
+}
+
+/// A field of the object `$s` (a `StreamObject`) that rule 2 says is written once, in
+/// `alloc`, before anybody else sees the object: `handle`, `flags`, `priority`,
+/// `fork_generation`. Read plainly.
+macro_rules! fixed_field {
+    ($s:expr, $field:ident) => {{
+        let raw = $s.raw();
+        // SAFETY: alive for 'a; every field named at this macro's uses is one rule 2 says is
+        // written once, in `alloc`, before anybody else saw the object.
+        unsafe { (*raw).$field }
+    }};
+}
+
+/// The field `$field` of the object `$s` (a `StreamObject`) as a `&'a $atomic`: one that rule 2
+/// says is only ever accessed atomically (`state`, `device`, `reserved`, `stream_id`,
+/// `owner`, `context`, `context_id`, `deleter_ctx`). `from_ptr` takes a pointer to the
+/// atomic's value type, so the compiler checks the field's type.
+macro_rules! atomic_field {
+    ($s:expr, $atomic:ident, $field:ident) => {{
+        let raw = $s.raw();
+        // SAFETY: alive for 'a; every field named at this macro's uses is one rule 2 says is
+        // only accessed atomically, and of the atomic's value type (checked by `from_ptr`).
+        unsafe { $atomic::from_ptr(&raw mut (*raw).$field) }
+    }};
 }
 
 /// A view of one Stream object, valid for `'a`, during which a reference keeps it alive.
@@ -130,52 +159,44 @@ impl<'a> StreamObject<'a> {
     /// The handle as an int (0, 1 and 2 are the default-stream tokens).
     #[inline]
     pub fn handle_value(self) -> u64 {
-        // SAFETY: alive for 'a; written once, in `alloc` (rule 2).
-        unsafe { (*self.raw()).handle as usize as u64 }
+        fixed_field!(self, handle) as usize as u64
     }
 
     #[inline]
     pub fn flags(self) -> u32 {
-        // SAFETY: alive for 'a; written once, in `alloc` (rule 2).
-        unsafe { (*self.raw()).flags }
+        fixed_field!(self, flags)
     }
 
     pub fn priority_field(self) -> i32 {
-        // SAFETY: alive for 'a; written once, in `alloc` (rule 2).
-        unsafe { (*self.raw()).priority }
+        fixed_field!(self, priority)
     }
 
     #[inline]
     pub fn fork_generation(self) -> u32 {
-        // SAFETY: alive for 'a; written once, in `alloc` (rule 2).
-        unsafe { (*self.raw()).fork_generation }
+        fixed_field!(self, fork_generation)
     }
 
     /// The lifecycle's state word (src/object/lifecycle.rs).
     #[inline]
     pub fn state(self) -> &'a AtomicU32 {
-        // SAFETY: alive for 'a; the field is only accessed atomically (rule 2).
-        unsafe { AtomicU32::from_ptr(&raw mut (*self.raw()).state) }
+        atomic_field!(self, AtomicU32, state)
     }
 
     /// The device ordinal, or CUSTREAM_DEVICE_UNKNOWN until a borrowed stream's is learnt.
     #[inline]
     pub fn device_cell(self) -> &'a AtomicI32 {
-        // SAFETY: alive for 'a; the field is only accessed atomically (rule 2).
-        unsafe { AtomicI32::from_ptr(&raw mut (*self.raw()).device) }
+        atomic_field!(self, AtomicI32, device)
     }
 
     /// custream's count of its launches on the stream since it last looked at the queue's
     /// depth (src/host/queue_depth.rs).
     #[inline]
     pub fn launches(self) -> &'a AtomicU32 {
-        // SAFETY: alive for 'a; the field is only accessed atomically (rule 2).
-        unsafe { AtomicU32::from_ptr(&raw mut (*self.raw()).reserved) }
+        atomic_field!(self, AtomicU32, reserved)
     }
 
     fn id_cell(self) -> &'a AtomicPtr<ffi::PyObject> {
-        // SAFETY: alive for 'a; the field is only accessed atomically (rule 2).
-        unsafe { AtomicPtr::from_ptr(&raw mut (*self.raw()).stream_id) }
+        atomic_field!(self, AtomicPtr, stream_id)
     }
 
     /// The driver's id of the stream as an int, once kept (`keep_id`), as a new reference.
@@ -208,8 +229,7 @@ impl<'a> StreamObject<'a> {
     }
 
     fn owner_cell(self) -> &'a AtomicPtr<ffi::PyObject> {
-        // SAFETY: alive for 'a; the field is only accessed atomically (rule 2).
-        unsafe { AtomicPtr::from_ptr(&raw mut (*self.raw()).owner) }
+        atomic_field!(self, AtomicPtr, owner)
     }
 
     /// The object a borrowed stream keeps alive, if any, as a new reference. The caller holds
@@ -236,13 +256,10 @@ impl<'a> StreamObject<'a> {
     }
 
     fn context_cells(self) -> (&'a AtomicPtr<c_void>, &'a AtomicU64) {
-        // SAFETY: alive for 'a; both fields are only accessed atomically (rule 2).
-        unsafe {
-            (
-                AtomicPtr::from_ptr(&raw mut (*self.raw()).context),
-                AtomicU64::from_ptr(&raw mut (*self.raw()).context_id),
-            )
-        }
+        (
+            atomic_field!(self, AtomicPtr, context),
+            atomic_field!(self, AtomicU64, context_id),
+        )
     }
 
     /// The context the stream lives in and its id, once known.
@@ -267,15 +284,11 @@ impl<'a> StreamObject<'a> {
     }
 
     fn deleter_cells(self) -> (&'a AtomicPtr<c_void>, &'a AtomicPtr<c_void>) {
-        // SAFETY: alive for 'a; both fields are only accessed atomically (rule 2).
+        // SAFETY: alive for 'a; the field is only accessed atomically (rule 2).
         // `custream_deleter_t` is an Option of a function pointer: one pointer, null for
         // None, so the field is read and written as a pointer.
-        unsafe {
-            (
-                AtomicPtr::from_ptr((&raw mut (*self.raw()).deleter).cast::<*mut c_void>()),
-                AtomicPtr::from_ptr(&raw mut (*self.raw()).deleter_ctx),
-            )
-        }
+        let deleter = unsafe { AtomicPtr::from_ptr((&raw mut (*self.raw()).deleter).cast::<*mut c_void>()) };
+        (deleter, atomic_field!(self, AtomicPtr, deleter_ctx))
     }
 
     pub fn has_deleter(self) -> bool {
@@ -363,13 +376,12 @@ pub fn alloc<'py>(py: Python<'py>, fields: Fields<'py>) -> PyResult<Bound<'py, P
     if tp.is_null() {
         return Err(PyValueError::new_err("custream is not initialized"));
     }
-    // SAFETY: tp is our type; PyType_GenericAlloc zeroes the struct and tracks it for the GC.
-    let obj = unsafe { ffi::PyType_GenericAlloc(tp, 0) };
-    // SAFETY: a new reference, or null with an exception set.
-    let obj = unsafe { Bound::from_owned_ptr_or_err(py, obj) }?;
-    let s = obj.as_ptr().cast::<CustreamStream>();
-    // SAFETY: a fresh, zeroed object of our type that nobody else has seen yet (rule 2).
+    // SAFETY: tp is our type; PyType_GenericAlloc returns a new reference to a zeroed object
+    // that the GC tracks, or null with an exception set. The fields are written while the
+    // object is fresh, of our type, and seen by nobody else yet (rule 2).
     unsafe {
+        let obj = Bound::from_owned_ptr_or_err(py, ffi::PyType_GenericAlloc(tp, 0))?;
+        let s = obj.as_ptr().cast::<CustreamStream>();
         (*s).handle = fields.handle as usize as custream_handle_t;
         (*s).protocol = fields.protocol.into_ptr();
         (*s).flags = fields.flags;
@@ -381,23 +393,23 @@ pub fn alloc<'py>(py: Python<'py>, fields: Fields<'py>) -> PyResult<Bound<'py, P
         (*s).deleter_ctx = fields.deleter_ctx;
         (*s).context = fields.context.map_or(null_mut(), Context::as_raw);
         (*s).context_id = fields.context_id;
+        Ok(obj)
     }
-    Ok(obj)
 }
 
 // ---- the shims ----------------------------------------------------------------------------
-// The functions below are what the `entry!` shims call: each turns CPython's pointers into
+// The functions below are what the shims of src/cpython/stream_type.rs call: each turns CPython's pointers into
 // the views above. The GIL is held and the pointers are CPython's (rule 4).
 
 /// # Safety
 /// `obj` is the live Stream a method was called on; `arg` is NULL or a live argument; the
 /// GIL is held.
 #[inline(always)]
-pub unsafe fn method(
+pub unsafe fn method<R>(
     obj: *mut ffi::PyObject,
     arg: *mut ffi::PyObject,
-    f: impl for<'a> FnOnce(StreamObject<'a>, Python<'a>, Option<Borrowed<'a, 'a, PyAny>>) -> *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
+    f: impl for<'a> FnOnce(StreamObject<'a>, Python<'a>, Option<Borrowed<'a, 'a, PyAny>>) -> R,
+) -> R {
     // SAFETY: the caller's contract: the thread is attached, `obj` is a live Stream and `arg` NULL
     // or alive, all for the call.
     let (py, s, arg) = unsafe {
@@ -411,13 +423,13 @@ pub unsafe fn method(
 /// `obj` is the live Stream a METH_FASTCALL method was called on, the rest what CPython
 /// passed with it; the thread is attached.
 #[inline(always)]
-pub unsafe fn method_fastcall(
+pub unsafe fn method_fastcall<R>(
     obj: *mut ffi::PyObject,
     args: *const *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
-    f: impl for<'a> FnOnce(StreamObject<'a>, Python<'a>, Fastcall<'a, 'a>) -> *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
+    f: impl for<'a> FnOnce(StreamObject<'a>, Python<'a>, Fastcall<'a, 'a>) -> R,
+) -> R {
     // SAFETY: the caller's contract: the thread is attached, `obj` is a live Stream and the rest
     // what CPython passes to a METH_FASTCALL method, all for the call.
     let (py, s, args) = unsafe {
@@ -487,158 +499,3 @@ pub unsafe fn traverse(obj: *mut ffi::PyObject, visit: ffi::visitproc, arg: *mut
     }
     0
 }
-
-/// The `unsafe extern "C"` functions of the Stream type's tables. Each is one line: the
-/// shim above for its calling convention, with a safe closure (the face's code).
-macro_rules! entry {
-    (method, $f:expr) => {{
-        unsafe extern "C" fn shim(
-            obj: *mut pyo3::ffi::PyObject,
-            arg: *mut pyo3::ffi::PyObject,
-        ) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls a Stream method attached and live arguments.
-            unsafe { $crate::object::memory::method(obj, arg, $f) }
-        }
-        shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject, *mut pyo3::ffi::PyObject) -> *mut pyo3::ffi::PyObject
-    }};
-    (getter, $f:expr) => {{
-        unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject, _: *mut std::ffi::c_void) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls a Stream getter attached and a live Stream.
-            unsafe { $crate::object::memory::slot(obj, $f) }
-        }
-        shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject, *mut std::ffi::c_void) -> *mut pyo3::ffi::PyObject
-    }};
-    (fastcall, $f:expr) => {{
-        unsafe extern "C" fn shim(
-            obj: *mut pyo3::ffi::PyObject,
-            args: *const *mut pyo3::ffi::PyObject,
-            nargs: pyo3::ffi::Py_ssize_t,
-            kwnames: *mut pyo3::ffi::PyObject,
-        ) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls a METH_FASTCALL Stream method attached and these.
-            unsafe { $crate::object::memory::method_fastcall(obj, args, nargs, kwnames, $f) }
-        }
-        shim as pyo3::ffi::PyCFunctionFastWithKeywords
-    }};
-    (pyclass_fastcall, $t:ty, $f:expr) => {{
-        unsafe extern "C" fn shim(
-            obj: *mut pyo3::ffi::PyObject,
-            args: *const *mut pyo3::ffi::PyObject,
-            nargs: pyo3::ffi::Py_ssize_t,
-            kwnames: *mut pyo3::ffi::PyObject,
-        ) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls a method descriptor's METH_FASTCALL function attached,
-            // with a live `self` of the type and these (`memory::add_method`).
-            unsafe { $crate::cpython::raw_call::pyclass_method_fastcall::<$t>(obj, args, nargs, kwnames, $f) }
-        }
-        shim as pyo3::ffi::PyCFunctionFastWithKeywords
-    }};
-    (static_fastcall, $f:expr) => {{
-        unsafe extern "C" fn shim(
-            _cls: *mut pyo3::ffi::PyObject,
-            args: *const *mut pyo3::ffi::PyObject,
-            nargs: pyo3::ffi::Py_ssize_t,
-            kwnames: *mut pyo3::ffi::PyObject,
-        ) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls a static METH_FASTCALL method attached and these.
-            unsafe { $crate::cpython::raw_call::function_fastcall(args, nargs, kwnames, $f) }
-        }
-        shim as pyo3::ffi::PyCFunctionFastWithKeywords
-    }};
-    (fastcall_positional, $f:expr) => {{
-        unsafe extern "C" fn shim(
-            obj: *mut pyo3::ffi::PyObject,
-            args: *mut *mut pyo3::ffi::PyObject,
-            nargs: pyo3::ffi::Py_ssize_t,
-        ) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls a METH_FASTCALL Stream method attached and these.
-            unsafe { $crate::object::memory::method_fastcall(obj, args, nargs, std::ptr::null_mut(), $f) }
-        }
-        shim as pyo3::ffi::PyCFunctionFast
-    }};
-    (unary, $f:expr) => {{
-        unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls a Stream slot attached and a live Stream.
-            unsafe { $crate::object::memory::slot(obj, $f) }
-        }
-        shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject) -> *mut pyo3::ffi::PyObject
-    }};
-    (hash, $f:expr) => {{
-        unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject) -> pyo3::ffi::Py_hash_t {
-            // SAFETY: CPython calls tp_hash attached and a live Stream.
-            unsafe { $crate::object::memory::slot(obj, $f) }
-        }
-        shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject) -> pyo3::ffi::Py_hash_t
-    }};
-    (clear, $f:expr) => {{
-        unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject) -> std::ffi::c_int {
-            // SAFETY: CPython's GC calls tp_clear attached and a live Stream.
-            unsafe { $crate::object::memory::slot(obj, $f) }
-        }
-        shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject) -> std::ffi::c_int
-    }};
-    (richcompare, $f:expr) => {{
-        unsafe extern "C" fn shim(
-            a: *mut pyo3::ffi::PyObject,
-            b: *mut pyo3::ffi::PyObject,
-            op: std::ffi::c_int,
-        ) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls tp_richcompare attached, `a` a live Stream and
-            // `b` a live object.
-            unsafe { $crate::object::memory::method(a, b, |a, py, b| ($f)(a, py, b, op)) }
-        }
-        shim as unsafe extern "C" fn(
-            *mut pyo3::ffi::PyObject,
-            *mut pyo3::ffi::PyObject,
-            std::ffi::c_int,
-        ) -> *mut pyo3::ffi::PyObject
-    }};
-    (new, $f:expr) => {{
-        unsafe extern "C" fn shim(
-            _tp: *mut pyo3::ffi::PyTypeObject,
-            args: *mut pyo3::ffi::PyObject,
-            kwargs: *mut pyo3::ffi::PyObject,
-        ) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls tp_new attached and these.
-            unsafe { $crate::cpython::raw_call::new(args, kwargs, $f) }
-        }
-        shim as unsafe extern "C" fn(
-            *mut pyo3::ffi::PyTypeObject,
-            *mut pyo3::ffi::PyObject,
-            *mut pyo3::ffi::PyObject,
-        ) -> *mut pyo3::ffi::PyObject
-    }};
-    (dealloc, $f:expr) => {{
-        unsafe extern "C" fn shim(obj: *mut pyo3::ffi::PyObject) {
-            // SAFETY: CPython deallocates a Stream whose last reference is gone, attached.
-            unsafe { $crate::object::memory::dealloc(obj, $f) }
-        }
-        shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject)
-    }};
-    (traverse) => {{
-        unsafe extern "C" fn shim(
-            obj: *mut pyo3::ffi::PyObject,
-            visit: pyo3::ffi::visitproc,
-            arg: *mut std::ffi::c_void,
-        ) -> std::ffi::c_int {
-            // SAFETY: CPython's GC traverses a live Stream.
-            unsafe { $crate::object::memory::traverse(obj, visit, arg) }
-        }
-        shim as unsafe extern "C" fn(
-            *mut pyo3::ffi::PyObject,
-            pyo3::ffi::visitproc,
-            *mut std::ffi::c_void,
-        ) -> std::ffi::c_int
-    }};
-    (function_o, $f:expr) => {{
-        unsafe extern "C" fn shim(
-            _m: *mut pyo3::ffi::PyObject,
-            arg: *mut pyo3::ffi::PyObject,
-        ) -> *mut pyo3::ffi::PyObject {
-            // SAFETY: CPython calls a METH_O function attached and a live argument.
-            unsafe { $crate::cpython::raw_call::function_o(arg, $f) }
-        }
-        shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject, *mut pyo3::ffi::PyObject) -> *mut pyo3::ffi::PyObject
-    }};
-}
-pub(crate) use entry;
