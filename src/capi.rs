@@ -16,6 +16,8 @@ use pyo3::types::{PyCapsule, PyFloat};
 use crate::cpython::boundary::boundary;
 use crate::cpython::interrupt::{timeout_arg, Deadline};
 use crate::cpython::raw_call;
+use crate::event::ipc_source;
+use crate::event::Event;
 use crate::host;
 use crate::memops;
 use crate::object::layout::{
@@ -310,6 +312,23 @@ unsafe extern "C" fn wait_value(
     }
 }
 
+unsafe extern "C" fn event_from_ipc_handle(handle: *const c_void, size: usize, device: c_int) -> *mut ffi::PyObject {
+    const F: &str = "Custream_EventFromIpcHandle()";
+    boundary(|py| {
+        if handle.is_null() {
+            return Err(PyValueError::new_err(format!(
+                "{F} handle must point to the 64 bytes of a CUDA IPC event handle, got NULL"
+            )));
+        }
+        // SAFETY: the C API's contract (custream.h): a non-NULL `handle` points to `size`
+        // readable bytes, alive for the call; they are copied before anything else runs.
+        let bytes = unsafe { std::slice::from_raw_parts(handle.cast::<u8>(), size) };
+        let raw = ipc_source::raw_handle(bytes, F)?;
+        let device = ipc_source::ordinal_arg(device, F)?;
+        Ok(Bound::new(py, Event::open_raw_ipc(py, raw, device, F)?)?.into_ptr())
+    })
+}
+
 /// The capsule holding the table; the table lives for the process.
 pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     let table = TABLE.get_or_init(|| {
@@ -345,6 +364,7 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
                 stream_device: Some(stream_device),
                 write_value: Some(write_value),
                 wait_value: Some(wait_value),
+                event_from_ipc_handle: Some(event_from_ipc_handle),
             },
             [0; GROWTH],
         )
