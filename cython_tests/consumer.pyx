@@ -179,7 +179,7 @@ def acquire(Stream s not None, uint64_t address, uint64_t value, int width=32, i
     wait_value(s, address, value, width, op)
 
 
-def open_ipc_event(bytes raw not None, int device):
+def open_ipc_event(bytes raw, int device):
     """event_from_ipc_handle(raw, device): another library's IPC event, from its raw handle."""
     return event_from_ipc_handle(raw, device)
 

@@ -36,8 +36,8 @@ def test_the_cython_helper_refuses_bad_input_by_name(cy):
     with pytest.raises(ValueError, match=r"^Custream_EventFromIpcHandle\(\) device must be a device ordinal \(0 or "
                                          r"more\), got -2$"):
         cy.open_ipc_event(RAW, -2)
-    with pytest.raises(TypeError):
-        cy.open_ipc_event(None, 0)  # `bytes handle not None`: Cython's own refusal
+    with pytest.raises(TypeError, match=r"^event_from_ipc_handle\(\) handle must be bytes, got None$"):
+        cy.open_ipc_event(None, 0)
     if not HAS_DRIVER:
         with pytest.raises(custream.CudaUnavailableError):
             cy.open_ipc_event(RAW, 0)

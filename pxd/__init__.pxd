@@ -260,7 +260,7 @@ cdef inline int wait_value(Stream s, uint64_t address, uint64_t value, int width
     return Custream_WaitValue(s, address, value, width, op, flush)
 
 
-cdef inline object event_from_ipc_handle(bytes handle not None, int device):
+cdef inline object event_from_ipc_handle(bytes handle, int device):
     """Another process's IPC event, opened from the driver's raw handle: the 64 bytes of a
     ``CUipcEventHandle`` (PyTorch's ``Event.ipc_handle()``, CuPy's
     ``runtime.ipcGetEventHandle()``), on ``device``, an ordinal of this process
@@ -268,6 +268,8 @@ cdef inline object event_from_ipc_handle(bytes handle not None, int device):
     for another length or a device this process does not have, before the driver opens
     anything. With a ``CUipcEventHandle`` in C, call ``Custream_EventFromIpcHandle(&h,
     sizeof(h), device)``."""
+    if handle is None:
+        raise TypeError("event_from_ipc_handle() handle must be bytes, got None")
     return Custream_EventFromIpcHandle(<const char *>handle, len(handle), device)
 
 
