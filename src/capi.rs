@@ -16,6 +16,7 @@ use pyo3::types::{PyCapsule, PyFloat};
 use crate::cpython::boundary::boundary;
 use crate::cpython::interrupt::{timeout_arg, Deadline};
 use crate::cpython::raw_call;
+use crate::driver::IPC_HANDLE_BYTES;
 use crate::event::ipc_source;
 use crate::event::Event;
 use crate::host;
@@ -320,10 +321,12 @@ unsafe extern "C" fn event_from_ipc_handle(handle: *const c_void, size: usize, d
                 "{F} handle must point to the 64 bytes of a CUDA IPC event handle, got NULL"
             )));
         }
+        if size != IPC_HANDLE_BYTES {
+            return Err(ipc_source::length_error(size, F, ""));
+        }
         // SAFETY: the C API's contract (custream.h): a non-NULL `handle` points to `size`
-        // readable bytes, alive for the call; they are copied before anything else runs.
-        let bytes = unsafe { std::slice::from_raw_parts(handle.cast::<u8>(), size) };
-        let raw = ipc_source::raw_handle(bytes, F)?;
+        // readable bytes, alive for the call, and `size` is 64 here; they are copied at once.
+        let raw: [u8; IPC_HANDLE_BYTES] = unsafe { std::ptr::read_unaligned(handle.cast()) };
         let device = ipc_source::ordinal_arg(device, F)?;
         Ok(Bound::new(py, Event::open_raw_ipc(py, raw, device, F)?)?.into_ptr())
     })

@@ -89,12 +89,16 @@ pub fn raw_handle(bytes: &[u8], fname: &str) -> PyResult<[u8; IPC_HANDLE_BYTES]>
         } else {
             ""
         };
-        PyValueError::new_err(format!(
-            "{fname} handle must be the {IPC_HANDLE_BYTES} bytes of a CUDA IPC event handle \
-             (CUipcEventHandle, cudaIpcEventHandle_t), got {} bytes{hint}",
-            bytes.len()
-        ))
+        length_error(bytes.len(), fname, hint)
     })
+}
+
+/// The error for a raw handle of `len` bytes (not 64).
+pub fn length_error(len: usize, fname: &str, hint: &str) -> PyErr {
+    PyValueError::new_err(format!(
+        "{fname} handle must be the {IPC_HANDLE_BYTES} bytes of a CUDA IPC event handle \
+         (CUipcEventHandle, cudaIpcEventHandle_t), got {len} bytes{hint}"
+    ))
 }
 
 /// A C caller's device: an ordinal, never negative.
