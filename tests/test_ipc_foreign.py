@@ -239,6 +239,18 @@ def test_the_c_entry_opens_a_raw_handle():
     e.close()
 
 
+@STANDIN
+def test_the_rust_crate_opens_a_raw_handle():
+    from _rust_ext import load_ext
+
+    rx = load_ext()
+    e, raw = exported()
+    ev = rx.event_from_ipc_handle(raw, 0)
+    assert type(ev) is Event and "no exporter to watch" in repr(ev) and ev.query() is True
+    ev.close()
+    e.close()
+
+
 @pytest.mark.standin("libcuda.c", env={"STANDIN_DEVICES": "2"})
 @pytest.mark.parametrize("form", ["ordinal", "uuid.UUID", "16 bytes", "bytearray", "GPU- string", "bare string",
                                   "upper case", "torch-like"])
