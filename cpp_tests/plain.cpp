@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <thread>
@@ -193,6 +194,31 @@ PyObject *semaphore(PyObject *, PyObject *args) {
     if (!s || !s.write_value(address, value, width)) return nullptr;
     if (!s.wait_value(address, value, width, static_cast<custream::stream::wait_op>(op))) return nullptr;
     Py_RETURN_NONE;
+}
+
+#ifdef CUSTREAM_TEST_CCCL
+using ipc_event_handle = cudaIpcEventHandle_t; /* the runtime's, which <cuda/stream> brings */
+#else
+struct ipc_event_handle { /* CUipcEventHandle's shape, as cuda.h declares it */
+    char reserved[64];
+};
+#endif
+
+/* (raw bytes, device): custream::event_from_ipc_handle from the handle struct when the bytes
+ * are 64, else from the pointer and the size (custream refuses the size). */
+PyObject *open_ipc_event(PyObject *, PyObject *args) {
+    PyObject *bytes;
+    char *raw;
+    Py_ssize_t size;
+    int device;
+    if (!PyArg_ParseTuple(args, "O!i", &PyBytes_Type, &bytes, &device)) return nullptr;
+    if (PyBytes_AsStringAndSize(bytes, &raw, &size) < 0) return nullptr;
+    if (size == static_cast<Py_ssize_t>(sizeof(ipc_event_handle))) {
+        ipc_event_handle h;
+        std::memcpy(h.reserved, raw, sizeof h.reserved);
+        return custream::event_from_ipc_handle(h, device);
+    }
+    return custream::event_from_ipc_handle(raw, static_cast<std::size_t>(size), device);
 }
 
 PyObject *close(PyObject *, PyObject *obj) {
@@ -423,6 +449,7 @@ PyMethodDef methods[] = {
     {"slice", slice, METH_O, "(stream::green_context(), stream::sm_count())."},
     {"sync_timeout", sync_timeout, METH_VARARGS, "stream::synchronize(seconds)."},
     {"id_and_device", id_and_device, METH_O, "(stream::id(), stream::device()); the device first."},
+    {"open_ipc_event", open_ipc_event, METH_VARARGS, "custream::event_from_ipc_handle(raw, device)."},
     {"semaphore", semaphore, METH_VARARGS, "stream::write_value(), then stream::wait_value()."},
     {"close", close, METH_O, "stream::close() twice; is_closed() after."},
     {"empty_stream_calls", empty_stream_calls, METH_NOARGS, "close() and is_closed() of an empty stream."},

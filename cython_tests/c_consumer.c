@@ -174,6 +174,19 @@ static PyObject *id_and_device(PyObject *self, PyObject *obj) {
     return Py_BuildValue("(Ki)", id, device);
 }
 
+/* (raw or None, size, device): Custream_EventFromIpcHandle over the bytes' buffer (NULL for
+ * None), with the size given apart so that a caller can misstate it. */
+static PyObject *event_from_ipc_handle(PyObject *self, PyObject *args) {
+    PyObject *raw;
+    Py_ssize_t size;
+    int device;
+    const char *bytes = NULL;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Oni", &raw, &size, &device)) return NULL;
+    if (raw != Py_None && (bytes = PyBytes_AsString(raw)) == NULL) return NULL;
+    return Custream_EventFromIpcHandle(bytes, (size_t)size, device);
+}
+
 static PyMethodDef methods[] = {
     {"abi", abi, METH_NOARGS, "ABI versions and sizes: compiled and from the imported table."},
 #ifndef CUSTREAM_OPAQUE_STREAM
@@ -193,6 +206,8 @@ static PyMethodDef methods[] = {
     {"default_stream", default_stream, METH_VARARGS, "Custream_DefaultStream(token)."},
     {"pool_get", pool_get, METH_O, "Custream_PoolGet(pool)."},
     {"slice", slice, METH_O, "(Custream_GreenContext(obj), Custream_SmCount(obj))."},
+    {"event_from_ipc_handle", event_from_ipc_handle, METH_VARARGS,
+     "Custream_EventFromIpcHandle(bytes or NULL, size, device)."},
     {"id_and_device", id_and_device, METH_O, "(Custream_StreamId(obj), Custream_StreamDevice(obj)); the device first."},
     {NULL, NULL, 0, NULL},
 };

@@ -11,6 +11,7 @@ from custream cimport (
     custream_handle_t,
     default_stream,
     device_of,
+    event_from_ipc_handle,
     from_handle,
     from_handle_with_deleter,
     green_context,
@@ -176,6 +177,11 @@ def release(Stream s not None, uint64_t address, uint64_t value, int width=32):
 def acquire(Stream s not None, uint64_t address, uint64_t value, int width=32, int op=CUSTREAM_WAIT_EQ):
     """wait_value(s, ...), the condition as custream.h numbers it (EQ by default here)."""
     wait_value(s, address, value, width, op)
+
+
+def open_ipc_event(bytes raw, int device):
+    """event_from_ipc_handle(raw, device): another library's IPC event, from its raw handle."""
+    return event_from_ipc_handle(raw, device)
 
 
 # ---- a C owner's deleter: counts calls per slot (ctx is the slot number) ---------------

@@ -26,8 +26,8 @@ Names:
   ``synchronize_timeout``,
   ``handle_checked``, ``is_closed``, ``is_stream``, ``launch_host_func``, ``is_capturing``,
   ``sm_count``, ``green_context``, ``id_of``, ``device_of``: the C API with Cython signatures.
-  ``sm_count``, ``green_context``, ``write_value``, ``wait_value``: the C API with Cython
-  signatures.
+  ``sm_count``, ``green_context``, ``write_value``, ``wait_value``,
+  ``event_from_ipc_handle``: the C API with Cython signatures.
 * ``stream_handle`` and its siblings: the fields through the table's offsets (above).
 * ``Custream_*`` and ``custream_import``: the C functions exactly as custream.h has them.
 
@@ -121,6 +121,7 @@ cdef extern from "custream.h":
     int CUSTREAM_WAIT_NOR
     int Custream_WriteValue(object stream, uint64_t address, uint64_t value, int width,
                             int flush) except -1
+    object Custream_EventFromIpcHandle(const void *handle, size_t size, int device)
     int Custream_WaitValue(object stream, uint64_t address, uint64_t value, int width, int op,
                            int flush) except -1
 
@@ -257,6 +258,19 @@ cdef inline int wait_value(Stream s, uint64_t address, uint64_t value, int width
     (``CUSTREAM_WAIT_GEQ``, ``_EQ``, ``_AND``, ``_NOR``) against ``value`` (``s.wait_value``);
     the caller does not wait. One call, no Python call."""
     return Custream_WaitValue(s, address, value, width, op, flush)
+
+
+cdef inline object event_from_ipc_handle(bytes handle, int device):
+    """Another process's IPC event, opened from the driver's raw handle: the 64 bytes of a
+    ``CUipcEventHandle`` (PyTorch's ``Event.ipc_handle()``, CuPy's
+    ``runtime.ipcGetEventHandle()``), on ``device``, an ordinal of this process
+    (``custream.Event.from_ipc_handle(handle, device=device)``). A custream.Event; ValueError
+    for another length or a device this process does not have, before the driver opens
+    anything. With a ``CUipcEventHandle`` in C, call ``Custream_EventFromIpcHandle(&h,
+    sizeof(h), device)``."""
+    if handle is None:
+        raise TypeError("event_from_ipc_handle() handle must be bytes, got None")
+    return Custream_EventFromIpcHandle(<const char *>handle, len(handle), device)
 
 
 cdef inline custream_handle_t stream_handle(Stream s) noexcept nogil:

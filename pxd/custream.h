@@ -183,6 +183,9 @@ typedef struct CustreamCAPI {
     int (*write_value)(PyObject *stream, uint64_t address, uint64_t value, int width, int flush);
     int (*wait_value)(PyObject *stream, uint64_t address, uint64_t value, int width, int op,
                       int flush);
+    /* IPC events from any library (appended). A new reference to a custream.Event, or NULL
+       with an exception set. */
+    PyObject *(*event_from_ipc_handle)(const void *handle, size_t size, int device);
 } CustreamCAPI;
 
 /* Acquire loads and release stores: the table pointer below is published by whichever
@@ -436,6 +439,23 @@ static inline int Custream_WaitValue(PyObject *stream, uint64_t address, uint64_
                                      int op, int flush) {
     CUSTREAM_API_OR(-1);
     return api_->wait_value(stream, address, value, width, op, flush);
+}
+
+/* IPC events from any library. */
+/* Open another process's IPC event from the driver's raw handle: the `size` bytes at `handle`,
+ * which must be the 64 of a CUipcEventHandle or cudaIpcEventHandle_t (PyTorch's
+ * Event.ipc_handle(), CuPy's runtime.ipcGetEventHandle(), cuda.core's descriptor, any
+ * cuIpcGetEventHandle), on device ordinal `device` of this process (a raw handle does not
+ * name its device). A new reference to a custream.Event (Event.from_ipc_handle(raw,
+ * device=device)): a stream waits on it (its `handle` attribute is the CUevent), and it
+ * closes this process's use only. A raw handle carries no exporter to watch: a dead
+ * exporter's event is the driver's to report. NULL with an exception set: ValueError for a
+ * NULL `handle`, a `size` other than 64, a negative `device` or one this process does not
+ * have, checked before the driver opens anything; CudaUnavailableError without a driver; the
+ * driver's error. Needs the GIL; lets it go only around the driver's call. */
+static inline PyObject *Custream_EventFromIpcHandle(const void *handle, size_t size, int device) {
+    CUSTREAM_API_OR(NULL);
+    return api_->event_from_ipc_handle(handle, size, device);
 }
 
 #undef CUSTREAM_API_OR

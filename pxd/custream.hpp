@@ -29,6 +29,7 @@
 
 #include "custream.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -376,6 +377,24 @@ class stream {
  * Python object kept alive until close or deallocation (Stream.from_handle). Needs the GIL. */
 inline stream from_handle(stream_ref handle, int device = device_unknown, PyObject *owner = nullptr) noexcept {
     return stream::adopt(Custream_FromHandle(handle.get(), device, owner));
+}
+
+/* Another process's IPC event, opened from the driver's raw handle: the `size` bytes at
+ * `handle`, which must be the 64 of a CUipcEventHandle or cudaIpcEventHandle_t (PyTorch's,
+ * CuPy's, cuda.core's, any cuIpcGetEventHandle), on `device`, an ordinal of this process
+ * (Custream_EventFromIpcHandle; custream.Event.from_ipc_handle(raw, device=device)). A new
+ * reference to the custream.Event, or nullptr with a Python error set (ValueError for another
+ * size or a device this process does not have, before the driver opens anything). Needs the
+ * GIL. */
+inline PyObject *event_from_ipc_handle(const void *handle, std::size_t size, int device) noexcept {
+    return Custream_EventFromIpcHandle(handle, size, device);
+}
+
+/* The same from the handle struct itself (CUipcEventHandle, cudaIpcEventHandle_t: any
+ * trivially copyable type of 64 bytes; no CUDA header is needed here). */
+template <class Handle, class = std::enable_if_t<std::is_trivially_copyable_v<Handle> && sizeof(Handle) == 64>>
+inline PyObject *event_from_ipc_handle(const Handle &handle, int device) noexcept {
+    return Custream_EventFromIpcHandle(&handle, sizeof handle, device);
 }
 
 namespace detail {

@@ -21,6 +21,9 @@ use crate::cpython::stream_object::{
     custream_deleter_t, custream_green_ctx_t, custream_handle_t, custream_host_fn_t, CustreamCAPI, CustreamStream,
     CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME, GROWTH, STREAM_SIZE,
 };
+use crate::driver::IPC_HANDLE_BYTES;
+use crate::event::ipc_source;
+use crate::event::Event;
 use crate::host;
 use crate::memops;
 use crate::object::make::{self, Parts};
@@ -314,6 +317,25 @@ unsafe extern "C" fn wait_value(
     }
 }
 
+unsafe extern "C" fn event_from_ipc_handle(handle: *const c_void, size: usize, device: c_int) -> *mut ffi::PyObject {
+    const F: &str = "Custream_EventFromIpcHandle()";
+    boundary(|py| {
+        if handle.is_null() {
+            return Err(PyValueError::new_err(format!(
+                "{F} handle must point to the 64 bytes of a CUDA IPC event handle, got NULL"
+            )));
+        }
+        if size != IPC_HANDLE_BYTES {
+            return Err(ipc_source::length_error(size, F, ""));
+        }
+        // SAFETY: the C API's contract (custream.h): a non-NULL `handle` points to `size`
+        // readable bytes, alive for the call, and `size` is 64 here; they are copied at once.
+        let raw: [u8; IPC_HANDLE_BYTES] = unsafe { std::ptr::read_unaligned(handle.cast()) };
+        let device = ipc_source::ordinal_arg(device, F)?;
+        Ok(Bound::new(py, Event::open_raw_ipc(py, raw, device, F)?)?.into_ptr())
+    })
+}
+
 /// The capsule holding the table; the table lives for the process.
 pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     let table = TABLE.get_or_init(|| {
@@ -349,6 +371,7 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
                 stream_device: Some(stream_device),
                 write_value: Some(write_value),
                 wait_value: Some(wait_value),
+                event_from_ipc_handle: Some(event_from_ipc_handle),
             },
             [0; GROWTH],
         )

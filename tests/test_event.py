@@ -56,8 +56,11 @@ def test_ipc_and_timing_cannot_be_combined_and_arguments_are_checked():
         Event(ipc=True, timing=True)
     with pytest.raises(TypeError, match=r"Event\(\) ipc must be True or False, got str"):
         Event(ipc="yes")
-    with pytest.raises(TypeError, match=r"from_ipc_handle\(\) handle must be a custream.IpcEventHandle .*got bytes"):
+    # A raw handle (any library's) needs its device (tests/test_ipc_foreign.py has the rest).
+    with pytest.raises(TypeError, match=r"from_ipc_handle\(\) device is required with a raw CUDA IPC event handle"):
         Event.from_ipc_handle(b"\0" * 64)
+    with pytest.raises(TypeError, match=r"from_ipc_handle\(\) handle must be a custream.IpcEventHandle .*got str"):
+        Event.from_ipc_handle("h")
     with pytest.raises(TypeError, match=r"from_bytes\(\) data must be bytes, got str"):
         IpcEventHandle.from_bytes("x")
     with pytest.raises(ValueError, match=r"is not a custream.IpcEventHandle .*112 bytes.*got 3 bytes"):

@@ -268,6 +268,23 @@ impl Api {
         })
     }
 
+    /// `custream.Event.from_ipc_handle(raw, device=device)`: custream checks the length and
+    /// the device before the driver opens anything.
+    pub(crate) fn event_from_ipc_handle<'py>(
+        self,
+        py: Python<'py>,
+        handle: &[u8],
+        device: c_int,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let f = self
+            .0
+            .event_from_ipc_handle
+            .ok_or_else(|| missing("event_from_ipc_handle"))?;
+        // SAFETY: attached; `handle` points to `handle.len()` readable bytes for the call,
+        // which custream copies before it returns.
+        owned(py, unsafe { f(handle.as_ptr().cast(), handle.len(), device) })
+    }
+
     pub(crate) fn current_stream(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         let f = self.0.current_stream.ok_or_else(|| missing("current_stream"))?;
         // SAFETY: attached.

@@ -135,4 +135,11 @@ pub struct CustreamCAPI {
             flush: ::std::os::raw::c_int,
         ) -> ::std::os::raw::c_int,
     >,
+    pub event_from_ipc_handle: ::std::option::Option<
+        unsafe extern "C" fn(
+            handle: *const ::std::os::raw::c_void,
+            size: usize,
+            device: ::std::os::raw::c_int,
+        ) -> *mut PyObject,
+    >,
 }

@@ -19,6 +19,7 @@ mod cudarc_interop;
 #[allow(missing_docs)]
 pub mod ffi;
 mod handover;
+mod ipc;
 
 // The layout custream.h promises, in terms of the object header, whose size is the build's
 // (16 bytes; 32 in a free-threaded build): the Stream's fields follow it with no gap, and the
@@ -30,7 +31,7 @@ const _: () = {
     assert!(offset_of!(ffi::CustreamStream, context_id) == HEAD + 80);
     assert!(offset_of!(ffi::CustreamStream, stream_id) == HEAD + 88);
     assert!(size_of::<ffi::CustreamStream>() == HEAD + 96);
-    assert!(size_of::<ffi::CustreamCAPI>() == 192);
+    assert!(size_of::<ffi::CustreamCAPI>() == 200);
 };
 mod stream;
 mod stream_ref;
@@ -38,6 +39,7 @@ mod stream_ref;
 #[cfg(feature = "cudarc")]
 pub use cudarc_interop::{from_cudarc, with_cudarc};
 pub use handover::{share, to_python};
+pub use ipc::event_from_ipc_handle;
 pub use stream::{current_stream, Stream, WaitOp};
 pub use stream_ref::StreamRef;
 

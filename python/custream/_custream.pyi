@@ -3,6 +3,7 @@
 from collections.abc import Generator
 from concurrent.futures import Future
 from types import TracebackType
+from uuid import UUID
 from typing import Any, Callable, Final, Literal, Protocol, Sequence, final
 
 __all__ = [
@@ -245,12 +246,27 @@ class Event:
         small picklable custream.IpcEventHandle. Raises ValueError for an event made without
         ``ipc=True``."""
     @staticmethod
-    def from_ipc_handle(handle: IpcEventHandle) -> Event:
-        """Open the IPC event another process exported (``e.ipc_handle()``), on the same GPU.
+    def from_ipc_handle(
+        handle: IpcEventHandle | bytes | bytearray | memoryview | Any,
+        *,
+        device: int | str | bytes | UUID | Any | None = None,
+    ) -> Event:
+        """Open the IPC event another process exported, on the same GPU.
+
+        ``handle``: a custream ``e.ipc_handle()``, which names its exporter and its device; or
+        any library's raw 64-byte CUDA handle (``bytes``, ``bytearray`` or ``memoryview``:
+        PyTorch's ``Event(interprocess=True).ipc_handle()``, CuPy's
+        ``runtime.ipcGetEventHandle(e)``) or cuda.core's ``IPCEventDescriptor``, with
+        ``device``, required then: the event's device as an ordinal of this process or its
+        UUID (``uuid.UUID``, 16 bytes, ``'GPU-...'``). Bad input raises TypeError or
+        ValueError naming the argument before the driver is asked.
+
         Its ``wait()`` (from a stream), ``record()``, ``synchronize()`` and ``query()`` work;
         ``close()`` ends this process's use and leaves the exporter's event as it is. The
-        exporter must keep the event open while importers use it: a use after it exited raises
-        CudaError (see the Python guide's lifetime rule)."""
+        exporter must keep the event open while importers use it: custream's handle lets a use
+        after it exited raise CudaError (see the Python guide's lifetime rule); a raw handle
+        carries no exporter to watch, so there a dead exporter's event is the driver's to
+        report, and ``synchronize()`` still waits in slices that ``timeout=`` and Ctrl-C end."""
     @property
     def ipc(self) -> bool:
         """True for an IPC event, made with ``ipc=True`` or opened from a handle."""
@@ -298,14 +314,18 @@ class IpcEventHandle:
     IPC event itself); ``bytes(h)`` and ``IpcEventHandle.from_bytes(b)`` send it over any other
     channel. ``Event.from_ipc_handle(h)`` opens the event in another process. ``pid`` and
     ``device`` are the exporter's (the device is found again by its UUID in the importer,
-    whose ordinals may differ); ``handle`` is the driver's 64 bytes."""
+    whose ordinals may differ); ``handle`` is the driver's 64 bytes. The handle of an event
+    opened from another library's raw handle (``Event.from_ipc_handle(raw, device=...)``) has
+    no exporter to watch: its ``pid`` is None and ``device`` is the importer's ordinal."""
 
     @property
-    def pid(self) -> int:
-        """The exporting process's pid."""
+    def pid(self) -> int | None:
+        """The exporting process's pid; None for another library's handle, which names no
+        exporter."""
     @property
     def device(self) -> int:
-        """The exporter's device ordinal (in the exporter's numbering)."""
+        """The exporter's device ordinal (in the exporter's numbering; for another library's
+        handle, in the numbering of the process that opened it)."""
     @property
     def handle(self) -> bytes:
         """The driver's handle (``CUipcEventHandle``): 64 bytes."""

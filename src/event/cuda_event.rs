@@ -18,6 +18,7 @@ use crate::cpython::stream_object::StreamObject;
 use crate::driver::capture_guard;
 use crate::driver::{self, capture_code, Context, EventHandle, OwnedEvent};
 use crate::event::ipc::{self, IpcEventHandle, IpcSide};
+use crate::event::ipc_source::{self, Device, Source};
 use crate::host::queue_depth::{self, Gil, Keep};
 use crate::object::closable::{self, Closable};
 use crate::object::home_context::Home;
@@ -96,6 +97,21 @@ impl Event {
             None => driver::current_device()?.unwrap_or(0),
         };
         Event::create(py, None, device, timing)
+    }
+
+    /// Another library's IPC event, opened from the driver's 64 bytes on `device`
+    /// (`Event.from_ipc_handle(raw, device=...)`, `Custream_EventFromIpcHandle`): the device
+    /// is checked to exist here (`fname` names the caller in the error) before the driver is
+    /// asked to open it.
+    pub fn open_raw_ipc(
+        py: Python<'_>,
+        raw: [u8; driver::IPC_HANDLE_BYTES],
+        device: Device,
+        fname: &str,
+    ) -> PyResult<Event> {
+        let device = device.ordinal(fname)?;
+        let (home, ev, side) = ipc::import_raw(py, raw, device)?;
+        Ok(Event::adopt(home, ev, false, Some(side)))
     }
 
     /// An event in the context of `stream`'s work, for `Stream.record()` and `wait()`.
@@ -249,16 +265,32 @@ impl Event {
         }
     }
 
-    /// Open the IPC event another process exported (``e.ipc_handle()``), on the same GPU.
+    /// Open the IPC event another process exported, on the same GPU.
+    ///
+    /// ``handle``: a custream ``e.ipc_handle()``, which names its exporter and its device; or
+    /// any library's raw 64-byte CUDA handle (``bytes``, ``bytearray`` or ``memoryview``:
+    /// PyTorch's ``Event(interprocess=True).ipc_handle()``, CuPy's
+    /// ``runtime.ipcGetEventHandle(e)``) or cuda.core's ``IPCEventDescriptor``, with
+    /// ``device``, required then: the event's device as an ordinal of this process or its
+    /// UUID (``uuid.UUID``, 16 bytes, ``'GPU-...'``). Bad input raises TypeError or
+    /// ValueError naming the argument before the driver is asked.
+    ///
     /// Its ``wait()`` (from a stream), ``record()``, ``synchronize()`` and ``query()`` work;
     /// ``close()`` ends this process's use and leaves the exporter's event as it is. The
-    /// exporter must keep the event open while importers use it: a use after it exited raises
-    /// CudaError (see the Python guide's lifetime rule).
+    /// exporter must keep the event open while importers use it: custream's handle lets a use
+    /// after it exited raise CudaError (see the Python guide's lifetime rule); a raw handle
+    /// carries no exporter to watch, so there a dead exporter's event is the driver's to
+    /// report, and ``synchronize()`` still waits in slices that ``timeout=`` and Ctrl-C end.
     #[staticmethod]
-    fn from_ipc_handle(py: Python<'_>, handle: &Bound<'_, PyAny>) -> PyResult<Event> {
-        let handle = ipc::handle_arg(handle)?;
-        let (home, ev, side) = ipc::import(py, handle.get())?;
-        Ok(Event::adopt(home, ev, false, Some(side)))
+    #[pyo3(signature = (handle, *, device = None))]
+    fn from_ipc_handle(py: Python<'_>, handle: &Bound<'_, PyAny>, device: Option<Bound<'_, PyAny>>) -> PyResult<Event> {
+        match ipc_source::source(handle, device.as_ref())? {
+            Source::Custream(handle) => {
+                let (home, ev, side) = ipc::import(py, handle.get())?;
+                Ok(Event::adopt(home, ev, false, Some(side)))
+            }
+            Source::Raw { handle, device } => Event::open_raw_ipc(py, handle, device, "from_ipc_handle()"),
+        }
     }
 
     /// True for an IPC event, made with ``ipc=True`` or opened from a handle.
@@ -380,6 +412,7 @@ impl Event {
         let state = if self.is_closed() { " closed" } else { "" };
         let timing = match (self.timing(), &self.ipc) {
             (true, _) => " timing",
+            (false, Some(side)) if side.imported() && side.foreign() => " ipc imported, no exporter to watch",
             (false, Some(side)) if side.imported() => " ipc imported",
             (false, Some(_)) => " ipc",
             (false, None) => "",

@@ -2,6 +2,8 @@
 //! one (`CU_EVENT_INTERPROCESS`, timing off as CUDA requires), `e.ipc_handle()` is its
 //! `IpcEventHandle` (the driver's 64 bytes, the exporter's pid and device, picklable), and
 //! `Event.from_ipc_handle(h)` opens it in another process; an IPC event pickles to its handle.
+//! Another library's handle (the driver's 64 bytes alone, with the device the caller names:
+//! src/event/ipc_source.rs) opens here too, as an `IpcEventHandle` with no exporter in it.
 //! The Event class composes these (src/event/cuda_event.rs); nothing here knows it.
 //!
 //! **The lifetime rule.** The driver's handle names the exporter's event, which lives while
@@ -17,7 +19,10 @@
 //! done. Closing an imported event closes this process's use of it only (`cuEventDestroy` on
 //! the imported handle): the exporter's event and the work recorded on it are not touched.
 //! An importer in another pid namespace (another container) cannot see the exporter: there
-//! the driver's own answers are all there is.
+//! the driver's own answers are all there is. So it is for another library's handle, which
+//! carries no exporter to watch (its pid is 0 here, a pid no exporter has): a dead exporter's
+//! event is the driver's to report, and `synchronize()` still waits in slices, bounded by
+//! `timeout=` and Ctrl-C.
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
@@ -36,7 +41,9 @@ use crate::object::home_context::Home;
 /// IPC event itself); ``bytes(h)`` and ``IpcEventHandle.from_bytes(b)`` send it over any other
 /// channel. ``Event.from_ipc_handle(h)`` opens the event in another process. ``pid`` and
 /// ``device`` are the exporter's (the device is found again by its UUID in the importer,
-/// whose ordinals may differ); ``handle`` is the driver's 64 bytes.
+/// whose ordinals may differ); ``handle`` is the driver's 64 bytes. The handle of an event
+/// opened from another library's raw handle (``Event.from_ipc_handle(raw, device=...)``) has
+/// no exporter to watch: its ``pid`` is None and ``device`` is the importer's ordinal.
 #[pyclass(module = "custream", frozen)]
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct IpcEventHandle {
@@ -88,10 +95,16 @@ impl IpcEventHandle {
     /// Whether the exporter still runs: `None` when this process cannot tell (another pid
     /// namespace, or no /proc).
     fn exporter_alive(&self) -> Option<bool> {
-        if self.pid_namespace == 0 || self.pid_namespace != pid_namespace() {
+        if self.foreign() || self.pid_namespace == 0 || self.pid_namespace != pid_namespace() {
             return None;
         }
         Some(start_time_of(self.pid) == Some(self.start_time))
+    }
+
+    /// The handle of another library's event: the driver's 64 bytes and the device, with no
+    /// exporter in it (pid 0).
+    fn foreign(&self) -> bool {
+        self.pid == 0
     }
 
     /// The error for a use of an event whose exporter has exited.
@@ -107,13 +120,15 @@ impl IpcEventHandle {
 
 #[pymethods]
 impl IpcEventHandle {
-    /// The exporting process's pid.
+    /// The exporting process's pid; None for another library's handle, which names no
+    /// exporter.
     #[getter]
-    fn pid(&self) -> u32 {
-        self.pid
+    fn pid(&self) -> Option<u32> {
+        (!self.foreign()).then_some(self.pid)
     }
 
-    /// The exporter's device ordinal (in the exporter's numbering).
+    /// The exporter's device ordinal (in the exporter's numbering; for another library's
+    /// handle, in the numbering of the process that opened it).
     #[getter]
     fn device(&self) -> i32 {
         self.device
@@ -140,9 +155,16 @@ impl IpcEventHandle {
             ))
         })?;
         IpcEventHandle::unpack(bytes.as_bytes()).ok_or_else(|| {
+            let raw = match bytes.as_bytes().len() {
+                IPC_HANDLE_BYTES => {
+                    ": a raw CUDA IPC event handle (PyTorch's, CuPy's) opens with \
+                     Event.from_ipc_handle(raw, device=...)"
+                }
+                _ => "",
+            };
             PyValueError::new_err(format!(
                 "from_bytes() data is not a custream.IpcEventHandle (bytes(handle) is {PACKED} bytes \
-                 starting with {:?}), got {} bytes",
+                 starting with {:?}), got {} bytes{raw}",
                 std::str::from_utf8(MAGIC).unwrap_or_default(),
                 bytes.as_bytes().len()
             ))
@@ -167,7 +189,13 @@ impl IpcEventHandle {
     }
 
     fn __repr__(&self) -> String {
-        format!("<custream.IpcEventHandle pid={} device={}>", self.pid, self.device)
+        match self.foreign() {
+            true => format!(
+                "<custream.IpcEventHandle device={} raw CUDA handle, no exporter to watch>",
+                self.device
+            ),
+            false => format!("<custream.IpcEventHandle pid={} device={}>", self.pid, self.device),
+        }
     }
 }
 
@@ -247,6 +275,11 @@ impl IpcSide {
 
     pub fn imported(&self) -> bool {
         self.imported
+    }
+
+    /// Opened from another library's handle: no exporter to watch.
+    pub fn foreign(&self) -> bool {
+        self.handle.foreign()
     }
 
     /// The error to raise when the event was imported and its exporter is known to have
@@ -373,8 +406,8 @@ pub fn export(py: Python<'_>, device: i32) -> PyResult<(Home, OwnedEvent, IpcSid
 pub fn import(py: Python<'_>, handle: &IpcEventHandle) -> PyResult<(Home, OwnedEvent, IpcSide)> {
     const WHAT: &str = "Event.from_ipc_handle()";
     // The watch says the exporter runs (one pidfd and one look at /proc); without one, /proc
-    // alone may still say it is gone.
-    let exporter = Watch::shared(handle);
+    // alone may still say it is gone. Another library's handle names nobody to watch.
+    let exporter = if handle.foreign() { None } else { Watch::shared(handle) };
     if exporter.is_none() && handle.exporter_alive() == Some(false) {
         return Err(handle.exporter_gone(WHAT).into());
     }
@@ -385,27 +418,42 @@ pub fn import(py: Python<'_>, handle: &IpcEventHandle) -> PyResult<(Home, OwnedE
             handle.device
         ))
     })?;
+    open(py, handle.clone(), device, exporter)
+}
+
+/// Open another library's event from the driver's 64 bytes on `device`, an ordinal this
+/// process has (src/event/ipc_source.rs checked it). Its `IpcEventHandle` names the device by
+/// UUID, so that the event pickles to it and opens again in a third process.
+pub fn import_raw(py: Python<'_>, raw: [u8; IPC_HANDLE_BYTES], device: i32) -> PyResult<(Home, OwnedEvent, IpcSide)> {
+    let handle = IpcEventHandle {
+        handle: raw,
+        pid: 0,
+        device,
+        uuid: driver::device_uuid(device)?,
+        pid_namespace: 0,
+        start_time: 0,
+    };
+    open(py, handle, device, None)
+}
+
+/// `cuIpcOpenEventHandle` in `device`'s primary context.
+fn open(
+    py: Python<'_>,
+    handle: IpcEventHandle,
+    device: i32,
+    exporter: Option<Arc<Watch>>,
+) -> PyResult<(Home, OwnedEvent, IpcSide)> {
     let raw = handle.handle;
     let (home, ev) = Home::make(py, device, None, move |ctx: Context| driver::ipc_open_event(ctx, &raw))?;
     Ok((
         home,
         ev,
         IpcSide {
-            handle: handle.clone(),
+            handle,
             imported: true,
             exporter,
         },
     ))
-}
-
-/// `handle` argument of `Event.from_ipc_handle`.
-pub fn handle_arg<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, IpcEventHandle>> {
-    value.cast::<IpcEventHandle>().cloned().map_err(|_| {
-        pyo3::exceptions::PyTypeError::new_err(format!(
-            "from_ipc_handle() handle must be a custream.IpcEventHandle (Event.ipc_handle()), got {}",
-            value.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-        ))
-    })
 }
 
 /// `__reduce__` of an IPC event: `Event.from_ipc_handle(handle)` in the process that unpickles.
@@ -451,6 +499,18 @@ mod tests {
         let mut wrong = packed.clone();
         wrong[0] = b'X';
         assert_eq!(IpcEventHandle::unpack(&wrong), None);
+    }
+
+    #[test]
+    fn another_librarys_handle_has_no_exporter_to_watch() {
+        let h = handle(0, 0);
+        assert!(h.foreign());
+        assert_eq!(h.exporter_alive(), None, "pid 0 is no exporter, in any pid namespace");
+        assert_eq!(
+            IpcEventHandle::unpack(&h.pack()),
+            Some(h.clone()),
+            "it pickles as any other"
+        );
     }
 
     #[cfg(target_os = "linux")]

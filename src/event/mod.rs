@@ -4,6 +4,8 @@
 //! - `cuda_event`: the Event class, its one `#[pymethods]` block, under the lifecycle of
 //!   `object/`; where an event recorded in a capture was recorded.
 //! - `ipc`: `Event(ipc=True)`, `IpcEventHandle`, and the exporter's lifetime rule.
+//! - `ipc_source`: what `Event.from_ipc_handle()` opens (custream's handle, or any library's
+//!   raw 64-byte handle with its device), checked before the driver is asked.
 //! - `stream_methods`: `Stream.record()` and `Stream.wait()` (`record`, `wait_event`,
 //!   `wait_stream`), called from the Stream's slots in `stream/`.
 //!
@@ -12,6 +14,7 @@
 
 pub mod cuda_event;
 pub mod ipc;
+pub mod ipc_source;
 pub mod stream_methods;
 
 pub use cuda_event::Event;

@@ -98,6 +98,12 @@ fn write_value(py: Python<'_>, stream: Stream, address: u64, value: u64, width: 
     stream.write_value(py, address, value, width, flush)
 }
 
+/// event_from_ipc_handle: another library's IPC event from its raw handle.
+#[pyfunction]
+fn event_from_ipc_handle<'py>(py: Python<'py>, handle: Vec<u8>, device: i32) -> PyResult<Bound<'py, PyAny>> {
+    pyo3_custream::event_from_ipc_handle(py, &handle, device)
+}
+
 /// Stream::wait_value, the condition by name.
 #[pyfunction]
 fn wait_value(py: Python<'_>, stream: Stream, address: u64, value: u64, width: u32, op: &str) -> PyResult<()> {
@@ -248,6 +254,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(close, m)?)?;
     m.add_function(wrap_pyfunction!(write_value, m)?)?;
     m.add_function(wrap_pyfunction!(wait_value, m)?)?;
+    m.add_function(wrap_pyfunction!(event_from_ipc_handle, m)?)?;
     m.add_function(wrap_pyfunction!(from_handle, m)?)?;
     m.add_function(wrap_pyfunction!(current, m)?)?;
     m.add_function(wrap_pyfunction!(give, m)?)?;
