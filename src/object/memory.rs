@@ -428,6 +428,24 @@ pub unsafe fn method_fastcall(
 }
 
 /// # Safety
+/// `obj` is the live Stream an attribute is set on, `value` NULL (the attribute deleted) or
+/// the live new value; the thread is attached.
+#[inline(always)]
+pub unsafe fn setter(
+    obj: *mut ffi::PyObject,
+    value: *mut ffi::PyObject,
+    f: impl for<'a> FnOnce(StreamObject<'a>, Python<'a>, Option<Borrowed<'a, 'a, PyAny>>) -> c_int,
+) -> c_int {
+    // SAFETY: the caller's contract: the thread is attached, `obj` is a live Stream and `value`
+    // NULL or alive, all for the call.
+    let (py, s, value) = unsafe {
+        let py = Python::assume_attached();
+        (py, StreamObject::from_ptr(obj), Borrowed::from_ptr_or_opt(py, value))
+    };
+    f(s, py, value)
+}
+
+/// # Safety
 /// `obj` is a live Stream a slot was called on (tp_hash, tp_clear); the thread is attached.
 #[inline(always)]
 pub unsafe fn slot<R>(obj: *mut ffi::PyObject, f: impl for<'a> FnOnce(StreamObject<'a>, Python<'a>) -> R) -> R {
@@ -507,6 +525,22 @@ macro_rules! entry {
             unsafe { $crate::object::memory::slot(obj, $f) }
         }
         shim as unsafe extern "C" fn(*mut pyo3::ffi::PyObject, *mut std::ffi::c_void) -> *mut pyo3::ffi::PyObject
+    }};
+    (setter, $f:expr) => {{
+        unsafe extern "C" fn shim(
+            obj: *mut pyo3::ffi::PyObject,
+            value: *mut pyo3::ffi::PyObject,
+            _: *mut std::ffi::c_void,
+        ) -> std::ffi::c_int {
+            // SAFETY: CPython calls a Stream setter attached, a live Stream and a live value
+            // (NULL to delete).
+            unsafe { $crate::object::memory::setter(obj, value, $f) }
+        }
+        shim as unsafe extern "C" fn(
+            *mut pyo3::ffi::PyObject,
+            *mut pyo3::ffi::PyObject,
+            *mut std::ffi::c_void,
+        ) -> std::ffi::c_int
     }};
     (fastcall, $f:expr) => {{
         unsafe extern "C" fn shim(
