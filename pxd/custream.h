@@ -99,8 +99,8 @@ typedef void (*custream_deleter_t)(void *ctx, custream_handle_t handle);
 typedef void (*custream_host_fn_t)(void *user);
 
 /* A release function for Custream_ReleaseAfter: called exactly once with its `ctx` on
- * custream's own host thread (never a driver thread), possibly with the GIL held; it must make
- * no CUDA call and must not wait for another thread that holds the GIL. */
+ * custream's own host thread (never a driver thread), with or without the GIL (after the
+ * interpreter finalized); it must make no CUDA call and no Python call. */
 typedef void (*custream_release_fn_t)(void *ctx);
 
 #ifdef CUSTREAM_OPAQUE_STREAM

@@ -44,6 +44,8 @@ class CAPI(ctypes.Structure):
         # Stream memory operations (appended).
         ("write_value", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_int)),
         ("wait_value", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_int, ctypes.c_int)),
+        # Lifetimes in stream order (appended).
+        ("release_after", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p)),
     ]
 
 

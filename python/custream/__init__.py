@@ -12,6 +12,7 @@ Importing custream never loads the CUDA driver; anything that needs it raises
 
 from custream._custream import (
     ABI_VERSION,
+    AccessPolicyWindow,
     DEFAULT_STREAM,
     LEGACY_DEFAULT_STREAM,
     PER_THREAD_DEFAULT_STREAM,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ABI_VERSION",
+    "AccessPolicyWindow",
     "DEFAULT_STREAM",
     "LEGACY_DEFAULT_STREAM",
     "PER_THREAD_DEFAULT_STREAM",

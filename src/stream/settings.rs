@@ -71,10 +71,15 @@ impl StreamObject<'_> {
         })
     }
 
-    /// Set the window (checked against the device's largest), or clear it (None).
-    pub fn set_access_policy_window(self, py: Python<'_>, window: Option<AccessPolicyWindow>) -> PyResult<()> {
-        const WHAT: &str = "set_access_policy_window()";
-        self.writable(WHAT)?;
+    /// Set the window (checked against the device's largest), or clear it (None). `what`
+    /// names the call in errors.
+    pub fn set_access_policy_window(
+        self,
+        py: Python<'_>,
+        window: Option<AccessPolicyWindow>,
+        what: &str,
+    ) -> PyResult<()> {
+        self.writable(what)?;
         if let Some(w) = window {
             let device = self.device(py)?;
             let most = gil::brief(py, move || driver::max_access_policy_window(device))?;
@@ -92,13 +97,13 @@ impl StreamObject<'_> {
             }
             if w.bytes > most {
                 return Err(PyValueError::new_err(format!(
-                    "{WHAT} nbytes {} is more than device {device}'s largest window, {most} bytes \
+                    "{what} nbytes {} is more than device {device}'s largest window, {most} bytes \
                      (CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE)",
                     w.bytes
                 )));
             }
         }
-        self.use_handle(py, WHAT, |h| {
+        self.use_handle(py, what, |h| {
             gil::brief(py, move || driver::stream_set_access_policy_window(h, window))
         })
     }
@@ -128,8 +133,8 @@ impl StreamObject<'_> {
     pub fn copy_settings_from(self, py: Python<'_>, src: StreamObject<'_>) -> PyResult<()> {
         const WHAT: &str = "copy_settings_from()";
         self.writable(WHAT)?;
-        src.use_handle_py(py, WHAT, |from| {
-            self.use_handle(py, WHAT, |to| {
+        self.use_handle_py(py, WHAT, |to| {
+            src.use_handle(py, WHAT, |from| {
                 gil::brief(py, move || driver::stream_copy_attributes(to, from))
             })
         })
@@ -241,16 +246,14 @@ pub fn set_access_policy_window(s: StreamObject<'_>, py: Python<'_>, args: Fastc
         };
         let hit = property(hit, "hit", AccessProperty::Persisting)?;
         let miss = property(miss, "miss", AccessProperty::Streaming)?;
-        s.set_access_policy_window(
-            py,
-            Some(AccessPolicyWindow {
-                base,
-                bytes,
-                hit_ratio,
-                hit,
-                miss,
-            }),
-        )?;
+        let window = AccessPolicyWindow {
+            base,
+            bytes,
+            hit_ratio,
+            hit,
+            miss,
+        };
+        s.set_access_policy_window(py, Some(window), F)?;
         Ok(py.None().into_ptr())
     })
 }
@@ -296,7 +299,7 @@ pub fn clear_access_policy_window(
     _: Option<Borrowed<'_, '_, PyAny>>,
 ) -> *mut ffi::PyObject {
     boundary(|_| {
-        s.set_access_policy_window(py, None)?;
+        s.set_access_policy_window(py, None, "clear_access_policy_window()")?;
         Ok(py.None().into_ptr())
     })
 }
