@@ -175,6 +175,34 @@ def _wait_for(condition, timeout=10):
         time.sleep(0.001)
 
 
+def test_the_rust_crate_runs_the_closure_once_on_custreams_thread_even_on_an_error():
+    """pyo3-custream's Stream::release_after (tests/rust_ext's release_after): on a closed stream
+    the call raises and the closure still runs, once, on custream's host thread."""
+    from _rust_ext import load_ext
+
+    rx = load_ext()
+    before = len(rx.release_runs())
+    s = Stream.from_handle(0x1000)
+    s.close()
+    with pytest.raises(ValueError, match=r"^Custream_ReleaseAfter\(\) on a closed custream.Stream$"):
+        rx.release_after(s, b"x" * 4096)
+    _wait_for(lambda: len(rx.release_runs()) == before + 1)
+    assert rx.release_runs()[-1] == "custream-host"
+
+
+@LIBCUDA
+def test_the_rust_crate_releases_in_stream_order(driver):
+    from _rust_ext import load_ext
+
+    rx = load_ext()
+    s = Stream()
+    driver.standin_hold(1)
+    rx.release_after(s, b"x" * 4096)
+    assert rx.release_runs() == [], "held while the work before it is pending"
+    driver.standin_hold(0)
+    _wait_for(lambda: rx.release_runs() == ["custream-host"])
+
+
 # ---- stream order and capture (capture.c) ------------------------------------------------------
 
 

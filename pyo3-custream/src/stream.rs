@@ -48,7 +48,7 @@ pub struct Stream(Py<PyAny>);
 unsafe extern "C" fn call_release(ctx: *mut std::ffi::c_void) {
     // SAFETY: `ctx` is the box `release_after` leaked, and custream calls this once.
     let release = unsafe { Box::from_raw(ctx.cast::<Box<dyn FnOnce() + Send>>()) };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || release()));
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(release));
 }
 
 impl Stream {

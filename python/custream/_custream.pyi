@@ -69,7 +69,6 @@ class CudaUnavailableError(RuntimeError):
     Wrapping handles and the protocol still work; anything that needs the driver raises
     this, except ``device_count()``, which is 0 without a driver library."""
 
-@final
 _SyncPolicy = Literal["auto", "spin", "yield", "blocking"]
 _AccessProperty = Literal["normal", "streaming", "persisting"]
 
@@ -85,6 +84,7 @@ class AccessPolicyWindow(NamedTuple):
     hit: _AccessProperty
     miss: _AccessProperty
 
+@final
 class Stream:
     """A CUDA stream shared by Python, Cython and C, speaking the CUDA Stream Protocol.
 

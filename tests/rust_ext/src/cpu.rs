@@ -91,6 +91,28 @@ fn synchronize_timeout(py: Python<'_>, stream: Stream, seconds: Option<f64>) -> 
     stream.synchronize_timeout(py, seconds.map(std::time::Duration::from_secs_f64))
 }
 
+/// How many closures `release_after` queued have run, and on which threads (names).
+static RELEASE_RUNS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Stream::release_after with a closure that records its thread's name, then drops `payload`.
+#[pyfunction]
+fn release_after(py: Python<'_>, stream: Stream, payload: Vec<u8>) -> PyResult<()> {
+    stream.release_after(
+        py,
+        Box::new(move || {
+            drop(payload);
+            let name = std::thread::current().name().unwrap_or("").to_owned();
+            lock(&RELEASE_RUNS).push(name);
+        }),
+    )
+}
+
+/// The names of the threads `release_after`'s closures ran on, in order.
+#[pyfunction]
+fn release_runs() -> Vec<String> {
+    lock(&RELEASE_RUNS).clone()
+}
+
 /// Stream::write_value.
 #[pyfunction]
 #[pyo3(signature = (stream, address, value, width, flush=false))]
@@ -247,6 +269,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(synchronize_timeout, m)?)?;
     m.add_function(wrap_pyfunction!(close, m)?)?;
     m.add_function(wrap_pyfunction!(write_value, m)?)?;
+    m.add_function(wrap_pyfunction!(release_after, m)?)?;
+    m.add_function(wrap_pyfunction!(release_runs, m)?)?;
     m.add_function(wrap_pyfunction!(wait_value, m)?)?;
     m.add_function(wrap_pyfunction!(from_handle, m)?)?;
     m.add_function(wrap_pyfunction!(current, m)?)?;
