@@ -195,7 +195,7 @@ def test_read_only_attributes():
 
 
 def test_signatures_are_introspectable():
-    assert str(inspect.signature(Stream)) == "(*, device=None, non_blocking=True, priority=0, green_context=None)"
+    assert str(inspect.signature(Stream)) == "(*, device=None, non_blocking=True, priority=0, green_context=None, sync_policy=None)"
     assert str(inspect.signature(Stream.from_handle)) == "(handle, *, owner=None, device=None)"
     assert str(inspect.signature(custream.Event)) == "(*, device=None, timing=False, ipc=False)"
     assert str(inspect.signature(Stream.write_value)) == "(self, /, address, value, *, width=32, flush=False)"
@@ -203,7 +203,7 @@ def test_signatures_are_introspectable():
     assert str(inspect.signature(custream.GreenContext)) == "(sm_count, *, device=None)"
     assert str(inspect.signature(custream.GreenContext.split)) == "(sm_count, *, device=None)"
     assert str(inspect.signature(custream.GreenContext.from_handle)) == "(handle, *, owner=None)"
-    assert "(size, *, device=None, non_blocking=True, priority=0, priorities=None, green_context=None)" == str(
+    assert "(size, *, device=None, non_blocking=True, priority=0, priorities=None, green_context=None, sync_policy=None)" == str(
         inspect.signature(custream.StreamPool))
     assert "Wrap an existing CUDA stream handle" in Stream.from_handle.__doc__
 

@@ -91,7 +91,7 @@ fn synchronize_timeout(py: Python<'_>, stream: Stream, seconds: Option<f64>) -> 
     stream.synchronize_timeout(py, seconds.map(std::time::Duration::from_secs_f64))
 }
 
-/// How many closures `release_after` queued have run, and on which threads (names).
+/// The closures `release_after` queued that have run: the name of the thread each ran on.
 static RELEASE_RUNS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 /// Stream::release_after with a closure that records its thread's name, then drops `payload`.
@@ -101,7 +101,9 @@ fn release_after(py: Python<'_>, stream: Stream, payload: Vec<u8>) -> PyResult<(
         py,
         Box::new(move || {
             drop(payload);
-            let name = std::thread::current().name().unwrap_or("").to_owned();
+            // The OS's name of the thread (custream's std named it, not this extension's).
+            let name = std::fs::read_to_string("/proc/thread-self/comm").unwrap_or_default();
+            let name = name.trim().to_owned();
             lock(&RELEASE_RUNS).push(name);
         }),
     )
