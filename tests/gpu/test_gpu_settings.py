@@ -30,7 +30,7 @@ extern "C" __global__ void sleep_ns(unsigned long long ns) {
 
 def sleep(s, seconds):
     # A kernel that runs `seconds` on the GPU, launched by CuPy on custream stream `s`.
-    with cupy.cuda.ExternalStream(s.handle):
+    with cupy.cuda.Stream.from_external(s):
         SLEEP((1,), (1,), (cupy.uint64(int(seconds * 1e9)),))
 
 def cpu_of(wait):
@@ -74,7 +74,7 @@ import cuda.bindings.driver as drv
 ext = {}
 for policy in ("blocking", "spin", "auto"):
     s = Stream(sync_policy=policy)
-    ext[policy] = cupy.cuda.ExternalStream(s.handle)
+    ext[policy] = cupy.cuda.Stream.from_external(s)
     sleep(s, 0.05); s.synchronize()  # warm: the kernel loaded, custream's notifier made
     err, value = drv.cuStreamGetAttribute(s.handle, drv.CUstreamAttrID.CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY)
     assert err == drv.CUresult.CUDA_SUCCESS, err
@@ -162,7 +162,7 @@ extern "C" __global__ void reads(const float *hot, unsigned long long n_hot, con
     if (acc == -1.0f) out[0] = acc;
 }''', "reads")
 out_buf = cupy.zeros(1, dtype=cupy.float32)
-ext = cupy.cuda.ExternalStream(s.handle)
+ext = cupy.cuda.Stream.from_external(s)
 def timed():
     with ext:
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
@@ -237,7 +237,7 @@ host[:] = 7
 marker = released.watch(Marker())  # kept with it: tells when custream let go
 sleep(s, 1.0)
 start = time.monotonic()
-dst.set(host, stream=cupy.cuda.ExternalStream(s.handle))  # behind the 1 s kernel
+dst.set(host, stream=cupy.cuda.Stream.from_external(s))  # behind the 1 s kernel
 s.keep_alive(host, marker)
 del host, pinned, marker
 gc.collect()
@@ -261,12 +261,12 @@ def test_a_captured_keep_alive_lives_until_the_graph_is_closed():
 s = Stream()
 released = Released()
 x = cupy.zeros(1 << 20, dtype=cupy.float32)
-with cupy.cuda.ExternalStream(s.handle):
+with cupy.cuda.Stream.from_external(s):
     x += 1  # compiled and loaded before the capture
     x[...] = 0
 sleep(s, 0.01); s.synchronize()
 s.begin_capture()
-with cupy.cuda.ExternalStream(s.handle):
+with cupy.cuda.Stream.from_external(s):
     x += 1
 s.keep_alive(released.watch(Marker()), bytearray(1 << 20))
 graph = s.end_capture()
