@@ -44,20 +44,26 @@ class Marker:
     pass
 
 class Released:
-    # When the objects it watches were dropped, and on which thread.
+    # How many of the objects it watches were dropped, the first when, and on which threads.
     def __init__(self):
-        self.at, self.threads, self.event, self.expected = [], [], threading.Event(), 0
+        self.count, self.expected, self.first_at, self.threads = 0, 0, None, set()
+        self.cond = threading.Condition()
     def watch(self, obj):
-        self.expected += 1
+        with self.cond:
+            self.expected += 1
         weakref.finalize(obj, self._dropped)
         return obj
     def _dropped(self):
-        self.at.append(time.monotonic())
-        self.threads.append(threading.get_ident())
-        if len(self.at) == self.expected:
-            self.event.set()
+        with self.cond:
+            self.count += 1
+            self.threads.add(threading.get_ident())
+            if self.first_at is None:
+                self.first_at = time.monotonic()
+            self.cond.notify_all()
     def wait(self, timeout=30):
-        assert self.event.wait(timeout), f"{len(self.at)} of {self.expected} released"
+        with self.cond:
+            done = self.cond.wait_for(lambda: self.count == self.expected, timeout)
+            assert done, f"{self.count} of {self.expected} released"
 """
 
 
@@ -76,7 +82,7 @@ for policy in ("blocking", "spin", "auto"):
     s = Stream(sync_policy=policy)
     ext[policy] = cupy.cuda.Stream.from_external(s)
     sleep(s, 0.05); s.synchronize()  # warm: the kernel loaded, custream's notifier made
-    err, value = drv.cuStreamGetAttribute(s.handle, drv.CUstreamAttrID.CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY)
+    err, value = drv.cuStreamGetAttribute(drv.CUstream(s.handle), drv.CUstreamAttrID.CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY)
     assert err == drv.CUresult.CUDA_SUCCESS, err
     print(policy, "read back by cuda.bindings:", value.syncPolicy)
     figures = {}
@@ -137,7 +143,7 @@ hot_bytes = min(most, persisting or most) * 3 // 4
 hot = cupy.ones(hot_bytes // 4, dtype=cupy.float32)
 cold = cupy.ones(4 * l2 // 4, dtype=cupy.float32)
 s.set_access_policy_window(hot, hot.nbytes, hit_ratio=0.6, hit="persisting", miss="streaming")
-err, value = drv.cuStreamGetAttribute(s.handle, drv.CUstreamAttrID.CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW)
+err, value = drv.cuStreamGetAttribute(drv.CUstream(s.handle), drv.CUstreamAttrID.CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW)
 assert err == drv.CUresult.CUDA_SUCCESS, err
 w = value.accessPolicyWindow
 assert int(w.base_ptr) == hot.data.ptr and w.num_bytes == hot.nbytes, (w.base_ptr, w.num_bytes)
@@ -147,7 +153,7 @@ assert w.missProp == drv.CUaccessProperty.CU_ACCESS_PROPERTY_STREAMING
 assert s.access_policy_window == custream.AccessPolicyWindow(hot.data.ptr, hot.nbytes, 0.6, "persisting", "streaming")
 # Another Stream over the handle and cuda.bindings agree; the domain too.
 s.mem_sync_domain = "remote"
-err, value = drv.cuStreamGetAttribute(s.handle, drv.CUstreamAttrID.CU_STREAM_ATTRIBUTE_MEM_SYNC_DOMAIN)
+err, value = drv.cuStreamGetAttribute(drv.CUstream(s.handle), drv.CUstreamAttrID.CU_STREAM_ATTRIBUTE_MEM_SYNC_DOMAIN)
 assert value.memSyncDomain == drv.CUlaunchMemSyncDomain.CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE, value.memSyncDomain
 s.mem_sync_domain = "default"
 READS = cupy.RawKernel(r'''
@@ -182,7 +188,7 @@ timed()
 with_window = sorted(timed() for _ in range(7))[3]
 s.clear_access_policy_window()
 assert s.access_policy_window is None
-err, value = drv.cuStreamGetAttribute(s.handle, drv.CUstreamAttrID.CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW)
+err, value = drv.cuStreamGetAttribute(drv.CUstream(s.handle), drv.CUstreamAttrID.CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW)
 assert value.accessPolicyWindow.num_bytes == 0
 timed()
 without = sorted(timed() for _ in range(7))[3]
@@ -244,13 +250,13 @@ gc.collect()
 # Whoever allocates pinned memory next would get the block back were it freed: it writes 9s.
 other = numpy.frombuffer(cupy.cuda.alloc_pinned_memory(n), dtype=numpy.uint8, count=n)
 other[:] = 9
-assert not released.at, "released before the copy ran"
+assert released.count == 0, "released before the copy ran"
 s.synchronize()
 released.wait()
-assert released.at[0] - start >= 0.9, released.at[0] - start  # not before the kernel and the copy
+assert released.first_at - start >= 0.9, released.first_at - start  # not before the kernel and the copy
 assert threading.get_ident() not in released.threads
 assert int((dst == 7).sum()) == n, "the copy read memory that was reused"
-print(f"released {released.at[0] - start:.3f} s after the copy was queued (kernel: 1 s)")
+print(f"released {released.first_at - start:.3f} s after the copy was queued (kernel: 1 s)")
 print("ok")
 """)
     assert out.strip().endswith("ok"), out
@@ -275,7 +281,7 @@ for _ in range(3):
     graph.launch(s)
 s.synchronize()
 assert float(x[0]) == 3.0
-assert not released.at, "held while the graph lives"
+assert released.count == 0, "held while the graph lives"
 graph.close()
 released.wait()
 assert threading.get_ident() not in released.threads
@@ -298,7 +304,6 @@ baseline_streams = custream.live_stream_count()
 tasks = len(os.listdir("/proc/self/task"))
 made = [0] * 16
 released = Released()
-lock = threading.Lock()
 stop = time.monotonic() + 20
 errors = []
 def worker(k):
@@ -308,9 +313,7 @@ def worker(k):
             t = streams[(k + i) % 4]
             if i % 16 == 0:
                 sleep(t, 0.0002)
-            objs = [Marker(), bytearray(256)]
-            with lock:
-                released.watch(objs[0])
+            objs = [released.watch(Marker()), bytearray(256)]
             t.keep_alive(*objs)
             made[k] += 1
             i += 1
