@@ -1,5 +1,5 @@
-"""Rows measured once a GPU run, each timed in turn with what it names: host functions, graph launch and capture beside
-raw_driver.c's C loops and CuPy; a write_value + wait_value round trip beside the C loop of the same driver calls; an
+"""Rows measured once a GPU run, each timed in turn with what it names: host functions, keep_alive, graph launch and
+capture beside raw_driver.c's C loops and CuPy; a write_value + wait_value round trip beside the C loop of the same driver calls; an
 IPC event handed from another process, opened (and closed) and waited on there, beside PyTorch's."""
 
 import subprocess, sys
@@ -47,7 +47,7 @@ def ipc_rows(ns: dict, exporter) -> list:
 
 def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
     s = custream.Stream(device=0)
-    ns = {**cupy_on(s), "custream": custream, "noop": lambda *_: None, "flaunch": floor and floor.flaunch,
+    ns = {**cupy_on(s), "custream": custream, "noop": lambda *_: None, "obj": object(), "flaunch": floor and floor.flaunch,
           "fwrite": floor and floor.fwrite, "fwait": floor and floor.fwait}
     kernels = lambda n: f"\n    for _ in range({n}):\n        cp.add(x, 1, out=x)\n"  # noqa: E731 (in `with ext:`)
     exec(f"s.begin_capture('relaxed')\nwith ext:{kernels(10)}g = s.end_capture()", ns)  # a graph of 10 kernels
@@ -61,9 +61,14 @@ def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
     # (cuPointerGetAttributes: a freed or unmapped buffer is a ValueError, not a GPU fault): against C making those same
     # driver calls, and the two operations alone.
     memops = batches("s.write_value(W, 1); s.wait_value(W, 1)")
+    keep = batches("s.keep_alive(obj)")  # a driver callback each, posting the release to custream's thread
     rows = [  # name, target, the loop timed, the C loop (or a peer's) it is timed in turn with, what that is
         ("launch_host_func round trip", None, timer("s.launch_host_func(noop); s.synchronize()"), *host),
         ("  CuPy launch_host_func round trip", None, timer("cs.launch_host_func(noop, None); cs.synchronize()"), *host),
+        ("keep_alive(obj)", 2.0, keep, raw.loop("host_func_empty", s.handle, None, 100),
+         "C cuLaunchHostFunc, an empty function"),
+        ("  keep_alive(obj) beside launch_host_func(lambda: None)", 1.0, keep, batches("s.launch_host_func(noop)"),
+         "s.launch_host_func(lambda: None)"),
         ("Graph.launch, 10 nodes", 1.15, batches("g.launch(s)"), *launch),
         *[("  least binding flaunch(G, S)", None, batches("flaunch(G, S)"), *launch)] * bool(floor),
         ("capture 100 CuPy kernels (custream)", None,

@@ -31,6 +31,8 @@ OPERATIONS = [
     Op("stream_id", "s.id (the driver's id)", times=(1, "custream", "handle_int"), gpu=True),
     Op("create_alone", "create + destroy, no other stream alive", times=(1.1, "custream", "create_destroy"), gpu=True),
     Op("green_create_destroy", "create + destroy in a green context", raw=1.15, gpu=True),
+    Op("sync_policy_set", "s.sync_policy = 'spin'", raw=1.3, gpu=True),
+    Op("sync_policy_get", "s.sync_policy", raw=1.3, gpu=True),
     # cpp_: a nanobind function of cpp_tests/casters.cpp; rust_: a #[pyfunction] of tests/rust_ext (whole cost)
     Op("cpp_uintptr", "C++ f(uintptr_t), an int"),
     Op("cpp_stream_ref", "C++ f(custream::stream_ref)", times=(1.3, "custream", "cpp_uintptr")),
@@ -52,7 +54,9 @@ NA = namedtuple("NA", "reason")  # an operation the library has not, and why
 Lib = namedtuple("Lib", "name import_stmt dists setup ops notes not_best cpu_setup", defaults=({}, (), None))
 NOT_APPLICABLE, NEEDS_GPU = {"na": "not applicable"}, "needs a GPU (run with --gpu)"
 NO_CURRENT, NO_POOL = NA("no current-stream notion"), NA("no stream pool")
-NEITHER = {"current_stream": NO_CURRENT, "with_stream": NO_CURRENT, "pool_get": NO_POOL}
+NO_SETTINGS = NA("no stream-level settings: cuStreamSetAttribute on the raw handle (cuda.bindings)")
+NEITHER = {"current_stream": NO_CURRENT, "with_stream": NO_CURRENT, "pool_get": NO_POOL,
+           "sync_policy_set": NO_SETTINGS, "sync_policy_get": NO_SETTINGS}
 FAKE_H = 0x7F3A2C001230  # the handle the CPU run wraps: nothing calls the driver
 # The least producer the protocol allows (what `wrap_protocol` wraps); `with_(cm)` enters and leaves a block.
 PRODUCER = ("class Producer:\n    __slots__ = ('_t',)\n    def __init__(self, h):\n        self._t = (0, h)\n"
@@ -71,7 +75,8 @@ CUSTREAM = Lib(
      "with_stream": "with_(s)", "pool_get": "pool.get()", "pool_get_priority": "tiers.get(priority=-1)",
      "pool_lease": "with pool.lease(): pass", "stream_id": "s.id", "cpp_uintptr": "nb.handle_of_uintptr(H)",
      "cpp_stream_ref": "nb.handle_of(s)", "rust_usize": "rx.handle_of_usize(H)", "rust_stream_ref": "rx.handle_of(s)",
-     "green_create_destroy": "gc.create_stream().close()"},
+     "green_create_destroy": "gc.create_stream().close()", "sync_policy_set": "s.sync_policy = 'spin'",
+     "sync_policy_get": "s.sync_policy"},
     cpu_setup=f"CS = custream.Stream\nH = {FAKE_H}\ns = CS.from_handle(H)\n" + CV)
 
 # The least a binding can add (floor_ext.c), in the primary context raw_driver.c (loaded first) leaves current
@@ -86,7 +91,9 @@ PEERS = [
         "dev = Device(0)\ndev.set_current()\ns = dev.create_stream()\nH = int(s.handle)\n",
         {"cuda_stream": "s.__cuda_stream__()", "handle_int": "int(s.handle)", "wrap_protocol": "dev.create_stream(p)",
          "wrap_int": "CoreStream.from_handle(H)", "create_destroy": "dev.create_stream().close()",
-         "synchronize": "s.sync()", "query": NA("cuda.core's Stream has no query()"), **NEITHER}),
+         "synchronize": "s.sync()", "query": NA("cuda.core's Stream has no query()"), **NEITHER,
+         "sync_policy_set": NA("cuda.core's Stream has no sync policy (its work on one, cuda-python #2637, was closed)"),
+         "sync_policy_get": NA("cuda.core's Stream has no sync policy (its work on one, cuda-python #2637, was closed)")}),
     Lib("CuPy", "import cupy", ("cupy-cuda13x", "cupy-cuda12x", "cupy"),
         "s = cupy.cuda.Stream(non_blocking=True)\nH = s.ptr\n",
         {"cuda_stream": "s.__cuda_stream__()", "handle_int": "s.ptr", "wrap_int": "cupy.cuda.ExternalStream(H)",
@@ -103,6 +110,7 @@ PEERS = [
          "pool_get": NA("torch's stream pool is internal (torch.cuda.Stream() draws from it: see create + destroy)"),
          "pool_get_priority": "torch.cuda.Stream(priority=-1)",
          "pool_lease": NA("torch's pool only hands out round-robin"),
+         "sync_policy_set": NO_SETTINGS, "sync_policy_get": NO_SETTINGS,
          "cpp_stream_ref": "nb.handle_of(s)", "rust_stream_ref": "rx.handle_of(s)"},
         notes={"create_destroy": "torch.cuda.Stream() hands out a stream from a fixed pool and never destroys it: "
                                  "not a create + destroy, kept out of 'best peer'"}, not_best=("create_destroy",)),

@@ -15,7 +15,8 @@ typedef void *CUstream;
     X(cuStreamWriteValue32_v2, (CUstream, unsigned long long, unsigned, unsigned)) \
     X(cuStreamWaitValue32_v2, (CUstream, unsigned long long, unsigned, unsigned)) \
     X(cuPointerGetAttributes, (unsigned, int *, void **, unsigned long long)) \
-    X(cuStreamGetCtx, (CUstream, void **)) X(cuCtxGetId, (void *, unsigned long long *))
+    X(cuStreamGetCtx, (CUstream, void **)) X(cuCtxGetId, (void *, unsigned long long *)) \
+    X(cuStreamSetAttribute, (CUstream, int, const void *)) X(cuStreamGetAttribute, (CUstream, int, void *))
 #define DECLARE(name, args) static CUresult(*name) args;
 ENTRY_POINTS(DECLARE)
 
@@ -73,7 +74,9 @@ static void ask(CUstream s, unsigned long long word) {
 
 /* The ns that n executions of `key` take, -1 once a call has failed: on an idle stream, or in the green context `g`;
  * capture.py's on its stream `s`, launches of its graph `g` (memops: a write and a wait of the 32-bit word at device
- * address `g`; memops_checked makes custream's checks before each), an untimed synchronize every `batch`. */
+ * address `g`; memops_checked makes custream's checks before each; host_func_empty: cuLaunchHostFunc of an empty
+ * function), an untimed synchronize every `batch`. sync_policy_set / _get: cuStreamSetAttribute / GetAttribute of the
+ * idle stream's synchronization policy. */
 double raw_time(const char *key, long n, CUstream s, void *g, long batch) {
     double t = now_ns(), untimed = 0;
     int green = strcmp(key, "green_create_destroy") == 0; /* non-blocking, as a green context's must be */
@@ -87,14 +90,22 @@ double raw_time(const char *key, long n, CUstream s, void *g, long batch) {
         for (long i = 0; i < n; i++) CALL(cuStreamSynchronize(idle));
     else if (strcmp(key, "query") == 0)
         for (long i = 0; i < n; i++) CALL(cuStreamQuery(idle));
+    else if (strncmp(key, "sync_policy_", 12) == 0) {
+        /* s.sync_policy = 'spin' and s.sync_policy: CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY (3) in the 64-byte
+         * CUstreamAttrValue, CU_SYNC_POLICY_SPIN (2). */
+        union { unsigned char pad[64]; int policy; } v = {{0}};
+        v.policy = 2;
+        int set = strcmp(key, "sync_policy_set") == 0;
+        for (long i = 0; i < n; i++) CALL(set ? cuStreamSetAttribute(idle, 3, &v) : cuStreamGetAttribute(idle, 3, &v));
+    }
     else if (strcmp(key, "host_func") == 0)
         for (long i = 0; i < n; i++) {
             CALL(cuLaunchHostFunc(s, nothing, NULL));
             CALL(cuStreamSynchronize(s));
         }
-    else if (strcmp(key, "graph_launch") == 0 || strncmp(key, "memops", 6) == 0)
+    else if (strcmp(key, "graph_launch") == 0 || strncmp(key, "memops", 6) == 0 || strcmp(key, "host_func_empty") == 0)
         for (long done = 0; done < n; done += batch) {
-            int memops = key[0] == 'm', checked = strcmp(key, "memops_checked") == 0;
+            int memops = key[0] == 'm', checked = strcmp(key, "memops_checked") == 0, hostfn = key[0] == 'h';
             unsigned long long word = (unsigned long long)(uintptr_t)g;
             for (long i = 0; i < batch && done + i < n; i++)
                 if (memops) {
@@ -102,7 +113,9 @@ double raw_time(const char *key, long n, CUstream s, void *g, long batch) {
                     CALL(cuStreamWriteValue32_v2(s, word, 1, 0));
                     if (checked) ask(s, word);
                     CALL(cuStreamWaitValue32_v2(s, word, 1, 0 /* geq */));
-                } else
+                } else if (hostfn)
+                    CALL(cuLaunchHostFunc(s, nothing, NULL)); /* keep_alive's reference: an empty host function */
+                else
                     CALL(cuGraphLaunch(g, s));
             double u = now_ns();
             CALL(cuStreamSynchronize(s));

@@ -1,5 +1,6 @@
 """Waits beside the peers, once a GPU run (issue 38): from a kernel's end to the waiter running again, and the CPU that
-1,000 pending awaits cost. The kernel's end is seen by raw_driver.c's raw_watch spinning on mapped host memory that the
+1,000 pending awaits cost; and by the stream's sync_policy (issue 51): a 'spin' stream's synchronize() beside the
+driver's own spinning wait, and the CPU a 'blocking' stream's waits cost per second waited. The kernel's end is seen by raw_driver.c's raw_watch spinning on mapped host memory that the
 kernel writes last; the waiter reads the same clock (CLOCK_MONOTONIC) when it runs again."""
 
 import asyncio, ctypes, math, statistics, time
@@ -40,13 +41,14 @@ def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
     ext, loop, pool = cp.cuda.Stream.from_external(s), asyncio.new_event_loop(), ThreadPoolExecutor(2)
     samples = max(20, min(200, int(cfg["budget_s"] * 50)))
 
-    def latency(wait, kernel_ns) -> float:
-        """Median ns from the end of a `kernel_ns` kernel (raw_watch, on a thread of the pool) to `wait` returning."""
+    def latency(wait, kernel_ns, on=ext) -> float:
+        """Median ns from the end of a `kernel_ns` kernel on `on` (raw_watch, on a thread of the pool) to `wait`
+        returning."""
         out = []
         for _ in range(samples if kernel_ns <= SHORT_NS else max(20, samples // 4)):  # 30 ms kernels: fewer
             flag.value = 0
             seen = pool.submit(raw.raw_watch, host, 5e9)
-            with ext:
+            with on:
                 sleep(kernel_ns)
             out.append(wait() - seen.result())
         return statistics.median(out)
@@ -63,11 +65,48 @@ def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
         label = f"{kernel_ns / 1e6:g} ms kernel"
         out.update({f"{name}, {label}": {"ns": v, "ratio": v / ns[DRIVER]} for name, v in ns.items()})
     out[f"{AWAIT}, 5 ms kernel"]["target"] = 1.5
+    out.update(by_policy(latency, sleep, pool, cp))
     out.update(pending_cpu(loop, s, ext, sleep))
     loop.close()
     pool.shutdown()
     s.close()
     cp.cuda.runtime.freeHost(host)
+    return out
+
+def by_policy(latency, sleep, pool, cp) -> dict:
+    """A 'spin' stream's synchronize() on the main thread (custream's own wait, which then polls to the end) beside the
+    driver's spinning wait (cuStreamSynchronize on another thread, the same stream); and the process's CPU per second
+    that 1 s kernels are waited for on a 'blocking' stream (custream's wait, CuPy's), beside an 'auto' stream's."""
+    spin = custream.Stream(device=0, sync_policy="spin")
+    on = cp.cuda.Stream.from_external(spin)
+    driver = latency(lambda: pool.submit(then(spin.synchronize)).result(), SHORT_NS, on)
+    main = latency(then(spin.synchronize), SHORT_NS, on)
+    out = {"s.synchronize(), a 'spin' stream, another thread (the driver's spinning wait), 5 ms kernel": {"ns": driver},
+           "s.synchronize(), a 'spin' stream, the main thread, 5 ms kernel":
+               {"ns": main, "ratio": main / driver, "target": 1.1}}
+    spin.close()
+
+    def cpu_per_second(policy, wait_of) -> float:
+        """CPU ns the process spends per second of waiting for a 1 s kernel, over three waits."""
+        s = custream.Stream(device=0, sync_policy=policy)
+        ext, used, waited = cp.cuda.Stream.from_external(s), 0.0, 0.0
+        with ext:
+            sleep(1_000_000)
+        s.synchronize()  # warm: custream's notifier made
+        for _ in range(3):
+            with ext:
+                sleep(1_000_000_000)
+            c, w = time.process_time(), time.monotonic()
+            wait_of(s, ext)()
+            used, waited = used + time.process_time() - c, waited + time.monotonic() - w
+        s.close()
+        return used / waited * 1e9
+    out["CPU ms per second waited, a 'blocking' stream, s.synchronize()"] = {
+        "ns": cpu_per_second("blocking", lambda s, ext: s.synchronize), "unit": "ms", "target_ms": 5}
+    out["CPU ms per second waited, a 'blocking' stream, CuPy's synchronize()"] = {
+        "ns": cpu_per_second("blocking", lambda s, ext: ext.synchronize), "unit": "ms", "target_ms": 5}
+    out["CPU ms per second waited, an 'auto' stream, s.synchronize()"] = {
+        "ns": cpu_per_second("auto", lambda s, ext: s.synchronize), "unit": "ms"}
     return out
 
 def pending_cpu(loop, s, ext, sleep) -> dict:

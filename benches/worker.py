@@ -33,8 +33,12 @@ def time_op(lib: ops.Lib, key: str, ns: dict, cfg: dict, gpu: bool, raw) -> dict
         return {"na": spec.reason if isinstance(spec, ops.NA) else ops.NEEDS_GPU}
     expect = {"handle_int": ns["H"], "cuda_stream": (0, ns["H"])}.get(key)
     for stmt in (spec,) if isinstance(spec, str) else spec:
-        try:  # a `with` statement is run once, its value None
-            value = eval(compile(stmt, "<bench>", "exec" if stmt.startswith("with ") else "eval"), ns)
+        try:  # a statement (`with`, an assignment) is run once, its value None
+            try:
+                code = compile(stmt, "<bench>", "eval")
+            except SyntaxError:
+                code = compile(stmt, "<bench>", "exec")
+            value = eval(code, ns)
             if value == expect or expect is None:
                 break
             why = f"{stmt} gave {value!r}, expected {expect!r}"

@@ -221,6 +221,17 @@ PyObject *open_ipc_event(PyObject *, PyObject *args) {
     return custream::event_from_ipc_handle(raw, static_cast<std::size_t>(size), device);
 }
 
+/* stream::release_after(f): a callable holding a heap buffer; it counts its runs (released()). */
+std::atomic<int> release_runs{0};
+PyObject *release_after(PyObject *, PyObject *obj) {
+    custream::stream s = custream::stream::from_python(obj);
+    if (!s) return nullptr;
+    std::vector<char> buffer(1 << 16);
+    if (!s.release_after([buffer = std::move(buffer)]() noexcept { release_runs.fetch_add(1); })) return nullptr;
+    Py_RETURN_NONE;
+}
+PyObject *released(PyObject *, PyObject *) { return PyLong_FromLong(release_runs.load()); }
+
 PyObject *close(PyObject *, PyObject *obj) {
     custream::stream s = custream::stream::from_python(obj);
     if (!s || !s.close() || !s.close()) return nullptr;  // twice: close() is idempotent
@@ -451,6 +462,8 @@ PyMethodDef methods[] = {
     {"id_and_device", id_and_device, METH_O, "(stream::id(), stream::device()); the device first."},
     {"open_ipc_event", open_ipc_event, METH_VARARGS, "custream::event_from_ipc_handle(raw, device)."},
     {"semaphore", semaphore, METH_VARARGS, "stream::write_value(), then stream::wait_value()."},
+    {"release_after", release_after, METH_O, "stream::release_after(f), f counting its runs."},
+    {"released", released, METH_NOARGS, "How many times release_after's callables ran."},
     {"close", close, METH_O, "stream::close() twice; is_closed() after."},
     {"empty_stream_calls", empty_stream_calls, METH_NOARGS, "close() and is_closed() of an empty stream."},
     {"wrap", wrap, METH_VARARGS, "from_handle(handle, device, owner)."},

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import warnings
 import weakref
 
@@ -113,6 +114,30 @@ def test_stream_memory_operations_report_the_python_error(plain):
     s.close()
     with pytest.raises(ValueError, match=r"write_value\(\) on a closed custream.Stream"):
         plain.semaphore(s, 0x7F00_0000_0000, 1, 32, 1)
+
+
+def test_release_after_runs_the_callable_once_even_on_an_error(plain):
+    """stream::release_after(f): a call that fails raises, and `f` still runs, once, on
+    custream's thread (it owns a heap buffer, freed with it)."""
+    s = Stream.from_handle(0x1000)
+    before = plain.released()
+    if not custream.is_available():
+        with pytest.raises(custream.CudaUnavailableError):
+            plain.release_after(s)
+        _wait_for(lambda: plain.released() == before + 1)
+        before += 1
+    s.close()
+    with pytest.raises(ValueError, match=r"^Custream_ReleaseAfter\(\) on a closed custream.Stream$"):
+        plain.release_after(s)
+    _wait_for(lambda: plain.released() == before + 1)
+
+
+def _wait_for(condition, timeout=10):
+    """Wait for custream's thread to make `condition` true (it runs the releases)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "custream's thread did not get to it"
+        time.sleep(0.001)
 
 
 def test_from_handle_borrows_and_keeps_the_owner(plain):

@@ -20,6 +20,7 @@ from custream cimport (
     is_closed,
     is_stream,
     pool_get,
+    release_after,
     sm_count,
     stream_device,
     stream_flags,
@@ -172,6 +173,26 @@ def slice_of(Stream s not None):
 def release(Stream s not None, uint64_t address, uint64_t value, int width=32):
     """write_value(s, ...): a semaphore's release, as a Cython library queues it."""
     write_value(s, address, value, width)
+
+
+cdef extern from *:
+    """
+    static int consumer_releases;
+    static void consumer_count_release(void *ctx) { (void)ctx; __atomic_add_fetch(&consumer_releases, 1, __ATOMIC_SEQ_CST); }
+    static int consumer_released(void) { return __atomic_load_n(&consumer_releases, __ATOMIC_SEQ_CST); }
+    """
+    void consumer_count_release(void *ctx) noexcept nogil
+    int consumer_released() noexcept nogil
+
+
+def queue_release(Stream s not None):
+    """release_after(s, fn, NULL), fn a C function counting its calls (released_count())."""
+    release_after(s, consumer_count_release, NULL)
+
+
+def released_count():
+    """How many times the release queued by queue_release() ran."""
+    return consumer_released()
 
 
 def acquire(Stream s not None, uint64_t address, uint64_t value, int width=32, int op=CUSTREAM_WAIT_EQ):

@@ -8,6 +8,7 @@ import gc
 import queue
 import sys
 import threading
+import time
 import weakref
 
 import pytest
@@ -217,6 +218,30 @@ def test_stream_memory_operations_check_their_arguments_first(cy):
     s.close()
     with pytest.raises(ValueError, match=r"^wait_value\(\) on a closed custream.Stream$"):
         cy.acquire(s, 0x7F00_0000_0000, 1)
+
+
+def _wait_for(condition, timeout=10):
+    """Wait for custream's thread to make `condition` true (it runs the releases)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "custream's thread did not get to it"
+        time.sleep(0.001)
+
+
+def test_release_after_runs_the_release_once_even_on_an_error(cy):
+    """The .pxd's release_after: a call that fails (no driver, a closed stream) raises, and the
+    C release function still runs, once, on custream's thread."""
+    s = custream.Stream.from_handle(0x1000)
+    before = cy.released_count()
+    if not HAS_GPU:
+        with pytest.raises(custream.CudaUnavailableError):
+            cy.queue_release(s)
+        _wait_for(lambda: cy.released_count() == before + 1)
+        before += 1
+    s.close()
+    with pytest.raises(ValueError, match=r"^Custream_ReleaseAfter\(\) on a closed custream.Stream$"):
+        cy.queue_release(s)
+    _wait_for(lambda: cy.released_count() == before + 1)
 
 
 def test_deleter_called_once_on_close(cy):

@@ -25,9 +25,8 @@ Names:
 * ``as_stream``, ``from_handle``, ``from_handle_with_deleter``, ``synchronize``,
   ``synchronize_timeout``,
   ``handle_checked``, ``is_closed``, ``is_stream``, ``launch_host_func``, ``is_capturing``,
-  ``sm_count``, ``green_context``, ``id_of``, ``device_of``: the C API with Cython signatures.
-  ``sm_count``, ``green_context``, ``write_value``, ``wait_value``,
-  ``event_from_ipc_handle``: the C API with Cython signatures.
+  ``sm_count``, ``green_context``, ``id_of``, ``device_of``, ``write_value``, ``wait_value``,
+  ``event_from_ipc_handle``, ``release_after``: the C API with Cython signatures.
 * ``stream_handle`` and its siblings: the fields through the table's offsets (above).
 * ``Custream_*`` and ``custream_import``: the C functions exactly as custream.h has them.
 
@@ -73,6 +72,8 @@ cdef extern from "custream.h":
 
     # Runs on a thread of the CUDA driver's, without the GIL: declare yours `noexcept nogil`.
     ctypedef void (*custream_host_fn_t)(void *user) noexcept nogil
+    # Called once on custream's host thread; it must not call into Python (custream.h).
+    ctypedef void (*custream_release_fn_t)(void *ctx) noexcept nogil
 
     ctypedef class custream.Stream [object CustreamStream, check_size ignore]:
         # Fixed when the object is made: read them anywhere, with or without the GIL.
@@ -124,6 +125,7 @@ cdef extern from "custream.h":
     object Custream_EventFromIpcHandle(const void *handle, size_t size, int device)
     int Custream_WaitValue(object stream, uint64_t address, uint64_t value, int width, int op,
                            int flush) except -1
+    int Custream_ReleaseAfter(object stream, custream_release_fn_t fn, void *ctx) except -1
 
 
 cdef inline Stream as_stream(object obj):
@@ -271,6 +273,14 @@ cdef inline object event_from_ipc_handle(bytes handle, int device):
     if handle is None:
         raise TypeError("event_from_ipc_handle() handle must be bytes, got None")
     return Custream_EventFromIpcHandle(<const char *>handle, len(handle), device)
+
+
+cdef inline int release_after(Stream s, custream_release_fn_t fn, void *ctx) except -1:
+    """Call ``fn(ctx)`` once the work queued on the stream so far is done, on custream's own
+    thread (``s.keep_alive``'s C face): free a native buffer the queued work reads, without
+    synchronizing. ``fn`` is called exactly once, an error or not (custream.h says when); it
+    must make no CUDA call. One call, no Python call."""
+    return Custream_ReleaseAfter(s, fn, ctx)
 
 
 cdef inline custream_handle_t stream_handle(Stream s) noexcept nogil:

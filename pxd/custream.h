@@ -98,6 +98,11 @@ typedef void (*custream_deleter_t)(void *ctx, custream_handle_t handle);
  * of the CUDA driver's, without the GIL (CUDA's CUhostFn / cudaHostFn_t). */
 typedef void (*custream_host_fn_t)(void *user);
 
+/* A release function for Custream_ReleaseAfter: called exactly once with its `ctx` on
+ * custream's own host thread (never a driver thread), with or without the GIL (after the
+ * interpreter finalized); it must make no CUDA call and no Python call. */
+typedef void (*custream_release_fn_t)(void *ctx);
+
 #ifdef CUSTREAM_OPAQUE_STREAM
 typedef struct CustreamStream CustreamStream; /* opaque: read it through the accessors */
 #else
@@ -186,6 +191,8 @@ typedef struct CustreamCAPI {
     /* IPC events from any library (appended). A new reference to a custream.Event, or NULL
        with an exception set. */
     PyObject *(*event_from_ipc_handle)(const void *handle, size_t size, int device);
+    /* Lifetimes in stream order (appended). 0, or -1 with an exception set. */
+    int (*release_after)(PyObject *stream, custream_release_fn_t fn, void *ctx);
 } CustreamCAPI;
 
 /* Acquire loads and release stores: the table pointer below is published by whichever
@@ -456,6 +463,21 @@ static inline int Custream_WaitValue(PyObject *stream, uint64_t address, uint64_
 static inline PyObject *Custream_EventFromIpcHandle(const void *handle, size_t size, int device) {
     CUSTREAM_API_OR(NULL);
     return api_->event_from_ipc_handle(handle, size, device);
+}
+
+/* Lifetimes in stream order. */
+/* Call fn(ctx) once the work queued on the stream so far is done (s.keep_alive()'s C face),
+ * on custream's own host thread, never the driver's: free a native buffer the queued work
+ * reads, without synchronizing. Returns at once; the GIL is released around the driver call.
+ * During a capture, fn(ctx) is called instead once the graph the capture ends in and its
+ * executables are destroyed (at once if no graph comes of the capture; never, if the capture
+ * was begun by another library). After a fault of the stream's context it is called too (the
+ * GPU no longer runs). fn(ctx) is called exactly once in every case: on an error (-1 with an
+ * exception set: a closed stream, a NULL fn, no driver, the driver's error) as soon as
+ * custream's thread gets to it, with nothing queued. 0 on success. */
+static inline int Custream_ReleaseAfter(PyObject *stream, custream_release_fn_t fn, void *ctx) {
+    CUSTREAM_API_OR(-1);
+    return api_->release_after(stream, fn, ctx);
 }
 
 #undef CUSTREAM_API_OR

@@ -232,6 +232,25 @@ static_assert(sizeof(stream_ref) == sizeof(custream_handle_t), "stream_ref is th
 
 /* One reference to a Python custream.Stream, owned by C++: move-only, like cuda::stream. It
  * may be destroyed on any thread, with or without the GIL (it takes it to let go). */
+namespace detail {
+
+/* The release function of stream::release_after(F): call the heap-held callable, then delete
+ * it, swallowing what either throws (custream's thread may call no Python to report it). */
+template <class D>
+void call_then_free(void *ctx) noexcept {
+    D *d = static_cast<D *>(ctx);
+    try {
+        (*d)();
+    } catch (...) {
+    }
+    try {
+        delete d;
+    } catch (...) {
+    }
+}
+
+}  // namespace detail
+
 class stream {
   public:
     constexpr stream() noexcept = default;
@@ -358,6 +377,35 @@ class stream {
     bool wait_value(std::uint64_t address, std::uint64_t value, int width = 32, wait_op op = wait_op::geq,
                     bool flush = false) const noexcept {
         return Custream_WaitValue(obj_, address, value, width, static_cast<int>(op), flush ? 1 : 0) == 0;
+    }
+
+    /* Call fn(ctx) once the work queued on the stream so far is done, on custream's own thread,
+     * never the driver's (Custream_ReleaseAfter: s.keep_alive()'s C face); fn is called exactly
+     * once in every case. False, with a Python error set, on failure. Needs the GIL. */
+    bool release_after(custream_release_fn_t fn, void *ctx) const noexcept {
+        return Custream_ReleaseAfter(obj_, fn, ctx) == 0;
+    }
+
+    /* The same for any callable `f()`, moved to the heap: called once the work queued so far is
+     * done (a native buffer the work reads freed in stream order: `[buf = std::move(buf)] {}`),
+     * then destroyed, on custream's thread; both must make no CUDA and no Python call, and an
+     * exception either throws is swallowed there (no Python may be called to report it). It is
+     * called exactly once, on failure too (false, with a Python error set); only when its copy
+     * cannot be allocated is it never called (MemoryError). Needs the GIL. */
+    template <class F, std::enable_if_t<std::is_invocable_v<std::decay_t<F> &>, int> = 0>
+    bool release_after(F &&f) const noexcept {
+        using D = std::decay_t<F>;
+        D *d = nullptr;
+        try {
+            d = new (std::nothrow) D(std::forward<F>(f));
+        } catch (...) {
+            d = nullptr;
+        }
+        if (d == nullptr) {
+            PyErr_NoMemory();
+            return false;
+        }
+        return Custream_ReleaseAfter(obj_, &detail::call_then_free<D>, d) == 0;
     }
 
     /* Stream.close(): idempotent; runs a C++ owner's release if this is the first close.

@@ -18,8 +18,8 @@ use crate::cpython::interrupt::{timeout_arg, Deadline};
 use crate::cpython::raw_call;
 use crate::cpython::stream_object::{self, StreamObject};
 use crate::cpython::stream_object::{
-    custream_deleter_t, custream_green_ctx_t, custream_handle_t, custream_host_fn_t, CustreamCAPI, CustreamStream,
-    CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME, GROWTH, STREAM_SIZE,
+    custream_deleter_t, custream_green_ctx_t, custream_handle_t, custream_host_fn_t, custream_release_fn_t,
+    CustreamCAPI, CustreamStream, CUSTREAM_ABI_VERSION, CUSTREAM_CAPSULE_NAME, GROWTH, STREAM_SIZE,
 };
 use crate::driver::IPC_HANDLE_BYTES;
 use crate::event::ipc_source;
@@ -336,6 +336,27 @@ unsafe extern "C" fn event_from_ipc_handle(handle: *const c_void, size: usize, d
     })
 }
 
+unsafe extern "C" fn release_after(obj: *mut ffi::PyObject, f: custream_release_fn_t, ctx: *mut c_void) -> c_int {
+    // SAFETY: the C API's contract.
+    unsafe {
+        raw_call::function_o(obj, |py, obj| {
+            boundary(|_| {
+                let f = f.ok_or_else(|| PyValueError::new_err("Custream_ReleaseAfter() fn is NULL"))?;
+                // From here `f(ctx)` is called once whatever happens (custream.h).
+                let s = match stream_arg(obj.as_deref(), "Custream_ReleaseAfter") {
+                    Ok(s) => s,
+                    Err(e) => {
+                        host::keep_alive::release_c_now(f, ctx);
+                        return Err(e);
+                    }
+                };
+                host::keep_alive::release_after_c(py, s, f, ctx)?;
+                Ok(0)
+            })
+        })
+    }
+}
+
 /// The capsule holding the table; the table lives for the process.
 pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     let table = TABLE.get_or_init(|| {
@@ -372,6 +393,7 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
                 write_value: Some(write_value),
                 wait_value: Some(wait_value),
                 event_from_ipc_handle: Some(event_from_ipc_handle),
+                release_after: Some(release_after),
             },
             [0; GROWTH],
         )

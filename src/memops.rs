@@ -270,9 +270,9 @@ fn address_arg(value: Option<&Bound<'_, PyAny>>, width: Width, access: Access, f
             _ => return Err(address_int_error(v, fname)),
         }
     } else if let Some(iface) = attribute(v, intern!(v.py(), "__cuda_array_interface__"))? {
-        from_array_interface(v, &iface, width, access, fname)?
+        from_array_interface(v, &iface, Some(width), access, fname)?
     } else if v.hasattr(intern!(v.py(), "__dlpack__"))? {
-        from_dlpack(v, width, fname)?
+        from_dlpack(v, Some(width), fname)?
     } else {
         return Err(PyTypeError::new_err(format!(
             "{fname}() address must be an int GPU address or an array with \
@@ -282,6 +282,29 @@ fn address_arg(value: Option<&Bound<'_, PyAny>>, width: Width, access: Access, f
     };
     check_alignment(address, width, fname)?;
     Ok(address)
+}
+
+/// An address as `write_value` takes one (an int GPU address, or the first byte of an array
+/// with `__cuda_array_interface__` or `__dlpack__`), for a use that needs no alignment and
+/// only reads: an L2 access-policy window's base (src/stream/settings.rs).
+pub fn address_of(v: &Bound<'_, PyAny>, fname: &str) -> PyResult<u64> {
+    if is_int_not_bool(v) {
+        return match v.extract::<u64>() {
+            Ok(a) if a != 0 => Ok(a),
+            _ => Err(address_int_error(v, fname)),
+        };
+    }
+    if let Some(iface) = attribute(v, intern!(v.py(), "__cuda_array_interface__"))? {
+        return from_array_interface(v, &iface, None, Access::Read, fname);
+    }
+    if v.hasattr(intern!(v.py(), "__dlpack__"))? {
+        return from_dlpack(v, None, fname);
+    }
+    Err(PyTypeError::new_err(format!(
+        "{fname}() address must be an int GPU address or an array with \
+         __cuda_array_interface__ or __dlpack__ (CuPy, PyTorch, Numba), got {}",
+        v.get_type().name()?
+    )))
 }
 
 #[cold]
@@ -333,7 +356,7 @@ fn attribute<'py>(obj: &Bound<'py, PyAny>, name: &Bound<'py, PyString>) -> PyRes
 fn from_array_interface(
     obj: &Bound<'_, PyAny>,
     iface: &Bound<'_, PyAny>,
-    width: Width,
+    width: Option<Width>,
     access: Access,
     fname: &str,
 ) -> PyResult<u64> {
@@ -379,13 +402,14 @@ fn from_array_interface(
     Ok(pointer)
 }
 
-/// Refuse an array that does not hold the word at its first byte.
+/// Refuse an empty array, or one that does not hold the word (of `width`, if any) at its
+/// first byte.
 fn check_extent(
     pointer: u64,
     shape: &[u64],
     itemsize: u64,
     contiguous: bool,
-    width: Width,
+    width: Option<Width>,
     fname: &str,
 ) -> PyResult<()> {
     let count = shape
@@ -398,6 +422,7 @@ fn check_extent(
             "{fname}() address is an empty array: it holds no memory to use"
         )));
     }
+    let Some(width) = width else { return Ok(()) };
     let first_run = if contiguous { nbytes } else { itemsize };
     if first_run < width.bytes() {
         return Err(PyValueError::new_err(format!(
@@ -436,7 +461,7 @@ struct DlTensor {
 /// (not consumed: its destructor gives the tensor back), after `__dlpack_device__` said it is
 /// CUDA memory or CPU memory (which the driver's check then accepts only page-locked and
 /// mapped for the GPU, as a pinned tensor is).
-fn from_dlpack(obj: &Bound<'_, PyAny>, width: Width, fname: &str) -> PyResult<u64> {
+fn from_dlpack(obj: &Bound<'_, PyAny>, width: Option<Width>, fname: &str) -> PyResult<u64> {
     let py = obj.py();
     let kind = || obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
     let (device_type, _id): (i32, i32) =

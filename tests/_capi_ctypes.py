@@ -46,6 +46,8 @@ class CAPI(ctypes.Structure):
         ("wait_value", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_int, ctypes.c_int)),
         # IPC events from any library (appended).
         ("event_from_ipc_handle", ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int)),
+        # Lifetimes in stream order (appended).
+        ("release_after", ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p)),
     ]
 
 

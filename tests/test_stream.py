@@ -199,14 +199,14 @@ def test_signatures_are_introspectable():
     # name, and a docstring (the exact texts are the stubs', checked by stubtest in
     # tests/test_stubs.py).
     bind = [
-        (Stream, dict(device=None, non_blocking=True, priority=0, green_context=None)),
+        (Stream, dict(device=None, non_blocking=True, priority=0, green_context=None, sync_policy=None)),
         (Stream.from_handle, dict(handle=1, owner=None, device=None)),
         (custream.Event, dict(device=None, timing=False, ipc=False)),
         (custream.GreenContext, dict(sm_count=8, device=None)),
         (custream.GreenContext.split, dict(sm_count=8, device=None)),
         (custream.GreenContext.from_handle, dict(handle=1, owner=None)),
         (custream.StreamPool, dict(size=2, device=None, non_blocking=True, priority=0, priorities=None,
-                                   green_context=None)),
+                                   green_context=None, sync_policy=None)),
     ]
     for f, kwargs in bind:
         inspect.signature(f).bind(**kwargs)

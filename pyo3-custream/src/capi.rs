@@ -251,6 +251,22 @@ impl Api {
         })
     }
 
+    /// `Custream_ReleaseAfter`: `f(ctx)` once the work queued so far is done, on custream's
+    /// thread; called exactly once, an error or not.
+    ///
+    /// # Safety
+    /// `f(ctx)` may be called once, on any thread, without the GIL.
+    pub(crate) unsafe fn release_after(
+        self,
+        stream: &Bound<'_, PyAny>,
+        f: unsafe extern "C" fn(*mut std::ffi::c_void),
+        ctx: *mut std::ffi::c_void,
+    ) -> PyResult<()> {
+        let call = self.0.release_after.ok_or_else(|| missing("release_after"))?;
+        // SAFETY: attached and stream is alive; `f` and `ctx` are the caller's contract.
+        check_rc(stream.py(), unsafe { call(stream.as_ptr(), Some(f), ctx) })
+    }
+
     /// `Stream.wait_value(...)`, `op` one of `CUSTREAM_WAIT_*`.
     pub(crate) fn wait_value(
         self,

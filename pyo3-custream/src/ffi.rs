@@ -37,6 +37,7 @@ pub type custream_green_ctx_t = *mut CUgreenCtx_st;
 pub type custream_deleter_t =
     ::std::option::Option<unsafe extern "C" fn(ctx: *mut ::std::os::raw::c_void, handle: custream_handle_t)>;
 pub type custream_host_fn_t = ::std::option::Option<unsafe extern "C" fn(user: *mut ::std::os::raw::c_void)>;
+pub type custream_release_fn_t = ::std::option::Option<unsafe extern "C" fn(ctx: *mut ::std::os::raw::c_void)>;
 #[repr(C)]
 pub struct CustreamStream {
     pub ob_base: PyObject,
@@ -141,5 +142,12 @@ pub struct CustreamCAPI {
             size: usize,
             device: ::std::os::raw::c_int,
         ) -> *mut PyObject,
+    >,
+    pub release_after: ::std::option::Option<
+        unsafe extern "C" fn(
+            stream: *mut PyObject,
+            fn_: custream_release_fn_t,
+            ctx: *mut ::std::os::raw::c_void,
+        ) -> ::std::os::raw::c_int,
     >,
 }

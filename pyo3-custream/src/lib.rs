@@ -31,7 +31,7 @@ const _: () = {
     assert!(offset_of!(ffi::CustreamStream, context_id) == HEAD + 80);
     assert!(offset_of!(ffi::CustreamStream, stream_id) == HEAD + 88);
     assert!(size_of::<ffi::CustreamStream>() == HEAD + 96);
-    assert!(size_of::<ffi::CustreamCAPI>() == 200);
+    assert!(size_of::<ffi::CustreamCAPI>() == 208);
 };
 mod stream;
 mod stream_ref;

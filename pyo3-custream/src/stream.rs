@@ -43,6 +43,14 @@ use crate::stream_ref::{as_stream, type_name, StreamRef};
 /// ```
 pub struct Stream(Py<PyAny>);
 
+/// The release function `Stream::release_after` hands custream: the boxed closure, run once,
+/// a panic caught (it must not unwind into custream's thread).
+unsafe extern "C" fn call_release(ctx: *mut std::ffi::c_void) {
+    // SAFETY: `ctx` is the box `release_after` leaked, and custream calls this once.
+    let release = unsafe { Box::from_raw(ctx.cast::<Box<dyn FnOnce() + Send>>()) };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(release));
+}
+
 impl Stream {
     /// Take over `obj` if it is a custream.Stream; a TypeError otherwise (use
     /// `obj.extract::<Stream>()` to wrap a protocol object as well).
@@ -164,6 +172,32 @@ impl Stream {
     /// ```
     pub fn write_value(&self, py: Python<'_>, address: u64, value: u64, width: u32, flush: bool) -> PyResult<()> {
         api(py)?.write_value(self.0.bind(py), address, value, width_arg(width), flush)
+    }
+
+    /// `Stream.keep_alive()` for Rust: `release()` runs once the work queued on the stream so
+    /// far is done, on custream's own thread (never the driver's), with no synchronization:
+    /// free what the queued work reads (a buffer moved into the closure) in stream order. In a
+    /// capture it runs once the graph and its executables are destroyed. It runs exactly once,
+    /// on an error too (custream's thread gets it at once); it must make no CUDA call and not
+    /// wait for the GIL (it may run after the interpreter finalized). A panic in it is caught
+    /// there and goes no further.
+    ///
+    /// ```no_run
+    /// use pyo3::prelude::*;
+    /// use pyo3_custream::Stream;
+    ///
+    /// /// Queue work that reads `staging`, and free it once the stream is past that work.
+    /// #[pyfunction]
+    /// fn upload(py: Python<'_>, stream: Stream, staging: Vec<u8>) -> PyResult<()> {
+    ///     // ... queue a copy from `staging` on `stream` ...
+    ///     stream.release_after(py, Box::new(move || drop(staging)))
+    /// }
+    /// ```
+    pub fn release_after(&self, py: Python<'_>, release: Box<dyn FnOnce() + Send>) -> PyResult<()> {
+        let ctx = Box::into_raw(Box::new(release)).cast::<std::ffi::c_void>();
+        // SAFETY: `call_release` takes the box once; custream calls it exactly once, on any
+        // thread, and the closure is Send.
+        unsafe { api(py)?.release_after(self.0.bind(py), call_release, ctx) }
     }
 
     /// `Stream.wait_value(address, value, width=, op=, flush=)`: the work queued after this

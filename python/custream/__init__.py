@@ -12,6 +12,7 @@ Importing custream never loads the CUDA driver; anything that needs it raises
 
 from custream._custream import (
     ABI_VERSION,
+    AccessPolicyWindow,
     DEFAULT_STREAM,
     FLAG_DEFAULT,
     FLAG_GREEN,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ABI_VERSION",
+    "AccessPolicyWindow",
     "DEFAULT_STREAM",
     "FLAG_DEFAULT",
     "FLAG_GREEN",

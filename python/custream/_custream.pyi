@@ -4,10 +4,11 @@ from collections.abc import Generator
 from concurrent.futures import Future
 from types import TracebackType
 from uuid import UUID
-from typing import Any, Callable, Final, Literal, Protocol, Sequence, final
+from typing import Any, Callable, Final, Literal, NamedTuple, Protocol, Sequence, final
 
 __all__ = [
     "ABI_VERSION",
+    "AccessPolicyWindow",
     "DEFAULT_STREAM",
     "FLAG_DEFAULT",
     "FLAG_GREEN",
@@ -81,6 +82,21 @@ class CudaUnavailableError(RuntimeError):
     Wrapping handles and the protocol still work; anything that needs the driver raises
     this, except ``device_count()``, which is 0 without a driver library."""
 
+_SyncPolicy = Literal["auto", "spin", "yield", "blocking"]
+_AccessProperty = Literal["normal", "streaming", "persisting"]
+
+class AccessPolicyWindow(NamedTuple):
+    """A stream's L2 access-policy window, as ``Stream.access_policy_window`` reads it back:
+    ``nbytes`` bytes from ``address`` (an int), of which a ``hit_ratio`` share (a float
+    in [0, 1]) gets the ``hit`` property and the rest ``miss`` ('normal', 'streaming'
+    or 'persisting')."""
+
+    address: int
+    nbytes: int
+    hit_ratio: float
+    hit: _AccessProperty
+    miss: _AccessProperty
+
 @final
 class Stream:
     """A CUDA stream shared by Python, Cython and C, speaking the CUDA Stream Protocol.
@@ -89,7 +105,8 @@ class Stream:
     the current context's device, else 0) and leaves the thread's current context as it was;
     with ``green_context=gc`` (a custream.GreenContext) it is made in that green context instead,
     its work running on that context's SMs only, and keeps ``gc`` open; it must then be
-    non-blocking, and ``device`` left out or ``gc.device``.
+    non-blocking, and ``device`` left out or ``gc.device``. ``sync_policy`` ('auto', 'spin',
+    'yield' or 'blocking') sets the stream's ``sync_policy`` as it is made.
     ``Stream.from_handle(handle, owner=...)`` and ``custream.as_stream(obj)`` wrap a stream
     somebody else made, keeping its owner alive. ``with s:`` makes ``s`` the current stream
     (``custream.current_stream()``) for the block and closes nothing. ``close()`` destroys an
@@ -104,6 +121,7 @@ class Stream:
         non_blocking: bool = True,
         priority: int = 0,
         green_context: GreenContext | None = None,
+        sync_policy: _SyncPolicy | None = None,
     ) -> Stream: ...
     @staticmethod
     def from_handle(handle: int, *, owner: object | None = None, device: int | None = None) -> Stream:
@@ -218,6 +236,59 @@ class Stream:
         host does not wait. ``address`` as for ``write_value()``. A node of the graph in a capture.
         Within one process, order the writer after this wait with an event too: the driver may
         queue the writer behind it (CUDA's warning; lazy module loading synchronizes the context)."""
+    def keep_alive(self, *objs: object) -> None:
+        """Hold references to ``objs`` until the work queued on the stream so far is done,
+        then drop them on custream's own thread (never the driver's): a pinned host
+        buffer, an array's storage or a capsule the queued work reads stays alive without a
+        synchronize, and no Python runs in between. Returns at once. In a capture the
+        references are tied to the graph instead, dropped once the graph and its executables
+        are gone. After a fault of the stream's context they are dropped too (the GPU no longer
+        runs); those still held when the interpreter exits are left to the process."""
+    def set_access_policy_window(
+        self,
+        address: int | object,
+        nbytes: int,
+        *,
+        hit_ratio: float = 1.0,
+        hit: _AccessProperty = "persisting",
+        miss: _AccessProperty = "streaming",
+    ) -> None:
+        """Set the stream's L2 access-policy window (``CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW``):
+        for every kernel launched on the stream, by any library, a ``hit_ratio`` share of the
+        ``nbytes`` bytes from ``address`` gets the ``hit`` property in L2 and the rest ``miss``
+        ('normal', 'streaming' or 'persisting'). ``address`` as for ``write_value()``: an int or an
+        array with ``__cuda_array_interface__`` or ``__dlpack__``. ``nbytes`` is at most the
+        device's ``CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE`` (a device without a window:
+        CudaError). Persisting lines need the context's persisting L2 set aside
+        (``cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize)``)."""
+    def clear_access_policy_window(self) -> None:
+        """Remove the stream's L2 access-policy window (a window of 0 bytes, as CUDA resets it)."""
+    def copy_settings_from(self, other: Stream | CudaStreamProducer, /) -> None:
+        """Copy every setting of ``other`` (a custream.Stream or any ``__cuda_stream__``
+        object) onto this stream: its sync_policy, access-policy window and memory
+        synchronization domain (``cuStreamCopyAttributes``)."""
+    @property
+    def sync_policy(self) -> _SyncPolicy:
+        """How a host thread waits for the stream: 'auto', 'spin', 'yield' or 'blocking'
+        (``CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY``), kept by the driver on the stream, so it
+        holds for every library's wait on the handle (``cudaStreamSynchronize``: CuPy's, PyTorch's).
+        custream's own waits follow it: 'blocking' sleeps until the work is done, 'spin' polls and
+        never sleeps, 'yield' polls yielding the CPU, 'auto' polls 20 ms and then sleeps. Read and
+        set; the default streams refuse a write (ValueError)."""
+    @sync_policy.setter
+    def sync_policy(self, value: _SyncPolicy) -> None: ...
+    @property
+    def access_policy_window(self) -> AccessPolicyWindow | None:
+        """The stream's L2 access-policy window as a custream.AccessPolicyWindow (address,
+        nbytes, hit_ratio, hit, miss), or None when none is set. Set with
+        set_access_policy_window(), removed with clear_access_policy_window()."""
+    @property
+    def mem_sync_domain(self) -> Literal["default", "remote"]:
+        """The memory-synchronization domain of the stream's kernels, 'default' or 'remote'
+        (``CU_STREAM_ATTRIBUTE_MEM_SYNC_DOMAIN``): a fence of a 'remote' kernel does not wait for
+        the memory traffic of 'default' ones (NCCL's kernels use it). Read and set."""
+    @mem_sync_domain.setter
+    def mem_sync_domain(self, value: Literal["default", "remote"]) -> None: ...
     @property
     def is_capturing(self) -> bool:
         """True while the stream is capturing a CUDA graph (whoever began the capture)."""
@@ -397,9 +468,11 @@ class StreamPool:
     leased.
 
     ``StreamPool(size, *, device=None, non_blocking=True, priority=0, priorities=None,
-    green_context=None)`` holds ``size`` streams of each priority in ``priorities`` (or of the
-    one ``priority``), in ``device``'s primary context (default: the current context's device,
-    else 0), or in ``green_context`` (a custream.GreenContext) when given. No stream is made
+    green_context=None, sync_policy=None)`` holds ``size`` streams of each priority in
+    ``priorities`` (or of the one ``priority``), in ``device``'s primary context (default: the
+    current context's device, else 0), or in ``green_context`` (a custream.GreenContext) when
+    given; each made with ``sync_policy`` ('auto', 'spin', 'yield' or 'blocking', as
+    ``Stream.sync_policy``) when given. No stream is made
     (and no context touched) until one is asked for; the priorities are checked against the
     device's range then, as ``Stream()`` checks its own (CudaError).
     ``get(priority=None)`` hands a tier's streams out in turn (thread-safe, no lock);
@@ -418,6 +491,7 @@ class StreamPool:
         priority: int = 0,
         priorities: Sequence[int] | None = None,
         green_context: GreenContext | None = None,
+        sync_policy: _SyncPolicy | None = None,
     ) -> StreamPool: ...
     def get(self, *, priority: int | None = None) -> Stream:
         """The next stream of the tier of ``priority`` (None: the first tier given),

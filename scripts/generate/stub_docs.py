@@ -46,11 +46,18 @@ def runtime_doc(owner: object, name: str) -> str | None:
     return inspect.cleandoc(doc) if doc else None
 
 
+def _is_accessor(node: ast.FunctionDef) -> bool:
+    """Whether ``node`` is decorated ``@name.setter`` or ``@name.deleter``."""
+    return any(isinstance(d, ast.Attribute) and d.attr in ("setter", "deleter") for d in node.decorator_list)
+
+
 def definitions(tree: ast.Module):
     """(qualified name, the def or class node, its parent's qualified name) of the stub."""
 
     def walk(body, prefix):
         for node in body:
+            if isinstance(node, ast.FunctionDef) and _is_accessor(node):
+                continue  # a property's setter: the property's docstring is its getter's
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                 yield prefix + node.name, node
                 if isinstance(node, ast.ClassDef):

@@ -215,6 +215,31 @@ pub fn i32_arg(value: Option<&Bound<'_, PyAny>>, fname: &str, pname: &str, defau
     })
 }
 
+/// One of `names`, given as a str: its index. `what` names the argument in the errors
+/// ("Stream.sync_policy", "set_access_policy_window() hit"), which list the names.
+pub fn choice_arg(v: &Bound<'_, PyAny>, what: &str, names: &[&str]) -> PyResult<usize> {
+    let listed = || {
+        let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+        match quoted.split_last() {
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        }
+    };
+    let Ok(text) = v.cast::<PyString>() else {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be {}, got {}",
+            listed(),
+            v.get_type().name()?
+        )));
+    };
+    let text = text.to_str()?;
+    names
+        .iter()
+        .position(|n| *n == text)
+        .ok_or_else(|| PyValueError::new_err(format!("{what} must be {}, got {}", listed(), short_repr(v))))
+}
+
 #[cfg(test)]
 mod tests {
     use pyo3::types::{PyDict, PyTuple};

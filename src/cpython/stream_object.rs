@@ -440,6 +440,24 @@ pub unsafe fn method_fastcall<R>(
 }
 
 /// # Safety
+/// `obj` is the live Stream an attribute is set on, `value` NULL (the attribute deleted) or
+/// the live new value; the thread is attached.
+#[inline(always)]
+pub unsafe fn setter(
+    obj: *mut ffi::PyObject,
+    value: *mut ffi::PyObject,
+    f: impl for<'a> FnOnce(StreamObject<'a>, Python<'a>, Option<Borrowed<'a, 'a, PyAny>>) -> c_int,
+) -> c_int {
+    // SAFETY: the caller's contract: the thread is attached, `obj` is a live Stream and `value`
+    // NULL or alive, all for the call.
+    let (py, s, value) = unsafe {
+        let py = Python::assume_attached();
+        (py, StreamObject::from_ptr(obj), Borrowed::from_ptr_or_opt(py, value))
+    };
+    f(s, py, value)
+}
+
+/// # Safety
 /// `obj` is a live Stream a slot was called on (tp_hash, tp_clear); the thread is attached.
 #[inline(always)]
 pub unsafe fn slot<R>(obj: *mut ffi::PyObject, f: impl for<'a> FnOnce(StreamObject<'a>, Python<'a>) -> R) -> R {

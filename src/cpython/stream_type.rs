@@ -61,6 +61,7 @@ pub fn method_def(
 }
 
 pub type Getter = unsafe extern "C" fn(*mut ffi::PyObject, *mut c_void) -> *mut ffi::PyObject;
+pub type Setter = unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::PyObject, *mut c_void) -> c_int;
 
 pub fn getter_def(name: &'static CStr, get: Getter, doc: &'static CStr) -> ffi::PyGetSetDef {
     ffi::PyGetSetDef {
@@ -69,6 +70,14 @@ pub fn getter_def(name: &'static CStr, get: Getter, doc: &'static CStr) -> ffi::
         set: None,
         doc: doc.as_ptr(),
         closure: null_mut(),
+    }
+}
+
+/// A read-write attribute: `get`, and `set` (called with NULL to delete).
+pub fn getset_def(name: &'static CStr, get: Getter, set: Setter, doc: &'static CStr) -> ffi::PyGetSetDef {
+    ffi::PyGetSetDef {
+        set: Some(set),
+        ..getter_def(name, get, doc)
     }
 }
 
@@ -268,6 +277,24 @@ macro_rules! stream_shim {
         }
         shim as $crate::cpython::stream_type::Getter
     }};
+    // A setter: `$f(s, py, value) -> PyResult<()>`, `value` None when the attribute is
+    // deleted.
+    (setter, $f:expr) => {{
+        unsafe extern "C" fn shim(
+            obj: *mut pyo3::ffi::PyObject,
+            value: *mut pyo3::ffi::PyObject,
+            _: *mut std::ffi::c_void,
+        ) -> std::ffi::c_int {
+            // SAFETY: CPython calls a Stream setter attached, on a live Stream, with a live
+            // value (NULL to delete).
+            unsafe {
+                $crate::cpython::stream_object::setter(obj, value, |s, py, value| {
+                    $crate::cpython::boundary::boundary(|_| $f(s, py, value).map(|()| 0))
+                })
+            }
+        }
+        shim as $crate::cpython::stream_type::Setter
+    }};
 }
 pub(crate) use stream_shim;
 
@@ -353,7 +380,8 @@ pub(crate) use stream_method;
 /// `new(py, TupleDict)`, `dealloc(s, py)`, `clear(s, py)`, `repr(s, py)`, `hash(s, py) ->
 /// isize`, `richcompare(s, py, other, CompareOp)`), its methods as `(kind, name, f, doc)`
 /// (kind: `noargs`, `varargs`, `o`, `fastcall`, `positional`, `static_fastcall`,
-/// `static_new`) and its getters as `(name, f, doc)`. Made once per process
+/// `static_new`), its getters as `(name, f, doc)` and its read-write attributes as
+/// `(name, get, set, doc)` (`set(s, py, value) -> PyResult<()>`). Made once per process
 /// (`stream_type::create`).
 macro_rules! stream_type {
     (
@@ -366,7 +394,8 @@ macro_rules! stream_type {
         hash: $hash:expr,
         richcompare: $richcompare:expr,
         methods: [$(($kind:ident, $name:expr, $f:expr, $mdoc:expr)),* $(,)?],
-        getters: [$(($gname:expr, $g:expr, $gdoc:expr)),* $(,)?] $(,)?
+        getters: [$(($gname:expr, $g:expr, $gdoc:expr)),* $(,)?],
+        getsets: [$(($sname:expr, $sg:expr, $ss:expr, $sdoc:expr)),* $(,)?] $(,)?
     ) => {{
         unsafe extern "C" fn tp_new(
             _tp: *mut pyo3::ffi::PyTypeObject,
@@ -429,7 +458,15 @@ macro_rules! stream_type {
                 richcompare: tp_richcompare,
             },
             vec![$($crate::cpython::stream_type::stream_method!($kind, $name, $f, $mdoc)),*],
-            vec![$($crate::cpython::stream_type::getter_def($gname, $crate::cpython::stream_type::stream_shim!(getter, $g), $gdoc)),*],
+            vec![
+                $($crate::cpython::stream_type::getset_def(
+                    $sname,
+                    $crate::cpython::stream_type::stream_shim!(getter, $sg),
+                    $crate::cpython::stream_type::stream_shim!(setter, $ss),
+                    $sdoc,
+                ),)*
+                $($crate::cpython::stream_type::getter_def($gname, $crate::cpython::stream_type::stream_shim!(getter, $g), $gdoc)),*
+            ],
         )
     }};
 }

@@ -163,6 +163,38 @@ entry_points!(Green {
     cuStreamGetGreenCtx(CUstream, *mut CUgreenCtx);
 });
 
+// A stream's settings (src/driver/attributes.rs): every supported driver has them (CUDA 11.0),
+// in a table of their own all the same, so that a library without them still loads and only a
+// setting is refused, naming the entry point.
+entry_points!(StreamAttributes {
+    cuStreamSetAttribute(CUstream, c_uint, *const StreamAttrValue);
+    cuStreamGetAttribute(CUstream, c_uint, *mut StreamAttrValue);
+    cuStreamCopyAttributes(CUstream, CUstream);
+});
+
+// The stream callback the driver still calls after a fault, with the error
+// (`Stream.keep_alive`, src/host/keep_alive.rs): deprecated beside cuLaunchHostFunc (whose
+// functions a faulted context never runs) but in every driver; a table of its own, so that a
+// library without it falls back to cuLaunchHostFunc.
+entry_points!(Callbacks {
+    cuStreamAddCallback(CUstream, StreamCallback, *mut c_void, c_uint);
+});
+
+/// `CUstreamCallback`, with the status as the plain integer the driver passes (a code newer
+/// than cudarc's enum would be an invalid value of it).
+pub type StreamCallback = Option<unsafe extern "C" fn(CUstream, Status, *mut c_void)>;
+
+/// `CUstreamAttrValue` (`CUlaunchAttributeValue`): a union of 64 bytes in every CUDA 12 and 13
+/// header, of which an attribute reads its own member; here the bytes, read and written by
+/// src/driver/attributes.rs at the members' offsets.
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+pub struct StreamAttrValue {
+    pub bytes: [u8; 64],
+}
+
+const _: () = assert!(std::mem::size_of::<StreamAttrValue>() == 64);
+
 // The device of a stream in one call, CUDA 12.8 and newer: a table of its own, so that an older
 // driver still loads and `Stream.device` asks the stream's context instead.
 entry_points!(StreamDevice {
@@ -211,6 +243,10 @@ struct Opened {
     green: Result<Green, &'static str>,
     /// cuStreamGetDevice, where the library has it.
     stream_device: Option<StreamDevice>,
+    /// The stream attribute calls, or the first one the library lacks.
+    attributes: Result<StreamAttributes, &'static str>,
+    /// cuStreamAddCallback, where the library has it.
+    callbacks: Option<Callbacks>,
 }
 
 static OPENED: OnceLock<Result<Opened, LoadError>> = OnceLock::new();
@@ -241,11 +277,13 @@ fn open() -> Result<&'static Opened, LoadError> {
                 }
                 // SAFETY: as for `Boot::resolve`: the library is a CUDA driver, whose tables
                 // of entry points these are.
-                let (api, green, stream_device) = unsafe {
+                let (api, green, stream_device, attributes, callbacks) = unsafe {
                     (
                         Api::resolve(&lib),
                         Green::resolve(&lib),
                         StreamDevice::resolve(&lib).ok(),
+                        StreamAttributes::resolve(&lib),
+                        Callbacks::resolve(&lib).ok(),
                     )
                 };
                 return Ok(Opened {
@@ -254,6 +292,8 @@ fn open() -> Result<&'static Opened, LoadError> {
                     api,
                     green,
                     stream_device,
+                    attributes,
+                    callbacks,
                 });
             }
             Err(LoadError::NotFound { looked_for, stub })
@@ -284,6 +324,17 @@ fn missing(opened: &Opened, symbol: &'static str) -> LoadError {
 pub fn green() -> Result<&'static Green, LoadError> {
     let opened = open()?;
     opened.green.as_ref().map_err(|&symbol| missing(opened, symbol))
+}
+
+/// The stream attribute calls, or the first one the library lacks with its version.
+pub fn attributes() -> Result<&'static StreamAttributes, LoadError> {
+    let opened = open()?;
+    opened.attributes.as_ref().map_err(|&symbol| missing(opened, symbol))
+}
+
+/// cuStreamAddCallback, where the opened library has it.
+pub fn callbacks() -> Option<&'static Callbacks> {
+    open().ok()?.callbacks.as_ref()
 }
 
 /// cuStreamGetDevice, where the opened library has it (CUDA 12.8 and newer).

@@ -7,7 +7,8 @@
 //! call starts at `init()`, which refuses after `fork()` and during finalization
 //! (src/driver/gate.rs).
 //!
-//! Beside the calls (`contexts`, `streams`, `capture`, `green`, `ipc`, `memops`) and the
+//! Beside the calls (`contexts`, `streams`, `attributes` (a stream's settings), `capture`,
+//! `green`, `ipc`, `memops`) and the
 //! handles (`handles`): `libcuda` finds and opens the driver library and its entry points;
 //! `gate` is the process's state in front of every call (fork, exit, host functions);
 //! `capture_guard` is what a capture is to custream, by handle (the captures begun through
@@ -318,6 +319,8 @@ mod ipc;
 pub use ipc::*;
 mod memops;
 pub use memops::*;
+mod attributes;
+pub use attributes::*;
 
 #[cfg(test)]
 mod tests {

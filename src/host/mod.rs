@@ -3,6 +3,9 @@
 //!
 //! - `functions`: `Stream.launch_host_func(fn, *args)` and the C face's `launch_host_func`
 //!   (`HostFunction`, the payload a capture keeps).
+//! - `keep_alive`: `Stream.keep_alive(*objs)` and the C face's `release_after`: references
+//!   (or a C release function) let go on custream's thread once the work queued so far is
+//!   done, or with the graph a capture ends in.
 //! - `thread`: custream's host thread, where Python host functions and other Python work the
 //!   driver's threads must not do run (`post`, `post_when_raised`, `After`).
 //! - `semaphores`: the words of mapped host memory that hold a stream while its Python host
@@ -14,6 +17,7 @@
 //! Uses `object/`, `cpython/` and `driver/`.
 
 pub mod functions;
+pub mod keep_alive;
 pub mod queue_depth;
 pub mod semaphores;
 pub mod thread;

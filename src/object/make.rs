@@ -14,13 +14,14 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PyTuple};
 
+use crate::cpython::args::choice_arg;
 use crate::cpython::stream_object::{self, Fields};
 use crate::cpython::stream_object::{
     custream_deleter_t, CUSTREAM_DEVICE_UNKNOWN, CUSTREAM_FLAG_DEFAULT, CUSTREAM_FLAG_NON_BLOCKING,
     CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED, CUSTREAM_FLAG_SHARED,
 };
 use crate::driver::gate;
-use crate::driver::{self, Context, OwnedStream};
+use crate::driver::{self, Context, OwnedStream, SyncPolicy};
 use crate::object::home_context::Home;
 
 /// The owned streams alive in this process: handle -> (context, context id). A borrowed
@@ -34,6 +35,28 @@ pub fn owned_streams() -> MutexGuard<'static, BTreeMap<u64, (Context, u64)>> {
 
 fn is_default_token(handle: u64) -> bool {
     handle <= 2
+}
+
+/// `sync_policy=` of `Stream()` and `StreamPool()`: None (the driver's default) or one of
+/// the names of `Stream.sync_policy`.
+pub fn sync_policy_arg(value: Option<&Bound<'_, PyAny>>, fname: &str) -> PyResult<Option<SyncPolicy>> {
+    match value.filter(|v| !v.is_none()) {
+        None => Ok(None),
+        Some(v) => Ok(Some(
+            SyncPolicy::ALL[choice_arg(v, &format!("{fname}() sync_policy"), &SyncPolicy::NAMES)?],
+        )),
+    }
+}
+
+/// A stream just made (by `create`, or in a green context) given its `sync_policy=` before
+/// anybody else sees it. On failure the caller drops it, which destroys it.
+pub fn with_sync_policy(made: &Bound<'_, PyAny>, policy: Option<SyncPolicy>) -> PyResult<()> {
+    let Some(policy) = policy else { return Ok(()) };
+    let s = stream_object::StreamObject::of(made, "Stream()")?;
+    // SAFETY: the stream was made by the caller a moment ago and is held by `made`, which
+    // nobody else has seen: nothing can have closed it.
+    let h = unsafe { driver::StreamHandle::from_raw(s.handle_value()) };
+    Ok(driver::stream_set_sync_policy(h, policy)?)
 }
 
 /// Everything a new Stream object holds.

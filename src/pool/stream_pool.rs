@@ -17,7 +17,7 @@ use crate::cpython::boundary::{sole_reference, ObjectCell};
 use crate::cpython::interrupt::{timeout_arg, Deadline};
 use crate::cpython::raw_call::{hand_built_method, Fastcall};
 use crate::cpython::stream_object::StreamObject;
-use crate::driver::{self, CaptureMode, CaptureModeScope};
+use crate::driver::{self, CaptureMode, CaptureModeScope, SyncPolicy};
 use crate::green::{self, green_context_arg, GreenContext};
 use crate::object::closable::{self, Closable};
 use crate::object::make;
@@ -42,9 +42,11 @@ struct Tier {
 /// leased.
 ///
 /// ``StreamPool(size, *, device=None, non_blocking=True, priority=0, priorities=None,
-/// green_context=None)`` holds ``size`` streams of each priority in ``priorities`` (or of the
-/// one ``priority``), in ``device``'s primary context (default: the current context's device,
-/// else 0), or in ``green_context`` (a custream.GreenContext) when given. No stream is made
+/// green_context=None, sync_policy=None)`` holds ``size`` streams of each priority in
+/// ``priorities`` (or of the one ``priority``), in ``device``'s primary context (default: the
+/// current context's device, else 0), or in ``green_context`` (a custream.GreenContext) when
+/// given; each made with ``sync_policy`` ('auto', 'spin', 'yield' or 'blocking', as
+/// ``Stream.sync_policy``) when given. No stream is made
 /// (and no context touched) until one is asked for; the priorities are checked against the
 /// device's range then, as ``Stream()`` checks its own (CudaError).
 /// ``get(priority=None)`` hands a tier's streams out in turn (thread-safe, no lock);
@@ -62,6 +64,8 @@ pub struct StreamPool {
     device: i32,
     non_blocking: bool,
     green: Option<Py<GreenContext>>,
+    /// `sync_policy=`: set on each stream as it is made.
+    sync_policy: Option<SyncPolicy>,
     /// The priorities were checked against the device's range (once, before the first stream).
     checked: AtomicBool,
     leases: Leases,
@@ -87,6 +91,7 @@ impl StreamPool {
         non_blocking: bool,
         priorities: Vec<i32>,
         green: Option<&Bound<'_, GreenContext>>,
+        sync_policy: Option<SyncPolicy>,
     ) -> PyResult<Self> {
         let device = match green {
             Some(gc) if gc.get().is_closed() => {
@@ -115,6 +120,7 @@ impl StreamPool {
             device,
             non_blocking,
             green: green.map(|g| g.clone().unbind()),
+            sync_policy,
             checked: AtomicBool::new(false),
         })
     }
@@ -206,10 +212,12 @@ impl StreamPool {
     fn make_stream<'py>(&self, py: Python<'py>, priority: i32) -> PyResult<Bound<'py, PyAny>> {
         let _relaxed = CaptureModeScope::enter(CaptureMode::Relaxed)?;
         self.check_priorities()?;
-        match &self.green {
-            Some(gc) => green::create_stream(py, gc.bind(py), priority, true, "StreamPool()"),
-            None => make::create(py, Some(self.device), self.non_blocking, priority, true),
-        }
+        let made = match &self.green {
+            Some(gc) => green::create_stream(py, gc.bind(py), priority, true, "StreamPool()")?,
+            None => make::create(py, Some(self.device), self.non_blocking, priority, true)?,
+        };
+        make::with_sync_policy(&made, self.sync_policy)?;
+        Ok(made)
     }
 
     /// Before the first stream: every tier's priority against the device's range, refused as
@@ -462,8 +470,8 @@ fn priorities_arg(priority: Option<&Bound<'_, PyAny>>, priorities: Option<&Bound
 #[pymethods]
 impl StreamPool {
     #[new]
-    #[pyo3(signature = (size, *, device = None, non_blocking = None, priority = None, priorities = None, green_context = None),
-           text_signature = "(size, *, device=None, non_blocking=True, priority=0, priorities=None, green_context=None)")]
+    #[pyo3(signature = (size, *, device = None, non_blocking = None, priority = None, priorities = None, green_context = None, sync_policy = None),
+           text_signature = "(size, *, device=None, non_blocking=True, priority=0, priorities=None, green_context=None, sync_policy=None)")]
     fn py_new(
         size: &Bound<'_, PyAny>,
         device: Option<Bound<'_, PyAny>>,
@@ -471,6 +479,7 @@ impl StreamPool {
         priority: Option<Bound<'_, PyAny>>,
         priorities: Option<Bound<'_, PyAny>>,
         green_context: Option<Bound<'_, PyAny>>,
+        sync_policy: Option<Bound<'_, PyAny>>,
     ) -> PyResult<StreamPool> {
         if !is_int_not_bool(size) {
             return Err(PyTypeError::new_err(format!(
@@ -500,7 +509,8 @@ impl StreamPool {
             )));
         }
         let green = green_context_arg(green_context.as_ref(), "StreamPool", device, non_blocking)?;
-        StreamPool::new(py, size, device, non_blocking, priorities, green.as_ref())
+        let sync_policy = make::sync_policy_arg(sync_policy.as_ref(), "StreamPool")?;
+        StreamPool::new(py, size, device, non_blocking, priorities, green.as_ref(), sync_policy)
     }
 
     /// `pool[index]`, negative indices counting from the end: every stream, tier after tier.

@@ -17,7 +17,9 @@ use crate::cpython::stream_object::{
     CUSTREAM_FLAG_OWNED, CUSTREAM_FLAG_POOLED, CUSTREAM_FLAG_SHARED,
 };
 use crate::driver::capture_guard;
-use crate::driver::{self, capture_code, CaptureMode, CaptureStatus, Context, DriverError, OwnedStream, StreamHandle};
+use crate::driver::{
+    self, capture_code, CaptureMode, CaptureStatus, Context, DriverError, OwnedStream, StreamHandle, SyncPolicy,
+};
 use crate::green::{self, GreenContext};
 use crate::host::queue_depth::{self, Gil};
 use crate::object::home_context::Home;
@@ -258,7 +260,21 @@ impl StreamObject<'_> {
         if self.query_as(py, WHAT)? {
             return Ok(());
         }
-        if self.use_handle(py, WHAT, |h| waits::spin(py, deadline, move || driver::stream_query(h)))? {
+        // The stream's policy (src/stream/settings.rs): "blocking" arms a notifier at once,
+        // "spin" polls to the end, "yield" and "auto" poll their first 20 ms.
+        let policy = self.wait_policy(py);
+        if policy == SyncPolicy::Spin {
+            return self.use_handle_py(py, WHAT, |h| {
+                waits::spin_all_along(py, deadline, "Stream.synchronize()", move || driver::stream_query(h))
+            });
+        }
+        if policy != SyncPolicy::Blocking
+            && self.use_handle(py, WHAT, |h| {
+                waits::poll(py, deadline, policy == SyncPolicy::Yield, move || {
+                    driver::stream_query(h)
+                })
+            })?
+        {
             return Ok(());
         }
         let ctx = self.context(py)?;

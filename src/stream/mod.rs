@@ -9,6 +9,9 @@
 //!   `synchronize`, `query`, captures, `green_context`, `sm_count`, `close`; released once).
 //! - `current`: the current stream (`with s:`, `custream.current_stream`).
 //! - `owner_release`: giving a borrowed stream's owner back, bounded in stack depth.
+//! - `settings`: the settings the driver keeps on the stream (`sync_policy`, the L2
+//!   access-policy window, `mem_sync_domain`, `copy_settings_from`), and the policy
+//!   custream's own waits follow.
 //!
 //! Every Stream method, and where its work is done (the table in `slots::create`):
 //! - here: `synchronize`, `query`, `close`, `__enter__`/`__exit__` (`current`),
@@ -19,7 +22,9 @@
 //!   `Stream(green_context=)`;
 //! - `event/stream_methods.rs`: `record`, `wait`;
 //! - `memops.rs`: `write_value`, `wait_value`;
-//! - `host/functions.rs`: `launch_host_func`;
+//! - `settings.rs`: `sync_policy`, `set_access_policy_window`, `access_policy_window`,
+//!   `clear_access_policy_window`, `mem_sync_domain`, `copy_settings_from`;
+//! - `host/functions.rs`: `launch_host_func`; `host/keep_alive.rs`: `keep_alive`;
 //! - `graph.rs`: `end_capture` (the Graph a capture ends in).
 //!
 //! Offers `closed_error` and `release_at_dealloc` (and the slots' type to `lib.rs`). Uses
@@ -28,6 +33,7 @@
 pub mod current;
 pub mod methods;
 pub mod owner_release;
+pub mod settings;
 pub mod slots;
 
 pub use methods::{closed_error, release_at_dealloc};

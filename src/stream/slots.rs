@@ -24,10 +24,10 @@ use crate::host;
 use crate::memops;
 use crate::object::make::{self, Parts};
 use crate::object::protocol::{self, handle_from_int};
-use crate::stream::current;
 use crate::stream::{self, closed_error};
+use crate::stream::{current, settings};
 
-const DOC: &CStr = c"Stream(*, device=None, non_blocking=True, priority=0, green_context=None)
+const DOC: &CStr = c"Stream(*, device=None, non_blocking=True, priority=0, green_context=None, sync_policy=None)
 --
 
 A CUDA stream shared by Python, Cython and C, speaking the CUDA Stream Protocol.
@@ -36,7 +36,8 @@ A CUDA stream shared by Python, Cython and C, speaking the CUDA Stream Protocol.
 the current context's device, else 0) and leaves the thread's current context as it was;
 with ``green_context=gc`` (a custream.GreenContext) it is made in that green context instead,
 its work running on that context's SMs only, and keeps ``gc`` open; it must then be
-non-blocking, and ``device`` left out or ``gc.device``.
+non-blocking, and ``device`` left out or ``gc.device``. ``sync_policy`` ('auto', 'spin',
+'yield' or 'blocking') sets the stream's ``sync_policy`` as it is made.
 ``Stream.from_handle(handle, owner=...)`` and ``custream.as_stream(obj)`` wrap a stream
 somebody else made, keeping its owner alive. ``with s:`` makes ``s`` the current stream
 (``custream.current_stream()``) for the block and closes nothing. ``close()`` destroys an
@@ -62,19 +63,22 @@ fn type_name(got: &Bound<'_, PyAny>) -> String {
 static NEW_SIG: Signature = Signature {
     name: "Stream",
     positional: &[],
-    keyword_only: &["device", "non_blocking", "priority", "green_context"],
+    keyword_only: &["device", "non_blocking", "priority", "green_context", "sync_policy"],
     required: 0,
 };
 
 fn new(py: Python<'_>, args: TupleDict<'_, '_>) -> PyResult<Py<PyAny>> {
-    let [device, non_blocking, priority, green] = NEW_SIG.parse_tuple_dict::<4>(&args)?;
+    let [device, non_blocking, priority, green, policy] = NEW_SIG.parse_tuple_dict::<5>(&args)?;
     let device = device_arg(device.as_ref(), "Stream")?;
     let non_blocking = bool_arg(non_blocking.as_ref(), "Stream", "non_blocking", true)?;
     let priority = i32_arg(priority.as_ref(), "Stream", "priority", 0)?;
-    if let Some(gc) = green_context_arg(green.as_ref(), "Stream", device, non_blocking)? {
-        return Ok(green::create_stream(py, &gc, priority, false, "Stream()")?.unbind());
-    }
-    Ok(make::create(py, device, non_blocking, priority, false)?.unbind())
+    let policy = make::sync_policy_arg(policy.as_ref(), "Stream")?;
+    let made = match green_context_arg(green.as_ref(), "Stream", device, non_blocking)? {
+        Some(gc) => green::create_stream(py, &gc, priority, false, "Stream()")?,
+        None => make::create(py, device, non_blocking, priority, false)?,
+    };
+    make::with_sync_policy(&made, policy)?;
+    Ok(made.unbind())
 }
 
 fn clear(s: StreamObject<'_>, py: Python<'_>) {
@@ -335,6 +339,12 @@ fn wait_value(s: StreamObject<'_>, py: Python<'_>, args: Fastcall<'_, '_>) -> Py
     memops::wait_value(py, s, &args).map(|()| none(py))
 }
 
+fn keep_alive(s: StreamObject<'_>, py: Python<'_>, args: Fastcall<'_, '_>) -> PyResult<Py<PyAny>> {
+    let objs = PyTuple::new(py, args.positional())?;
+    host::keep_alive::keep_alive(py, s, objs)?;
+    Ok(none(py))
+}
+
 fn end_capture(s: StreamObject<'_>, py: Python<'_>) -> PyResult<Py<PyAny>> {
     Ok(Bound::new(py, Graph::end_capture(py, s)?)?.into_any().unbind())
 }
@@ -444,7 +454,7 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
         hash: hash,
         richcompare: richcompare,
         methods: [
-            (static_new, c"__new__", new_static, c"__new__(cls, /, *, device=None, non_blocking=True, priority=0, green_context=None)\n--\n\nCreate a custream.Stream: what ``Stream(...)`` does (see help(custream.Stream))."),
+            (static_new, c"__new__", new_static, c"__new__(cls, /, *, device=None, non_blocking=True, priority=0, green_context=None, sync_policy=None)\n--\n\nCreate a custream.Stream: what ``Stream(...)`` does (see help(custream.Stream))."),
             (noargs, c"__cuda_stream__", cuda_stream, c"__cuda_stream__($self, /)\n--\n\nThe CUDA Stream Protocol: (0, handle), both ints."),
             (static_fastcall, c"from_handle", from_handle, c"from_handle(handle, *, owner=None, device=None)\n--\n\nWrap an existing CUDA stream handle (an int) without calling the driver.\n\n``owner`` is kept alive until the stream is closed or deallocated; ``device``\nspares a driver call when ``.device`` is read. 0, 1 and 2 are the default-stream\ntokens (null, legacy, per-thread)."),
             (fastcall, c"synchronize", synchronize, c"synchronize($self, /, timeout=None)\n--\n\nWait for all work queued on the stream so far, with the GIL released.\n\n``timeout``: seconds (int or float), or None to wait as long as it takes; when the\nwork is not done by then, ``TimeoutError`` (the stream and its work are untouched).\nOn the main thread the wait ends within 50 ms of a signal whose handler raises\n(Ctrl-C's ``KeyboardInterrupt``), with that exception."),
@@ -460,6 +470,10 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
             (noargs, c"end_capture", end_capture, c"end_capture($self, /)\n--\n\nEnd the capture begun on this stream and return the instantiated custream.Graph."),
             (fastcall, c"write_value", write_value, c"write_value($self, /, address, value, *, width=32, flush=False)\n--\n\nWrite ``value`` (a ``width``-bit unsigned int, 32 or 64) to the word at ``address`` once\nthe work queued on the stream before it is done (``cuStreamWriteValue32/64``). ``address``\nis an int GPU address or an array with ``__cuda_array_interface__`` or ``__dlpack__``\n(CuPy, PyTorch, Numba; its first element): device memory, or host memory mapped for the\nGPU, aligned to the width. The building block of a semaphore another stream, device or\nprocess waits on with ``wait_value()``. ``flush=True`` first flushes the remote writes that\nreached the device (``CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES``, where the platform supports it).\nA node of the graph in a capture."),
             (fastcall, c"wait_value", wait_value, c"wait_value($self, /, address, value, *, width=32, op='geq', flush=False)\n--\n\nMake the work queued on the stream after this wait until the word at ``address``\nmeets ``op`` against ``value`` (``cuStreamWaitValue32/64``): 'geq' (``(int)(word - value)\n>= 0``, a greater-or-equal that survives the counter wrapping), 'eq', 'and' (``word & value\n!= 0``) or 'nor' (``~(word | value) != 0``). ``flush=True`` follows the wait with a flush\nof remote writes (``CU_STREAM_WAIT_VALUE_FLUSH``, where the platform supports it). The\nhost does not wait. ``address`` as for ``write_value()``. A node of the graph in a capture.\nWithin one process, order the writer after this wait with an event too: the driver may\nqueue the writer behind it (CUDA's warning; lazy module loading synchronizes the context)."),
+            (positional, c"keep_alive", keep_alive, c"keep_alive($self, /, *objs)\n--\n\nHold references to ``objs`` until the work queued on the stream so far is done,\nthen drop them on custream's own thread (never the driver's): a pinned host\nbuffer, an array's storage or a capsule the queued work reads stays alive without a\nsynchronize, and no Python runs in between. Returns at once. In a capture the\nreferences are tied to the graph instead, dropped once the graph and its executables\nare gone. After a fault of the stream's context they are dropped too (the GPU no longer\nruns); those still held when the interpreter exits are left to the process."),
+            (fastcall, c"set_access_policy_window", settings::set_access_policy_window, c"set_access_policy_window($self, /, address, nbytes, *, hit_ratio=1.0, hit='persisting', miss='streaming')\n--\n\nSet the stream's L2 access-policy window (``CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW``):\nfor every kernel launched on the stream, by any library, a ``hit_ratio`` share of the\n``nbytes`` bytes from ``address`` gets the ``hit`` property in L2 and the rest ``miss``\n('normal', 'streaming' or 'persisting'). ``address`` as for ``write_value()``: an int or an\narray with ``__cuda_array_interface__`` or ``__dlpack__``. ``nbytes`` is at most the\ndevice's ``CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE`` (a device without a window:\nCudaError). Persisting lines need the context's persisting L2 set aside\n(``cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize)``)."),
+            (noargs, c"clear_access_policy_window", settings::clear_access_policy_window, c"clear_access_policy_window($self, /)\n--\n\nRemove the stream's L2 access-policy window (a window of 0 bytes, as CUDA resets it)."),
+            (o, c"copy_settings_from", settings::copy_settings_from, c"copy_settings_from($self, other, /)\n--\n\nCopy every setting of ``other`` (a custream.Stream or any ``__cuda_stream__``\nobject) onto this stream: its sync_policy, access-policy window and memory\nsynchronization domain (``cuStreamCopyAttributes``)."),
         ],
         getters: [
             (c"handle", get_handle, c"The CUstream handle as an int (0, 1 and 2 are default-stream tokens)."),
@@ -475,6 +489,11 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
             (c"green_context", get_green_context, c"The custream.GreenContext the stream's work runs in, or None (the whole device).\nAny stream can be asked: one made in a green context by another library answers\ntoo (the driver is asked, and the green context adopted with the stream as owner)."),
             (c"sm_count", get_sm_count, c"How many SMs the stream's work may use: its green context's, else the device's."),
             (c"flags", get_flags, c"The stream's CUSTREAM_FLAG_* bits (custream.h), fixed when the object is made, as\ncustream's FLAG_* ints: FLAG_OWNED (custream made it and destroys it on close),\nFLAG_DEFAULT (a default-stream token: 0, 1 or 2), FLAG_NON_BLOCKING (owned streams),\nFLAG_SHARED (one of the module's default streams, never closed), FLAG_POOLED (made by a\ncustream.StreamPool), FLAG_GREEN (made in a custream.GreenContext)."),
+            (c"access_policy_window", settings::get_access_policy_window, c"The stream's L2 access-policy window as a custream.AccessPolicyWindow (address,\nnbytes, hit_ratio, hit, miss), or None when none is set. Set with\nset_access_policy_window(), removed with clear_access_policy_window()."),
+        ],
+        getsets: [
+            (c"sync_policy", settings::get_sync_policy, settings::set_sync_policy, c"How a host thread waits for the stream: 'auto', 'spin', 'yield' or 'blocking'\n(``CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY``), kept by the driver on the stream, so it\nholds for every library's wait on the handle (``cudaStreamSynchronize``: CuPy's, PyTorch's).\ncustream's own waits follow it: 'blocking' sleeps until the work is done, 'spin' polls and\nnever sleeps, 'yield' polls yielding the CPU, 'auto' polls 20 ms and then sleeps. Read and\nset; the default streams refuse a write (ValueError)."),
+            (c"mem_sync_domain", settings::get_mem_sync_domain, settings::set_mem_sync_domain, c"The memory-synchronization domain of the stream's kernels, 'default' or 'remote'\n(``CU_STREAM_ATTRIBUTE_MEM_SYNC_DOMAIN``): a fence of a 'remote' kernel does not wait for\nthe memory traffic of 'default' ones (NCCL's kernels use it). Read and set."),
         ],
     )
 }

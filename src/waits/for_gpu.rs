@@ -41,6 +41,17 @@ pub fn spin(
     deadline: Deadline,
     done: impl Fn() -> driver::Result<bool> + Send,
 ) -> driver::Result<bool> {
+    poll(py, deadline, false, done)
+}
+
+/// `spin`, giving the CPU away between polls when `yielding` (a stream whose policy is
+/// "yield", src/stream/settings.rs).
+pub fn poll(
+    py: Python<'_>,
+    deadline: Deadline,
+    yielding: bool,
+    done: impl Fn() -> driver::Result<bool> + Send,
+) -> driver::Result<bool> {
     let until = deadline.within(SPIN);
     gil::detach(py, move || loop {
         let _relaxed = capture_guard::relaxed_while_ours_open()?;
@@ -50,7 +61,35 @@ pub fn spin(
         if Instant::now() >= until {
             return Ok(false);
         }
-        std::hint::spin_loop();
+        if yielding {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    })
+}
+
+/// Poll `done` until it comes true, never sleeping (a stream whose policy is "spin"): in
+/// slices of `interrupt::SLICE` with the GIL let go, signal handlers run between them and the
+/// deadline kept (`what` names the wait in its TimeoutError).
+pub fn spin_all_along(
+    py: Python<'_>,
+    deadline: Deadline,
+    what: &str,
+    done: impl Fn() -> driver::Result<bool> + Send,
+) -> PyResult<()> {
+    interrupt::wait(py, deadline, what, move |slice| {
+        let until = Instant::now() + slice;
+        loop {
+            let _relaxed = capture_guard::relaxed_while_ours_open()?;
+            if done()? {
+                return Ok(true);
+            }
+            if Instant::now() >= until {
+                return Ok(false);
+            }
+            std::hint::spin_loop();
+        }
     })
 }
 

@@ -16,5 +16,5 @@ pub mod notifier_maker;
 pub mod notifiers;
 pub mod wake;
 
-pub use for_gpu::{future, spin, synchronize_event, StreamWait};
+pub use for_gpu::{future, poll, spin_all_along, synchronize_event, StreamWait};
 pub use notifiers::{arm, pending_count, Recorded};

@@ -19,7 +19,11 @@
  * them), and its destroy closes only that. A handle is the exporter's pid and the event's
  * number; STANDIN_IMPORTED_PENDING=1 leaves the work recorded on an imported event never done
  * (an exporter that exits before its work completes). Device UUIDs (cuDeviceGetUuid_v2) are per physical device: STANDIN_UUID_BASE=n
- * plays a process whose device 0 is the machine's device n (CUDA_VISIBLE_DEVICES). */
+ * plays a process whose device 0 is the machine's device n (CUDA_VISIBLE_DEVICES).
+ *
+ * A stream's settings (cuStreamSetAttribute, cuStreamGetAttribute, cuStreamCopyAttributes)
+ * are kept per stream and checked as the driver checks them; stream callbacks
+ * (cuStreamAddCallback) run as CUDA documents them, after a fault too (both at the end). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,15 +35,25 @@ typedef int CUresult;
 typedef int CUdevice;
 struct green;
 typedef struct ctx { unsigned long long id; int device; struct green *green; } *CUcontext;
-typedef struct stream { struct ctx *ctx; struct green *green; struct stream *next; unsigned long long id; } *CUstream;
+/* A stream's settings (cuStreamSetAttribute): CUstreamAttrValue's members, as CUDA 12 lays
+ * them out in a union of 64 bytes. */
+typedef struct { void *base; size_t bytes; float hit_ratio; int hit, miss; } Window;
+typedef union { unsigned char pad[64]; Window window; int sync; int domain; } AttrValue;
+struct attrs { int sync; Window window; int domain; };
+typedef struct stream { struct ctx *ctx; struct green *green; struct stream *next; unsigned long long id; struct attrs attrs; } *CUstream;
 typedef struct event { unsigned flags; int imported; unsigned serial; unsigned pid; } *CUevent;
 
 enum {
     OK = 0, INVALID_VALUE = 1, INVALID_DEVICE = 101, INVALID_CONTEXT = 201, NOT_READY = 600,
-    NOT_SUPPORTED = 801, INVALID_RESOURCE_TYPE = 914, INVALID_RESOURCE_CONFIGURATION = 915,
+    NOT_SUPPORTED = 801, INVALID_HANDLE = 400, INVALID_RESOURCE_TYPE = 914, INVALID_RESOURCE_CONFIGURATION = 915,
     STREAM_DETACHED = 917, ILLEGAL_ADDRESS = 700,
 };
-enum { SMS = 132, SM_GRANULE = 8, RESOURCE_SM = 1, GREEN_DEFAULT_STREAM = 1, NON_BLOCKING = 1, ATTR_SMS = 16 };
+enum { SMS = 132, SM_GRANULE = 8, RESOURCE_SM = 1, GREEN_DEFAULT_STREAM = 1, NON_BLOCKING = 1, ATTR_SMS = 16,
+       ATTR_MAX_WINDOW = 109 };
+/* CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE: 128 MiB, as an H100's (nearly);
+ * standin_max_window(0) plays a device without a window (before compute capability 8.0). */
+static int max_window = 128 << 20;
+void standin_max_window(int n) { max_window = n; }
 
 static struct ctx primary[2] = {{1, 0, NULL}, {1001, 1, NULL}};
 /* Counters bumped from any thread at once (a free-threaded interpreter runs custream's calls
@@ -78,6 +92,7 @@ CUresult cuGetErrorName(CUresult e, const char **s) {
     case INVALID_RESOURCE_CONFIGURATION: *s = "CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION"; break;
     case STREAM_DETACHED: *s = "CUDA_ERROR_STREAM_DETACHED"; break;
     case ILLEGAL_ADDRESS: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
+    case INVALID_HANDLE: *s = "CUDA_ERROR_INVALID_HANDLE"; break;
     default: *s = "CUDA_ERROR_STANDIN"; break;
     }
     return OK;
@@ -87,7 +102,11 @@ CUresult cuDeviceGetCount(int *n) { *n = devices(); return OK; }
 CUresult cuDeviceGet(CUdevice *d, int i) { *d = i; return i >= 0 && i < devices() ? OK : INVALID_DEVICE; }
 CUresult cuDeviceGetName(char *s, int n, CUdevice d) { (void)d; strncpy(s, "stand-in", (size_t)n); return OK; }
 CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice d) { (void)d; *b = 0; return OK; }
-CUresult cuDeviceGetAttribute(int *v, int a, CUdevice d) { (void)d; *v = a == ATTR_SMS ? SMS : 9; return OK; }
+CUresult cuDeviceGetAttribute(int *v, int a, CUdevice d) {
+    (void)d;
+    *v = a == ATTR_SMS ? SMS : a == ATTR_MAX_WINDOW ? max_window : 9;
+    return OK;
+}
 CUresult cuCtxGetCurrent(CUcontext *c) { *c = depth ? stack[depth - 1] : NULL; return OK; }
 CUresult cuCtxGetDevice(CUdevice *d) { *d = depth ? stack[depth - 1]->device : 0; return depth ? OK : INVALID_CONTEXT; }
 CUresult cuCtxGetId(CUcontext c, unsigned long long *id) { *id = c->id; return OK; }
@@ -116,6 +135,7 @@ static CUstream new_stream(struct ctx *c, struct green *g) {
     BUMP(made, 1);
     pthread_mutex_lock(&mu);
     s->id = ++next_stream_id;
+    s->attrs.sync = 1; /* CU_SYNC_POLICY_AUTO */
     s->next = streams;
     streams = s;
     BUMP(live_streams, 1);
@@ -153,7 +173,11 @@ CUresult cuStreamCreate(CUstream *s, unsigned f) { return cuStreamCreateWithPrio
  * wrote to address 16): from then on every call on a stream or event answers it, the
  * destroys included (which still free: the objects went with the context). */
 static int sticky;
-void standin_sticky(int code) { sticky = code; }
+static void run_callbacks(int status);
+void standin_sticky(int code) {
+    sticky = code;
+    run_callbacks(code);
+}
 CUresult cuStreamDestroy_v2(CUstream s) {
     pthread_mutex_lock(&mu);
     for (CUstream *p = &streams; *p; p = &(*p)->next)
@@ -190,7 +214,13 @@ CUresult cuStreamSynchronize(CUstream s) {
     }
     return on(s);
 }
-CUresult cuStreamQuery(CUstream s) { return slow_sync_ms && on(s) == OK ? NOT_READY : on(s); }
+/* standin_queries(): every cuStreamQuery, to see how a wait polled. */
+static int queries;
+int standin_queries(void) { return READ(queries); }
+CUresult cuStreamQuery(CUstream s) {
+    BUMP(queries, 1);
+    return slow_sync_ms && on(s) == OK ? NOT_READY : on(s);
+}
 CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned f) { (void)e; (void)f; return on(s); }
 CUresult cuStreamGetCtx(CUstream s, CUcontext *c) {
     if ((uintptr_t)s <= 2) *c = depth ? stack[depth - 1] : NULL;
@@ -297,16 +327,23 @@ CUresult cuEventRecord(CUevent e, CUstream s) { (void)e; return on(s); }
  * run, as when the GPU hangs; a sticky fault then ends it (a faulted driver runs no host
  * function, and every query answers the fault). */
 static int hold;
-void standin_hold(int on) { hold = on; }
+void standin_hold(int on) {
+    hold = on;
+    if (!on) run_callbacks(OK);
+}
 CUresult cuEventSynchronize(CUevent e) { (void)e; return sticky; }
 /* STANDIN_IMPORTED_PENDING=1: the work an exporter recorded never completes here. */
 CUresult cuEventQuery(CUevent e) {
     if (sticky) return sticky;
     return hold || (e->imported && getenv("STANDIN_IMPORTED_PENDING")) ? NOT_READY : OK;
 }
-/* No GPU work here: a host function runs at once, on the calling thread. */
+/* No GPU work here: a host function runs at once, on the calling thread
+ * (standin_host_funcs() counts them). */
 typedef void (*hostfn)(void *);
+static int host_funcs;
+int standin_host_funcs(void) { return READ(host_funcs); }
 CUresult cuLaunchHostFunc(CUstream s, hostfn fn, void *user) {
+    BUMP(host_funcs, 1);
     CUresult r = on(s);
     if (r == OK && !hold) fn(user);
     return r;
@@ -458,3 +495,130 @@ CUstream standin_runtime_stream_in(CUgreenCtx g) {
 }
 int standin_green_first_sm(CUgreenCtx g) { return g->first; }
 #endif /* STANDIN_NO_GREEN */
+
+/* ---- stream callbacks (cuStreamAddCallback), as CUDA documents them ----------------------
+ * Called once the work before them is done: at once here, on the calling thread, unless
+ * standin_hold(1) holds the GPU; then they wait in a list, called by standin_hold(0) with
+ * CUDA_SUCCESS, or by a sticky fault (standin_sticky) with the fault's status: the driver
+ * still calls a callback after a fault, which it never does for cuLaunchHostFunc's functions.
+ * standin_callbacks() counts the calls made, standin_callbacks_pending() the ones waiting. */
+typedef void (*streamcb)(CUstream, CUresult, void *);
+typedef struct pending_cb { streamcb fn; CUstream s; void *user; struct pending_cb *next; } pending_cb;
+static pending_cb *pending_cbs;
+static int callbacks, callbacks_waiting;
+int standin_callbacks(void) { return READ(callbacks); }
+int standin_callbacks_pending(void) { return READ(callbacks_waiting); }
+static void run_callbacks(int status) {
+    pthread_mutex_lock(&mu);
+    pending_cb *list = pending_cbs, *reversed = NULL;
+    pending_cbs = NULL;
+    pthread_mutex_unlock(&mu);
+    while (list) { pending_cb *n = list->next; list->next = reversed; reversed = list; list = n; }
+    while (reversed) {
+        pending_cb *n = reversed->next;
+        BUMP(callbacks_waiting, -1);
+        BUMP(callbacks, 1);
+        reversed->fn(reversed->s, status, reversed->user);
+        free(reversed);
+        reversed = n;
+    }
+}
+/* Left out with -DSTANDIN_NO_CALLBACKS: a driver without it. */
+#ifndef STANDIN_NO_CALLBACKS
+CUresult cuStreamAddCallback(CUstream s, streamcb fn, void *user, unsigned flags) {
+    CUresult r = on(s);
+    if (r != OK) return r;
+    if (flags != 0 || !fn) return INVALID_VALUE;
+    if (hold) {
+        pending_cb *p = malloc(sizeof *p);
+        *p = (pending_cb){fn, s, user, NULL};
+        pthread_mutex_lock(&mu);
+        p->next = pending_cbs;
+        pending_cbs = p;
+        pthread_mutex_unlock(&mu);
+        BUMP(callbacks_waiting, 1);
+        return OK;
+    }
+    BUMP(callbacks, 1);
+    fn(s, OK, user);
+    return OK;
+}
+#endif
+
+/* ---- a stream's settings (cuStreamSetAttribute / GetAttribute / CopyAttributes) ----------
+ * Kept per stream, checked as the driver checks them (the attribute's id, the policy, the
+ * window's ratio, properties and size against the device's largest, the domain):
+ * CUDA_ERROR_INVALID_VALUE otherwise. The default-stream tokens share one set (custream only
+ * reads it). standin_attribute_calls() counts the calls. */
+enum { ATTR_WINDOW = 1, ATTR_SYNC = 3, ATTR_DOMAIN = 10 };
+static struct attrs token_attrs __attribute__((unused)) = {1, {0, 0, 0, 0, 0}, 0};
+static int attribute_calls;
+int standin_attribute_calls(void) { return READ(attribute_calls); }
+/* Left out with -DSTANDIN_NO_ATTRIBUTES: a driver without them. */
+#ifndef STANDIN_NO_ATTRIBUTES
+/* A release function for the C face's tests (Custream_ReleaseAfter): counts its calls and
+ * keeps the thread of the last; standin_this_thread() is the caller's, to compare with. */
+static int releases;
+static unsigned long release_thread;
+void standin_release(void *ctx) {
+    (void)ctx;
+    __atomic_store_n(&release_thread, (unsigned long)pthread_self(), __ATOMIC_RELAXED);
+    BUMP(releases, 1);
+}
+int standin_releases(void) { return READ(releases); }
+unsigned long standin_release_thread(void) { return __atomic_load_n(&release_thread, __ATOMIC_RELAXED); }
+unsigned long standin_this_thread(void) { return (unsigned long)pthread_self(); }
+
+static struct attrs *attrs_of(CUstream s) {
+    if ((uintptr_t)s <= 2) return &token_attrs;
+    CUstream k = known_stream(s);
+    return k ? &k->attrs : NULL;
+}
+CUresult cuStreamSetAttribute(CUstream s, int id, const AttrValue *v) {
+    BUMP(attribute_calls, 1);
+    CUresult r = on(s);
+    if (r != OK) return r;
+    struct attrs *a = attrs_of(s);
+    if (!a) return INVALID_HANDLE;
+    switch (id) {
+    case ATTR_SYNC:
+        if (v->sync < 1 || v->sync > 4) return INVALID_VALUE;
+        a->sync = v->sync;
+        return OK;
+    case ATTR_WINDOW:
+        if (v->window.bytes > (size_t)max_window || !(v->window.hit_ratio >= 0 && v->window.hit_ratio <= 1) ||
+            v->window.hit < 0 || v->window.hit > 2 || v->window.miss < 0 || v->window.miss > 2)
+            return INVALID_VALUE;
+        a->window = v->window;
+        return OK;
+    case ATTR_DOMAIN:
+        if (v->domain < 0 || v->domain > 1) return INVALID_VALUE;
+        a->domain = v->domain;
+        return OK;
+    default: return INVALID_VALUE;
+    }
+}
+CUresult cuStreamGetAttribute(CUstream s, int id, AttrValue *v) {
+    BUMP(attribute_calls, 1);
+    CUresult r = on(s);
+    if (r != OK) return r;
+    struct attrs *a = attrs_of(s);
+    if (!a) return INVALID_HANDLE;
+    memset(v, 0, sizeof *v);
+    switch (id) {
+    case ATTR_SYNC: v->sync = a->sync; return OK;
+    case ATTR_WINDOW: v->window = a->window; return OK;
+    case ATTR_DOMAIN: v->domain = a->domain; return OK;
+    default: return INVALID_VALUE;
+    }
+}
+CUresult cuStreamCopyAttributes(CUstream dst, CUstream src) {
+    BUMP(attribute_calls, 1);
+    CUresult r = on(dst) != OK ? on(dst) : on(src);
+    if (r != OK) return r;
+    struct attrs *d = attrs_of(dst), *from = attrs_of(src);
+    if (!d || !from) return INVALID_HANDLE;
+    *d = *from;
+    return OK;
+}
+#endif

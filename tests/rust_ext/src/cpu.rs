@@ -91,6 +91,30 @@ fn synchronize_timeout(py: Python<'_>, stream: Stream, seconds: Option<f64>) -> 
     stream.synchronize_timeout(py, seconds.map(std::time::Duration::from_secs_f64))
 }
 
+/// The closures `release_after` queued that have run: the name of the thread each ran on.
+static RELEASE_RUNS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Stream::release_after with a closure that records its thread's name, then drops `payload`.
+#[pyfunction]
+fn release_after(py: Python<'_>, stream: Stream, payload: Vec<u8>) -> PyResult<()> {
+    stream.release_after(
+        py,
+        Box::new(move || {
+            drop(payload);
+            // The OS's name of the thread (custream's std named it, not this extension's).
+            let name = std::fs::read_to_string("/proc/thread-self/comm").unwrap_or_default();
+            let name = name.trim().to_owned();
+            lock(&RELEASE_RUNS).push(name);
+        }),
+    )
+}
+
+/// The names of the threads `release_after`'s closures ran on, in order.
+#[pyfunction]
+fn release_runs() -> Vec<String> {
+    lock(&RELEASE_RUNS).clone()
+}
+
 /// Stream::write_value.
 #[pyfunction]
 #[pyo3(signature = (stream, address, value, width, flush=false))]
@@ -253,6 +277,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(synchronize_timeout, m)?)?;
     m.add_function(wrap_pyfunction!(close, m)?)?;
     m.add_function(wrap_pyfunction!(write_value, m)?)?;
+    m.add_function(wrap_pyfunction!(release_after, m)?)?;
+    m.add_function(wrap_pyfunction!(release_runs, m)?)?;
     m.add_function(wrap_pyfunction!(wait_value, m)?)?;
     m.add_function(wrap_pyfunction!(event_from_ipc_handle, m)?)?;
     m.add_function(wrap_pyfunction!(from_handle, m)?)?;
