@@ -102,6 +102,7 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<host::functions::HostFunction>()?;
     m.add_class::<waits::wake::PyBell>()?;
     m.add_function(wrap_pyfunction!(module_functions::_pending_waits, m)?)?;
+    m.add_function(wrap_pyfunction!(module_functions::_notifier_streams, m)?)?;
     m.add_function(wrap_pyfunction!(module_functions::check_foreign_captures, m)?)?;
     let finalize = wrap_pyfunction!(module_functions::_finalize, m)?;
     py.import("atexit")?.call_method1("register", (&finalize,))?;

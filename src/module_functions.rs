@@ -143,3 +143,10 @@ pub fn _finalize(py: Python<'_>) {
 pub fn _pending_waits() -> usize {
     waits::pending_count()
 }
+
+/// The streams custream made for its own waits (notifiers and their bells), kept for the
+/// process; for tests that count the driver's streams.
+#[pyfunction]
+pub fn _notifier_streams() -> usize {
+    waits::notifier_streams()
+}

@@ -19,6 +19,20 @@ from _threads import blocked_at, wait_until
 
 # In a pytest process of its own against tests/standin/libcuda.c (tests/conftest.py).
 STANDIN = pytest.mark.standin("libcuda.c")
+
+
+def streams_made(driver):
+    """The streams the stand-in made for the pool: all, less custream's own for its waits (a
+    context's notifiers, made with its first stream)."""
+    return driver.standin_streams_made() - custream._custream._notifier_streams()
+
+
+def live_streams(driver):
+    """The pool's streams alive: the stand-in's, less custream's own for its waits (kept for
+    the process)."""
+    return driver.standin_live_streams() - custream._custream._notifier_streams()
+
+
 # The comment that marks the line of the lease a Ctrl-C is sent into (blocked_at): named here,
 # so that no other line holds the text.
 INTERRUPTED = "# interrupted"
@@ -69,9 +83,9 @@ def test_without_a_driver_a_pool_cannot_be_made():
 def test_streams_are_handed_out_round_robin_and_indexed(driver):
     pool = custream.StreamPool(3, priority=-2)
     assert len(pool) == 3 and pool.device == 0 and not pool.closed and pool.priorities == (-2,)
-    assert driver.standin_live_streams() == 0  # made on first use
+    assert live_streams(driver) == 0  # made on first use
     first = [pool.get() for _ in range(3)]
-    assert driver.standin_live_streams() == 3
+    assert live_streams(driver) == 3
     assert [pool.get() for _ in range(6)] == first * 2
     assert [pool[i] for i in range(3)] == first and pool[-1] is pool[2]
     assert len({s.handle for s in first}) == 3
@@ -92,13 +106,13 @@ def test_a_pool_stream_cannot_be_closed_but_the_pool_closes_all_once(driver):
     for close in (s.close, lambda: contextlib.closing(s).__exit__(None, None, None)):
         with pytest.raises(ValueError, match=owned):
             close()
-    assert not s.closed and driver.standin_live_streams() == 1  # made on first use
+    assert not s.closed and live_streams(driver) == 1  # made on first use
     with s:  # a plain Stream to every consumer: `with` makes it current
         assert custream.current_stream() is s
     pool.close()
     pool.close()
     assert pool.closed and s.closed
-    assert driver.standin_live_streams() == 0
+    assert live_streams(driver) == 0
     s.close()  # closed already: idempotent, not refused
     with pytest.raises(ValueError, match=r"get\(\) on a closed custream.StreamPool"):
         pool.get()
@@ -113,7 +127,7 @@ def test_a_dropped_pool_closes_its_streams(driver):
     kept = pool.get()
     del pool
     gc.collect()
-    assert kept.closed and driver.standin_live_streams() == 0
+    assert kept.closed and live_streams(driver) == 0
 
 
 @STANDIN
@@ -148,7 +162,7 @@ def test_an_out_of_range_priority_names_the_range(driver):
     for call in (pool.get, lambda: pool.lease(), lambda: pool[0]):
         with pytest.raises(custream.CudaError, match=r"priority -7 is outside this device's range \[-5, 0\]"):
             call()
-    assert driver.standin_live_streams() == 0 and driver.standin_streams_made() == 0
+    assert live_streams(driver) == 0 and streams_made(driver) == 0
     with pytest.raises(ValueError, match="device 3 does not exist: this machine has 1 CUDA device"):
         custream.priority_range(3)
 
@@ -175,16 +189,16 @@ def test_the_c_api_hands_out_the_same_round_robin():
 def test_a_pool_made_and_never_used_makes_no_stream_and_touches_no_context(driver):
     pools = [custream.StreamPool(8), custream.StreamPool(4, priorities=(0, -1, -3)),
              custream.StreamPool(2, priority=-9)]  # out of range: found out on first use only
-    assert driver.standin_streams_made() == 0
+    assert streams_made(driver) == 0
     assert driver.standin_primary_retains() == 0 and driver.standin_pushes() == 0
     for p in pools:
         p.close()
-    assert driver.standin_streams_made() == 0 and driver.standin_primary_retains() == 0
+    assert streams_made(driver) == 0 and driver.standin_primary_retains() == 0
     pool = custream.StreamPool(8)
     pool.get()
-    assert driver.standin_streams_made() == 1  # one stream: the one asked for
+    assert streams_made(driver) == 1  # one stream: the one asked for
     pool.close()
-    assert driver.standin_live_streams() == 0
+    assert live_streams(driver) == 0
 
 
 @STANDIN
@@ -218,7 +232,7 @@ def test_tiers_hold_size_streams_of_each_priority(driver):
     # Without a priority: the first tier given.
     assert pool.get().priority == -1
     assert [s.priority for s in pool] == [-1, -1, 0, 0, -4, -4]  # tier after tier
-    assert driver.standin_streams_made() == 6
+    assert streams_made(driver) == 6
     not_one = r"get\(\) priority {} is not one of this pool's priorities \(-1, 0, -4\)"
     for bad in (-2, 1, 2**80):
         with pytest.raises(ValueError, match=not_one.format(bad)):
@@ -253,9 +267,9 @@ def test_streams_are_made_once_when_threads_ask_at_once(driver):
         t.start()
     for t in threads:
         t.join()
-    assert len(set(seen)) == 3 and driver.standin_streams_made() == 3
+    assert len(set(seen)) == 3 and streams_made(driver) == 3
     pool.close()
-    assert driver.standin_live_streams() == 0
+    assert live_streams(driver) == 0
 
 
 # ---- leases ------------------------------------------------------------------------------------
@@ -278,7 +292,7 @@ def test_lease_refuses_bad_arguments_by_name(driver, args, exc, match):
     pool = custream.StreamPool(2)
     with pytest.raises(exc, match=match):
         pool.lease(**args)
-    assert driver.standin_streams_made() == 0
+    assert streams_made(driver) == 0
 
 
 @STANDIN
@@ -297,7 +311,7 @@ def test_a_lease_holds_its_stream_alone_until_its_block_ends(driver):
                 "StreamPool.lease() timed out after 0 s: every stream of priority 0 (2 of them) is leased")
         with pool.lease(timeout=0.05) as c:
             assert c is b  # given back: leased again, not made again
-    assert lease.closed and driver.standin_streams_made() == 2
+    assert lease.closed and streams_made(driver) == 2
     given_back = "on a custream.Lease that was given back (its with block ended, or it was closed)"
     for use in (lambda: lease.stream, lease.__enter__, lambda: [None for _ in [lease.__enter__()]]):
         with pytest.raises(ValueError) as e:
@@ -324,14 +338,14 @@ def test_leases_come_first_from_streams_already_made(driver):
     for _ in range(5):
         with pool.lease():
             pass
-    assert driver.standin_streams_made() == 1
+    assert streams_made(driver) == 1
     with pool.lease(), pool.lease():
-        assert driver.standin_streams_made() == 2
+        assert streams_made(driver) == 2
     pool.get()
     pool.get()
     pool.get()  # round-robin makes slots 0, 1, 2
     with pool.lease(), pool.lease(), pool.lease():
-        assert driver.standin_streams_made() == 3
+        assert streams_made(driver) == 3
     pool.close()
 
 
@@ -412,7 +426,7 @@ def test_closing_refuses_leases_at_once_and_closes_streams_after_the_last(driver
     pool.close()  # idempotent
     assert not s.closed
     lease.close()
-    assert s.closed and other.closed and driver.standin_live_streams() == 0
+    assert s.closed and other.closed and live_streams(driver) == 0
     assert repr(pool) == "<custream.StreamPool size=1 device=0 priorities=(0, -1) closed>"
 
 
@@ -457,9 +471,9 @@ def test_sixteen_threads_lease_and_get_at_once(driver):
         assert len({x.stream.handle for x in ls}) == 3
         for x in ls:
             x.close()
-    assert driver.standin_streams_made() == 6
+    assert streams_made(driver) == 6
     pool.close()
-    assert driver.standin_live_streams() == 0
+    assert live_streams(driver) == 0
 
 
 @STANDIN
@@ -559,7 +573,7 @@ def test_closing_while_threads_lease_closes_each_stream_once_after_the_last_leas
         assert not any(t.is_alive() for t in threads), "deadlock"
         assert not inside, inside[:3]
         assert refused == ["lease() on a closed custream.StreamPool"] * 8, refused
-        assert driver.standin_live_streams() == 0, "a stream left open"
+        assert live_streams(driver) == 0, "a stream left open"
         assert "leased" not in repr(pool)
 
 
@@ -587,7 +601,7 @@ def test_a_lease_given_back_is_reused_only_when_no_one_holds_it(driver):
     with pool.lease(timeout=0):
         pass
     # A kept lease does not keep its pool alive: a pool dropped closes its streams.
-    assert driver.standin_live_streams() == 1
+    assert live_streams(driver) == 1
     del pool
     gc.collect()
-    assert driver.standin_live_streams() == 0
+    assert live_streams(driver) == 0

@@ -67,6 +67,7 @@ PUBLIC = {
     "write_value": (lambda rx, s: rx.write_value(s, 0x1000, 1, 32), custream.CudaUnavailableError),
     "wait_value": (lambda rx, s: rx.wait_value(s, 0x1000, 1, 32, "geq"), custream.CudaUnavailableError),
     "release_after": (lambda rx, s: rx.release_after(s, b"x"), custream.CudaUnavailableError),
+    "event_from_ipc_handle": (lambda rx, s: rx.event_from_ipc_handle(b"\0" * 64, 0), custream.CudaUnavailableError),
     "close": (lambda rx, s: rx.close(s), bool),
     "clone_ref": (lambda rx, s: rx.views(s), bool),
     "as_py": (lambda rx, s: rx.views(s), bool),

@@ -76,7 +76,7 @@ def test_the_orderings_help_lists_are_cpythons_for_any_comparable_type():
 
 def test_help_shows_new_with_its_signature():
     sig = inspect.signature(Stream.__new__)
-    assert str(sig) == "(cls, /, *, device=None, non_blocking=True, priority=0, green_context=None)"
+    assert str(sig) == "(cls, /, *, device=None, non_blocking=True, priority=0, green_context=None, sync_policy=None)"
     text = pydoc.render_doc(Stream, renderer=pydoc.plaintext)
     assert "__new__(cls, /, *, device=None" in text
     assert "See help(type) for accurate signature" not in text

@@ -341,8 +341,9 @@ def test_hundreds_of_awaits_never_block_the_loop_in_the_driver(fake, kernel):
         assert ticks[0] - ticks0 >= 20, (ticks[0] - ticks0, time.monotonic() - armed)
         # Events custream did not record in stream order (awaited latest first, and
         # foreign records): notifiers of their own up to 16, then shared. Making a stream
-        # now waits while work is queued (an H100 blocked so, a few dozen streams in):
-        # custream's maker thread makes the notifiers, and the loop runs on.
+        # now waits while work is queued (an H100 blocked so, a few dozen streams in): the
+        # context's 16 notifiers and their bells were made with its first stream, so none
+        # is made now, and the loop runs on.
         kernel(streams[0], 300)
         events = [streams[i % 4].record() for i in range(100)]
         foreign = [Event() for _ in range(50)]
@@ -355,7 +356,7 @@ def test_hundreds_of_awaits_never_block_the_loop_in_the_driver(fake, kernel):
         futures.append(asyncio.to_thread(events[-1].synchronize, timeout=5))  # a thread's wait
         await asyncio.gather(*(asyncio.wrap_future(f) if not asyncio.iscoroutine(f) else f for f in futures))
         assert ticks[0] - ticks1 >= 20, ticks[0] - ticks1
-        assert fake.fake_streams_made() > made  # spares, by the maker thread
+        assert fake.fake_streams_made() == made  # not one stream made while work was queued
         assert fake.fake_host_func_waiters() == 0
         assert 1 <= fake.fake_host_func_peak() <= 17, fake.fake_host_func_peak()
         tick.cancel()
@@ -366,14 +367,61 @@ def test_hundreds_of_awaits_never_block_the_loop_in_the_driver(fake, kernel):
     fake.fake_busy_stream_create(0)
 
 
+def foreign_stream(fake):
+    """A stream another library made (custream wraps it): its context gets no notifiers with
+    it, as a stream custream makes gives its own."""
+    fake.cuStreamCreateWithPriority.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint, ctypes.c_int]
+    h = ctypes.c_void_p()
+    assert fake.cuStreamCreateWithPriority(ctypes.byref(h), 1, 0) == 0
+    return Stream.from_handle(h.value, device=0)
+
+
+@CAPTURE
+def test_awaits_on_custreams_streams_make_no_stream_while_the_gpu_is_busy(fake, kernel):
+    """Making a stream while the GPU is busy can cost a core for as long (the driver spins in
+    cuStreamCreate: an H200 spent the whole wait making notifiers for 64 awaits). custream
+    makes a context's 16 notifiers, each with its bell, as it makes the context's first
+    stream (Stream() or a pool's), before that stream is busy; the awaits of 64 streams
+    behind queued work then park behind those and make none, in every order."""
+    made_before = fake.fake_streams_made()
+    streams = [Stream() for _ in range(64)]
+    # 64 streams, and 16 notifiers with 16 bells made once, with the first.
+    assert fake.fake_streams_made() - made_before == 64 + 32, fake.fake_streams_made() - made_before
+    assert custream._custream._notifier_streams() == 32
+    pool = custream.StreamPool(2)
+    pool.get()
+    made = fake.fake_streams_made()
+    assert made - made_before == 64 + 32 + 1  # the pool's first stream: the context has its notifiers
+    fake.fake_busy_stream_create(made)  # making a stream from now on waits for the queue
+
+    async def main():
+        ticks, tick = ticker(0.005)
+        for s in streams:
+            kernel(s, 5)  # the stand-in runs one queue: 0.32 s in all
+        for latest_first in (False, True):
+            events = [s.record() for s in streams]
+            ticks0 = ticks[0]
+            await asyncio.gather(*(_await(e) for e in (events[::-1] if latest_first else events)))
+            assert ticks[0] - ticks0 >= 5, ticks[0] - ticks0  # the loop ran meanwhile
+            for s in streams:
+                kernel(s, 2)
+        tick.cancel()
+
+    asyncio.run(main())
+    settle()
+    assert fake.fake_streams_made() == made, "a stream was made while work was queued"
+    fake.fake_busy_stream_create(0)
+
+
 @CAPTURE
 def test_a_threads_wait_keeps_its_deadline_while_the_driver_blocks_making_a_stream(fake, kernel):
     """The driver may block making a stream while the GPU is busy (an H100 did, a few dozen
     streams in, until the work ended), in a wait no signal cuts short. A thread's wait that
-    finds no idle notifier has custream's maker thread make one and waits for it in slices,
-    asking the driver about the stream meanwhile: a timeout comes on time, Ctrl-C ends the
-    wait, and a wait without either ends with the work."""
-    s = Stream()
+    finds no idle notifier (on a stream of another library's: custream made none ahead) has
+    custream's maker thread make one and waits for it in slices, asking the driver about the
+    stream meanwhile: a timeout comes on time, Ctrl-C ends the wait, and a wait without
+    either ends with the work."""
+    s = foreign_stream(fake)
     fake.fake_busy_stream_create(fake.fake_streams_made())  # any stream from now, while work is queued
     kernel(s, 700)
     t = time.monotonic()

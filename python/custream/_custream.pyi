@@ -37,6 +37,7 @@ __all__ = [
     "_Bell",
     "_finalize",
     "_pending_waits",
+    "_notifier_streams",
     "__version__",
     "_C_API",
     "Graph",
@@ -598,6 +599,10 @@ class _Bell:
 def _pending_waits() -> int:
     """Waits armed (a synchronize, an await, a future) whose driver notification has not come
     yet; for tests: a finished or cancelled wait leaves none once the GPU passed its event."""
+
+def _notifier_streams() -> int:
+    """The streams custream made for its own waits (notifiers and their bells), kept for the
+    process; for tests that count the driver's streams."""
 
 def _finalize() -> None:
     """Registered with atexit: from here on no Stream, Event or Graph calls into the driver,

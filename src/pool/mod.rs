@@ -7,7 +7,7 @@
 //!   files call each other directly.
 //!
 //! Offers `StreamPool` (the C API's `pool_get`). Uses `green/` (a pool in a green context),
-//! `object/`, `cpython/` and `driver/`.
+//! `waits/` (a new stream's context gets its notifiers), `object/`, `cpython/` and `driver/`.
 
 pub mod lease;
 pub mod stream_pool;

@@ -22,6 +22,7 @@ use crate::green::{self, green_context_arg, GreenContext};
 use crate::object::closable::{self, Closable};
 use crate::object::make;
 use crate::pool::lease::{CloseNow, Lease, Leases};
+use crate::waits::notifiers;
 
 /// The most streams one pool makes: far above any use (rmm's default is 16), low enough
 /// that a typo does not try to make millions.
@@ -217,6 +218,7 @@ impl StreamPool {
             None => make::create(py, Some(self.device), self.non_blocking, priority, true)?,
         };
         make::with_sync_policy(&made, self.sync_policy)?;
+        notifiers::prepare(py, &made);
         Ok(made)
     }
 

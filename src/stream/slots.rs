@@ -26,6 +26,7 @@ use crate::object::make::{self, Parts};
 use crate::object::protocol::{self, handle_from_int};
 use crate::stream::{self, closed_error};
 use crate::stream::{current, settings};
+use crate::waits::notifiers;
 
 const DOC: &CStr = c"Stream(*, device=None, non_blocking=True, priority=0, green_context=None, sync_policy=None)
 --
@@ -78,6 +79,7 @@ fn new(py: Python<'_>, args: TupleDict<'_, '_>) -> PyResult<Py<PyAny>> {
         None => make::create(py, device, non_blocking, priority, false)?,
     };
     make::with_sync_policy(&made, policy)?;
+    notifiers::prepare(py, &made);
     Ok(made.unbind())
 }
 

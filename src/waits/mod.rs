@@ -17,4 +17,4 @@ pub mod notifiers;
 pub mod wake;
 
 pub use for_gpu::{future, poll, spin_all_along, synchronize_event, StreamWait};
-pub use notifiers::{arm, pending_count, Recorded};
+pub use notifiers::{arm, notifier_streams, pending_count, Recorded};

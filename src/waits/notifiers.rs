@@ -36,6 +36,7 @@ use pyo3::prelude::*;
 
 use crate::cpython::gil;
 use crate::cpython::interrupt::{self, Deadline};
+use crate::cpython::stream_object::{StreamObject, CUSTREAM_FLAG_GREEN};
 use crate::driver::{
     self, CaptureMode, CaptureModeScope, Context, DriverError, EventHandle, OwnedEvent, OwnedStream, StreamHandle,
 };
@@ -76,11 +77,21 @@ impl Notifier {
 /// never handed out again).
 static IDLE: Mutex<Option<HashMap<u64, Vec<Notifier>>>> = Mutex::new(None);
 
+/// Notifier and bell streams made (kept for the process).
+static STREAMS: AtomicUsize = AtomicUsize::new(0);
+
+/// The streams custream made for its waits: notifiers and their bells.
+pub fn notifier_streams() -> usize {
+    STREAMS.load(Ordering::Relaxed)
+}
+
 /// A stream of `ctx` for custream's own use, made relaxed: a capture open on this thread
 /// (custream's or another library's) would take the creation as unsafe.
 fn make_stream(ctx: Context) -> driver::Result<OwnedStream> {
     let _relaxed = CaptureModeScope::enter(CaptureMode::Relaxed)?;
-    driver::create_stream(ctx, driver::current_context()?, true, 0)
+    let made = driver::create_stream(ctx, driver::current_context()?, true, 0)?;
+    STREAMS.fetch_add(1, Ordering::Relaxed);
+    Ok(made)
 }
 
 /// The idle notifiers of the context `id`, in `IDLE`'s map (its lock held).
@@ -120,6 +131,53 @@ pub fn take(py: Python<'_>, ctx: Context) -> PyResult<Notifier> {
         Some(n) => Ok(n),
         None => Ok(gil::detach(py, move || make(ctx, id))?),
     }
+}
+
+/// Contexts (by id) whose notifiers `prepare` made, or is making.
+static PREPARED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// Make the notifiers of the context `made` runs in (a stream custream has just made), each
+/// with its bell, unless that context's were made already: `SPREAD` of them, so that the
+/// context's awaits park behind these and make no stream. The driver can block
+/// `cuStreamCreate`, spinning, while many of a context's streams are busy (an H200 spent a
+/// core for the whole wait when 64 awaits made their notifiers behind busy kernels); a stream
+/// custream has just made is not busy yet, and neither, most often, is the GPU. Without the
+/// GIL; a notifier the driver refuses is left unmade (the context's waits make theirs as
+/// before). A context only other libraries' streams run in gets its notifiers at its first
+/// wait.
+pub fn prepare(py: Python<'_>, made: &Bound<'_, PyAny>) {
+    let Ok(s) = StreamObject::of(made, "Stream()") else {
+        return;
+    };
+    if s.flags() & CUSTREAM_FLAG_GREEN != 0 {
+        return; // a green context is for a slice of the SMs: its waits make their own
+    }
+    let (Some(ctx), id) = s.known_context() else {
+        return;
+    };
+    {
+        let mut prepared = PREPARED.lock().unwrap_or_else(PoisonError::into_inner);
+        if prepared.contains(&id) {
+            return;
+        }
+        prepared.push(id);
+    }
+    gil::detach(py, move || {
+        let have = idle_of(&mut IDLE.lock().unwrap_or_else(PoisonError::into_inner), id).len();
+        for _ in have..SPREAD {
+            let Ok(mut n) = make(ctx, id) else {
+                return;
+            };
+            match make_stream(ctx) {
+                Ok(bell) => n.bell = Some(bell),
+                Err(_) => {
+                    put_back(n);
+                    return;
+                }
+            }
+            put_back(n);
+        }
+    });
 }
 
 /// Notifiers given back: threads waiting for one (`take_within`) wake, counted in `AWAITING`
