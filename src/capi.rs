@@ -59,31 +59,49 @@ fn stream_arg<'a>(obj: Option<&'a Bound<'_, PyAny>>, fname: &str) -> PyResult<St
     StreamObject::of(obj, &format!("{fname}()"))
 }
 
-// Every entry below is one call of `raw_call::function_o`, whose contract is the C API's
-// (custream.h): the GIL is held and every `PyObject *` is NULL or alive.
-
-unsafe extern "C" fn as_stream(obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    // SAFETY: the C API's contract.
-    unsafe { raw_call::function_o(obj, |_, obj| boundary(|_| as_stream_of(obj.as_deref()))) }
+/// `f`, its type spelled out for the closure that `c_entry!` makes, so that it is one for
+/// every lifetime `raw_call::function_o` gives it.
+fn entry<O, R, F>(f: F) -> F
+where
+    F: for<'a> FnOnce(Python<'a>, Option<Borrowed<'a, 'a, PyAny>>, O) -> R,
+{
+    f
 }
+
+/// An entry of the table that takes a `PyObject *`: the `unsafe extern "C" fn` C calls, with
+/// the C signature given, running `|py, obj| body` through one call of `raw_call::function_o`
+/// on the argument named after `on`; with `on obj, out |py, obj, out|`, the out-pointer
+/// argument `out` is given to the body as an `Option<&mut T>` (the third argument of
+/// `entry`'s closure: `(out,)`, or `()` without one). The body is safe code: only the
+/// call and the out-pointer are under the one `unsafe` block, whose contract is the C API's.
+macro_rules! c_entry {
+    (
+        fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty =
+            on $obj:ident $(, $out:ident)? |$py:tt, $o:tt $(, $op:tt)?| $body:expr
+    ) => {
+        unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            let body = entry(move |$py, $o, ($($op,)?)| $body);
+            // SAFETY: the C API's contract (custream.h): the GIL is held, every `PyObject *`
+            // is NULL or alive, and an out-pointer is NULL or a place for one value that
+            // nothing else touches, all for the call.
+            unsafe { raw_call::function_o($obj, |py, o| body(py, o, ($($out.as_mut(),)?))) }
+        }
+    };
+}
+
+c_entry!(fn as_stream(obj: *mut ffi::PyObject) -> *mut ffi::PyObject = on obj |_, obj| {
+    boundary(|_| as_stream_of(obj.as_deref()))
+});
 
 fn as_stream_of(obj: Option<&Bound<'_, PyAny>>) -> PyResult<*mut ffi::PyObject> {
     let obj = obj.ok_or_else(|| PyTypeError::new_err("Custream_AsStream() expected an object, got NULL"))?;
     Ok(protocol::as_stream(obj)?.into_ptr())
 }
 
-unsafe extern "C" fn from_handle(
-    handle: custream_handle_t,
-    device: c_int,
-    owner: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: the C API's contract.
-    unsafe {
-        raw_call::function_o(owner, |py, owner| {
-            boundary(|_| from_handle_of(py, handle, device, owner.as_deref()))
-        })
-    }
-}
+c_entry!(
+    fn from_handle(handle: custream_handle_t, device: c_int, owner: *mut ffi::PyObject) -> *mut ffi::PyObject =
+        on owner |py, owner| boundary(|_| from_handle_of(py, handle, device, owner.as_deref()))
+);
 
 fn from_handle_of(
     py: Python<'_>,
@@ -110,31 +128,20 @@ unsafe extern "C" fn from_handle_with_deleter(
     })
 }
 
-unsafe extern "C" fn check(obj: *mut ffi::PyObject) -> c_int {
-    // SAFETY: the C API's contract.
-    unsafe {
-        raw_call::function_o(obj, |_, obj| {
-            c_int::from(obj.is_some_and(|o| stream_object::is_stream(&o)))
-        })
-    }
-}
+c_entry!(fn check(obj: *mut ffi::PyObject) -> c_int = on obj |_, obj| {
+    c_int::from(obj.is_some_and(|o| stream_object::is_stream(&o)))
+});
 
-unsafe extern "C" fn synchronize(obj: *mut ffi::PyObject) -> c_int {
-    // SAFETY: the C API's contract.
-    unsafe {
-        raw_call::function_o(obj, |py, obj| {
-            boundary(|_| {
-                stream_arg(obj.as_deref(), "Custream_Synchronize")?.synchronize_until(py, Deadline::NEVER)?;
-                Ok(0)
-            })
-        })
-    }
-}
+c_entry!(fn synchronize(obj: *mut ffi::PyObject) -> c_int = on obj |py, obj| {
+    boundary(|_| {
+        stream_arg(obj.as_deref(), "Custream_Synchronize")?.synchronize_until(py, Deadline::NEVER)?;
+        Ok(0)
+    })
+});
 
-unsafe extern "C" fn synchronize_timeout(obj: *mut ffi::PyObject, timeout: f64) -> c_int {
-    // SAFETY: the C API's contract.
-    unsafe { raw_call::function_o(obj, |py, obj| synchronize_timeout_of(py, obj.as_deref(), timeout)) }
-}
+c_entry!(fn synchronize_timeout(obj: *mut ffi::PyObject, timeout: f64) -> c_int = on obj |py, obj| {
+    synchronize_timeout_of(py, obj.as_deref(), timeout)
+});
 
 fn synchronize_timeout_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, timeout: f64) -> c_int {
     boundary(|_| {
@@ -148,10 +155,10 @@ fn synchronize_timeout_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, timeou
     })
 }
 
-unsafe extern "C" fn handle_checked(obj: *mut ffi::PyObject, out: *mut custream_handle_t) -> c_int {
-    // SAFETY: the C API's contract; `out` is NULL or a place for one handle (custream.h).
-    unsafe { raw_call::function_o(obj, |_, obj| handle_checked_of(obj.as_deref(), out.as_mut())) }
-}
+c_entry!(
+    fn handle_checked(obj: *mut ffi::PyObject, out: *mut custream_handle_t) -> c_int =
+        on obj, out |_, obj, out| handle_checked_of(obj.as_deref(), out)
+);
 
 fn handle_checked_of(obj: Option<&Bound<'_, PyAny>>, out: Option<&mut custream_handle_t>) -> c_int {
     boundary(|_| {
@@ -174,10 +181,9 @@ unsafe extern "C" fn default_stream(token: custream_handle_t) -> *mut ffi::PyObj
     boundary(|py| Ok(make::default_stream(py, token as usize as u64)?.into_ptr()))
 }
 
-unsafe extern "C" fn pool_get(pool: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    // SAFETY: the C API's contract.
-    unsafe { raw_call::function_o(pool, |py, pool| boundary(|_| pool_get_of(py, pool.as_deref()))) }
-}
+c_entry!(fn pool_get(pool: *mut ffi::PyObject) -> *mut ffi::PyObject = on pool |py, pool| {
+    boundary(|_| pool_get_of(py, pool.as_deref()))
+});
 
 fn pool_get_of(py: Python<'_>, pool: Option<&Bound<'_, PyAny>>) -> PyResult<*mut ffi::PyObject> {
     let pool =
@@ -191,37 +197,24 @@ fn pool_get_of(py: Python<'_>, pool: Option<&Bound<'_, PyAny>>) -> PyResult<*mut
     Ok(pool.get().get(py, 0)?.into_ptr())
 }
 
-unsafe extern "C" fn launch_host_func(obj: *mut ffi::PyObject, f: custream_host_fn_t, user: *mut c_void) -> c_int {
-    // SAFETY: the C API's contract.
-    unsafe {
-        raw_call::function_o(obj, |py, obj| {
-            boundary(|_| {
-                let s = stream_arg(obj.as_deref(), "Custream_LaunchHostFunc")?;
-                let f = f.ok_or_else(|| PyValueError::new_err("Custream_LaunchHostFunc() fn is NULL"))?;
-                host::functions::launch_c(py, s, f, user)?;
-                Ok(0)
-            })
+c_entry!(
+    fn launch_host_func(obj: *mut ffi::PyObject, f: custream_host_fn_t, user: *mut c_void) -> c_int =
+        on obj |py, obj| boundary(|_| {
+            let s = stream_arg(obj.as_deref(), "Custream_LaunchHostFunc")?;
+            let f = f.ok_or_else(|| PyValueError::new_err("Custream_LaunchHostFunc() fn is NULL"))?;
+            host::functions::launch_c(py, s, f, user)?;
+            Ok(0)
         })
-    }
-}
+);
 
-unsafe extern "C" fn is_capturing(obj: *mut ffi::PyObject) -> c_int {
-    // SAFETY: the C API's contract.
-    unsafe {
-        raw_call::function_o(obj, |py, obj| {
-            boundary(|_| {
-                Ok(c_int::from(
-                    stream_arg(obj.as_deref(), "Custream_IsCapturing")?.is_capturing(py)?,
-                ))
-            })
-        })
-    }
-}
+c_entry!(fn is_capturing(obj: *mut ffi::PyObject) -> c_int = on obj |py, obj| {
+    boundary(|_| Ok(c_int::from(stream_arg(obj.as_deref(), "Custream_IsCapturing")?.is_capturing(py)?)))
+});
 
-unsafe extern "C" fn green_context(obj: *mut ffi::PyObject, out: *mut custream_green_ctx_t) -> c_int {
-    // SAFETY: the C API's contract; `out` is NULL or a place for one handle (custream.h).
-    unsafe { raw_call::function_o(obj, |py, obj| green_context_of(py, obj.as_deref(), out.as_mut())) }
-}
+c_entry!(
+    fn green_context(obj: *mut ffi::PyObject, out: *mut custream_green_ctx_t) -> c_int =
+        on obj, out |py, obj, out| green_context_of(py, obj.as_deref(), out)
+);
 
 fn green_context_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut custream_green_ctx_t>) -> c_int {
     boundary(|_| {
@@ -233,10 +226,10 @@ fn green_context_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<
     })
 }
 
-unsafe extern "C" fn sm_count(obj: *mut ffi::PyObject, out: *mut c_uint) -> c_int {
-    // SAFETY: the C API's contract; `out` is NULL or a place for one unsigned int (custream.h).
-    unsafe { raw_call::function_o(obj, |py, obj| sm_count_of(py, obj.as_deref(), out.as_mut())) }
-}
+c_entry!(
+    fn sm_count(obj: *mut ffi::PyObject, out: *mut c_uint) -> c_int =
+        on obj, out |py, obj, out| sm_count_of(py, obj.as_deref(), out)
+);
 
 fn sm_count_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut c_uint>) -> c_int {
     boundary(|_| {
@@ -248,10 +241,10 @@ fn sm_count_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut 
     })
 }
 
-unsafe extern "C" fn stream_id(obj: *mut ffi::PyObject, out: *mut std::ffi::c_ulonglong) -> c_int {
-    // SAFETY: the C API's contract; `out` is NULL or a place for one id (custream.h).
-    unsafe { raw_call::function_o(obj, |py, obj| stream_id_of(py, obj.as_deref(), out.as_mut())) }
-}
+c_entry!(
+    fn stream_id(obj: *mut ffi::PyObject, out: *mut std::ffi::c_ulonglong) -> c_int =
+        on obj, out |py, obj, out| stream_id_of(py, obj.as_deref(), out)
+);
 
 fn stream_id_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut std::ffi::c_ulonglong>) -> c_int {
     boundary(|_| {
@@ -263,10 +256,10 @@ fn stream_id_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut
     })
 }
 
-unsafe extern "C" fn stream_device(obj: *mut ffi::PyObject, out: *mut c_int) -> c_int {
-    // SAFETY: the C API's contract; `out` is NULL or a place for one int (custream.h).
-    unsafe { raw_call::function_o(obj, |py, obj| stream_device_of(py, obj.as_deref(), out.as_mut())) }
-}
+c_entry!(
+    fn stream_device(obj: *mut ffi::PyObject, out: *mut c_int) -> c_int =
+        on obj, out |py, obj, out| stream_device_of(py, obj.as_deref(), out)
+);
 
 fn stream_device_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<&mut c_int>) -> c_int {
     boundary(|_| {
@@ -278,44 +271,23 @@ fn stream_device_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, out: Option<
     })
 }
 
-unsafe extern "C" fn write_value(
-    obj: *mut ffi::PyObject,
-    address: u64,
-    value: u64,
-    width: c_int,
-    flush: c_int,
-) -> c_int {
-    // SAFETY: the C API's contract.
-    unsafe {
-        raw_call::function_o(obj, |py, obj| {
-            boundary(|_| {
-                let s = stream_arg(obj.as_deref(), "Custream_WriteValue")?;
-                memops::write_c(py, s, address, value, width, flush != 0)?;
-                Ok(0)
-            })
+c_entry!(
+    fn write_value(obj: *mut ffi::PyObject, address: u64, value: u64, width: c_int, flush: c_int) -> c_int =
+        on obj |py, obj| boundary(|_| {
+            let s = stream_arg(obj.as_deref(), "Custream_WriteValue")?;
+            memops::write_c(py, s, address, value, width, flush != 0)?;
+            Ok(0)
         })
-    }
-}
+);
 
-unsafe extern "C" fn wait_value(
-    obj: *mut ffi::PyObject,
-    address: u64,
-    value: u64,
-    width: c_int,
-    op: c_int,
-    flush: c_int,
-) -> c_int {
-    // SAFETY: the C API's contract.
-    unsafe {
-        raw_call::function_o(obj, |py, obj| {
-            boundary(|_| {
-                let s = stream_arg(obj.as_deref(), "Custream_WaitValue")?;
-                memops::wait_c(py, s, address, value, width, op, flush != 0)?;
-                Ok(0)
-            })
+c_entry!(
+    fn wait_value(obj: *mut ffi::PyObject, address: u64, value: u64, width: c_int, op: c_int, flush: c_int) -> c_int =
+        on obj |py, obj| boundary(|_| {
+            let s = stream_arg(obj.as_deref(), "Custream_WaitValue")?;
+            memops::wait_c(py, s, address, value, width, op, flush != 0)?;
+            Ok(0)
         })
-    }
-}
+);
 
 unsafe extern "C" fn event_from_ipc_handle(handle: *const c_void, size: usize, device: c_int) -> *mut ffi::PyObject {
     const F: &str = "Custream_EventFromIpcHandle()";
@@ -336,26 +308,22 @@ unsafe extern "C" fn event_from_ipc_handle(handle: *const c_void, size: usize, d
     })
 }
 
-unsafe extern "C" fn release_after(obj: *mut ffi::PyObject, f: custream_release_fn_t, ctx: *mut c_void) -> c_int {
-    // SAFETY: the C API's contract.
-    unsafe {
-        raw_call::function_o(obj, |py, obj| {
-            boundary(|_| {
-                let f = f.ok_or_else(|| PyValueError::new_err("Custream_ReleaseAfter() fn is NULL"))?;
-                // From here `f(ctx)` is called once whatever happens (custream.h).
-                let s = match stream_arg(obj.as_deref(), "Custream_ReleaseAfter") {
-                    Ok(s) => s,
-                    Err(e) => {
-                        host::keep_alive::release_c_now(f, ctx);
-                        return Err(e);
-                    }
-                };
-                host::keep_alive::release_after_c(py, s, f, ctx)?;
-                Ok(0)
-            })
+c_entry!(
+    fn release_after(obj: *mut ffi::PyObject, f: custream_release_fn_t, ctx: *mut c_void) -> c_int =
+        on obj |py, obj| boundary(|_| {
+            let f = f.ok_or_else(|| PyValueError::new_err("Custream_ReleaseAfter() fn is NULL"))?;
+            // From here `f(ctx)` is called once whatever happens (custream.h).
+            let s = match stream_arg(obj.as_deref(), "Custream_ReleaseAfter") {
+                Ok(s) => s,
+                Err(e) => {
+                    host::keep_alive::release_c_now(f, ctx);
+                    return Err(e);
+                }
+            };
+            host::keep_alive::release_after_c(py, s, f, ctx)?;
+            Ok(0)
         })
-    }
-}
+);
 
 /// The capsule holding the table; the table lives for the process.
 pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {

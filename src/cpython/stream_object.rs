@@ -213,19 +213,20 @@ impl<'a> StreamObject<'a> {
     pub fn keep_id<'py>(self, id: Bound<'py, PyAny>) -> Bound<'py, PyAny> {
         let py = id.py();
         let p = id.into_ptr();
-        match self
+        let kept = match self
             .id_cell()
             .compare_exchange(null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
         {
-            // SAFETY: the object holds the reference just stored until `dealloc` (rule 2).
-            Ok(_) => unsafe { Bound::from_borrowed_ptr(py, p) },
+            Ok(_) => p,
             Err(kept) => {
                 // SAFETY: `p` is our own reference, not stored: given back here.
                 drop(unsafe { Bound::from_owned_ptr(py, p) });
-                // SAFETY: as in `known_id`.
-                unsafe { Bound::from_borrowed_ptr(py, kept) }
+                kept
             }
-        }
+        };
+        // SAFETY: the reference just stored, or the one stored first: as in `known_id`, the
+        // object holds it until `dealloc` (rule 2) and is alive ('a).
+        unsafe { Bound::from_borrowed_ptr(py, kept) }
     }
 
     fn owner_cell(self) -> &'a AtomicPtr<ffi::PyObject> {
@@ -402,8 +403,8 @@ pub fn alloc<'py>(py: Python<'py>, fields: Fields<'py>) -> PyResult<Bound<'py, P
 // the views above. The GIL is held and the pointers are CPython's (rule 4).
 
 /// # Safety
-/// `obj` is the live Stream a method was called on; `arg` is NULL or a live argument; the
-/// GIL is held.
+/// `obj` is the live Stream a method was called on (or an attribute set on), `arg` NULL or
+/// a live argument (the new value, NULL when the attribute is deleted); the GIL is held.
 #[inline(always)]
 pub unsafe fn method<R>(
     obj: *mut ffi::PyObject,
@@ -437,24 +438,6 @@ pub unsafe fn method_fastcall<R>(
         (py, StreamObject::from_ptr(obj), Fastcall::new(py, args, nargs, kwnames))
     };
     f(s, py, args)
-}
-
-/// # Safety
-/// `obj` is the live Stream an attribute is set on, `value` NULL (the attribute deleted) or
-/// the live new value; the thread is attached.
-#[inline(always)]
-pub unsafe fn setter(
-    obj: *mut ffi::PyObject,
-    value: *mut ffi::PyObject,
-    f: impl for<'a> FnOnce(StreamObject<'a>, Python<'a>, Option<Borrowed<'a, 'a, PyAny>>) -> c_int,
-) -> c_int {
-    // SAFETY: the caller's contract: the thread is attached, `obj` is a live Stream and `value`
-    // NULL or alive, all for the call.
-    let (py, s, value) = unsafe {
-        let py = Python::assume_attached();
-        (py, StreamObject::from_ptr(obj), Borrowed::from_ptr_or_opt(py, value))
-    };
-    f(s, py, value)
 }
 
 /// # Safety

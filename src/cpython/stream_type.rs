@@ -288,7 +288,7 @@ macro_rules! stream_shim {
             // SAFETY: CPython calls a Stream setter attached, on a live Stream, with a live
             // value (NULL to delete).
             unsafe {
-                $crate::cpython::stream_object::setter(obj, value, |s, py, value| {
+                $crate::cpython::stream_object::method(obj, value, |s, py, value| {
                     $crate::cpython::boundary::boundary(|_| $f(s, py, value).map(|()| 0))
                 })
             }

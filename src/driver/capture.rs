@@ -107,35 +107,6 @@ pub unsafe fn launch_host_func(h: StreamHandle, f: unsafe extern "C" fn(*mut c_v
     check(unsafe { (api.cuLaunchHostFunc)(h.0, Some(f), user) })
 }
 
-/// Whether the driver has cuStreamAddCallback (`stream_add_callback`).
-pub fn has_stream_callbacks() -> bool {
-    libcuda::callbacks().is_some()
-}
-
-/// cuStreamAddCallback: `f(stream, status, user)` on a driver thread once the work queued so
-/// far is done, or with the fault's status once the context faulted (where a host function of
-/// cuLaunchHostFunc is never called). Not in a capture, which it would invalidate: the caller
-/// asks first. Refused as NOT_SUPPORTED where the driver lacks it (`has_stream_callbacks`).
-///
-/// # Safety
-/// `f(user)` must be safe to call once, on any thread.
-pub unsafe fn stream_add_callback(
-    h: StreamHandle,
-    f: unsafe extern "C" fn(CUstream, Status, *mut c_void),
-    user: *mut c_void,
-) -> Result<()> {
-    init()?;
-    let Some(t) = libcuda::callbacks() else {
-        return Err(refused(
-            code::NOT_SUPPORTED,
-            "CUDA_ERROR_NOT_SUPPORTED",
-            "the CUDA driver has no cuStreamAddCallback".to_owned(),
-        ));
-    };
-    // SAFETY: `h` is live (the handle rule); the caller vouches for `f` and `user`.
-    check(unsafe { (t.cuStreamAddCallback)(h.0, Some(f), user, 0) })
-}
-
 pub fn stream_begin_capture(h: StreamHandle, mode: CaptureMode) -> Result<()> {
     let api = init()?;
     // SAFETY: the handle is live (the handle rule).
@@ -224,21 +195,6 @@ pub fn graph_upload(exec: GraphExecHandle, h: StreamHandle) -> Result<()> {
     let api = init()?;
     // SAFETY: both handles are live (the handle rule).
     check(unsafe { (api.cuGraphUpload)(exec.0, h.0) })
-}
-
-/// A user object holding `ptr`: `destroy(ptr)` runs once the last reference (ours, then
-/// each graph's and executable graph's, and their launches in flight) is gone.
-///
-/// # Safety
-/// `destroy` must be safe to call once with `ptr` from any thread, and make no CUDA call.
-pub unsafe fn user_object_create(ptr: *mut c_void, destroy: unsafe extern "C" fn(*mut c_void)) -> Result<UserObject> {
-    let api = init()?;
-    let mut obj: CUuserObject = null_mut();
-    let destroy: CUhostFn = Some(destroy);
-    let no_sync = cu::CUuserObject_flags::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC as c_uint;
-    // SAFETY: a valid out-pointer; the caller vouches for `destroy` and `ptr`.
-    check(unsafe { (api.cuUserObjectCreate)(&mut obj, ptr, destroy, 1, no_sync) })?;
-    Ok(UserObject(obj))
 }
 
 /// Give up our reference to `obj`.

@@ -13,7 +13,9 @@
 //! `gate` is the process's state in front of every call (fork, exit, host functions);
 //! `capture_guard` is what a capture is to custream, by handle (the captures begun through
 //! custream and their streams, and the decision to refuse a call a capture forbids or run it
-//! relaxed), asked by streams, events, waits and host functions.
+//! relaxed), asked by streams, events, waits and host functions; `callbacks` is the Rust code
+//! the driver calls on its threads, behind a safe API (a closure after a stream's work, a box
+//! a user object owns).
 //!
 //! Uses nothing else of custream's.
 //!
@@ -26,8 +28,9 @@
 //! reports on calls that take it, and `ensure_same_context` checks before every use of a
 //! stream or event, since the driver may crash rather than fail on their handles then. The
 //! driver does not validate a handle: a dead one is undefined behaviour, which is why the
-//! rule is kept by types and not by hope. Two functions take raw memory and stay `unsafe fn`
-//! (`user_object_create`, `host_register_mapped`): their callers vouch for the pointers.
+//! rule is kept by types and not by hope. Two functions take raw pointers and stay `unsafe fn`
+//! (`launch_host_func`, a C function and its data; `host_register_mapped`, memory): their
+//! callers vouch for them.
 
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 use std::marker::PhantomData;
@@ -321,6 +324,8 @@ mod memops;
 pub use memops::*;
 mod attributes;
 pub use attributes::*;
+mod callbacks;
+pub use callbacks::*;
 
 #[cfg(test)]
 mod tests {

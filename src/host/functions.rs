@@ -147,20 +147,21 @@ unsafe extern "C" fn run_in_graph(user: *mut c_void) {
     }));
 }
 
-/// The destructor of a host node's user object: after the graph's last launch, so the flag
-/// was lowered for good.
-unsafe extern "C" fn release_graph_payload(user: *mut c_void) {
-    // SAFETY: the user object owned this box; the driver calls its destructor once.
-    let call = unsafe { Box::from_raw(user.cast::<Call>()) };
-    thread::post(Box::new(move |py| {
-        let Call { payload, flag, .. } = *call;
-        match py.filter(|_| lifecycle::may_release(payload.generation)) {
-            Some(_) => drop(payload),
-            None => std::mem::forget(payload),
-        }
-        semaphores::give_back(flag);
-        thread::After::Nothing
-    }));
+/// A host node's call, owned by its user object.
+impl driver::UserObjectData for Call {
+    /// The user object's last reference is gone: after the graph's last launch, so the flag
+    /// was lowered for good.
+    fn release(self: Box<Self>) {
+        thread::post(Box::new(move |py| {
+            let Call { payload, flag, .. } = *self;
+            match py.filter(|_| lifecycle::may_release(payload.generation)) {
+                Some(_) => drop(payload),
+                None => std::mem::forget(payload),
+            }
+            semaphores::give_back(flag);
+            thread::After::Nothing
+        }));
+    }
 }
 
 /// A `Call`'s address, handed to the driver and to custream's thread.
@@ -282,19 +283,17 @@ fn hold_until_raised(h: StreamHandle, word: u64) -> driver::Result<()> {
 
 fn launch_in_capture(py: Python<'_>, h: StreamHandle, call: Box<Call>) -> driver::Result<()> {
     let word = call.flag.device_address();
-    let call: *mut c_void = Box::into_raw(call).cast();
-    // SAFETY: release_graph_payload takes the box once, when the last reference is gone.
-    let owner = match unsafe { driver::user_object_create(call, release_graph_payload) } {
-        Ok(owner) => owner,
-        Err(e) => {
-            // SAFETY: no user object took it; the box is still ours.
-            let Call { payload, flag, .. } = *unsafe { Box::from_raw(call.cast::<Call>()) };
+    let (owner, call) = match driver::user_object_owning(call) {
+        Ok(made) => made,
+        Err((e, call)) => {
+            // No user object took it.
+            let Call { payload, flag, .. } = *call;
             drop(payload);
             semaphores::give_back(flag);
             return Err(e);
         }
     };
-    let user = CallPtr(call);
+    let user = CallPtr(call.as_ptr().cast());
     // SAFETY: the call lives until the user object's destructor, after every launch.
     let launched = gil::detach(py, move || unsafe {
         driver::launch_host_func(h, run_in_graph, user.get())

@@ -3,20 +3,22 @@
 //! `Custream_ReleaseAfter(s, fn, ctx)` calls `fn(ctx)` there instead (pyo3-custream's
 //! `Stream::release_after` boxes a Rust closure into it).
 //!
-//! No synchronization and no Python in between: one driver callback per call, which runs on
-//! the driver's thread when the stream gets there and only posts the release to custream's
-//! host thread (src/host/thread.rs), so the driver's thread never waits for the GIL, and a
-//! thousand pending releases cost a thousand small boxes, no thread each. The callback is
-//! `cuStreamAddCallback`'s rather than `cuLaunchHostFunc`'s: the driver still calls it after a
-//! fault of the context (with the fault's status), when the GPU no longer runs and what was
-//! kept may go; a host function of cuLaunchHostFunc is then never called and would hold it
-//! for the life of the process. A driver without cuStreamAddCallback gets cuLaunchHostFunc.
+//! No synchronization and no Python in between: one driver callback per call, a boxed
+//! closure handed to `driver::call_after`, which runs on the driver's thread when the stream
+//! gets there and only posts the release to custream's host thread (src/host/thread.rs), so
+//! the driver's thread never waits for the GIL, and a thousand pending releases cost a
+//! thousand small boxes, no thread each. The callback is `cuStreamAddCallback`'s rather than
+//! `cuLaunchHostFunc`'s: the driver still calls it after a fault of the context (with the
+//! fault's status), when the GPU no longer runs and what was kept may go; a host function of
+//! cuLaunchHostFunc is then never called and would hold it for the life of the process. A
+//! driver without cuStreamAddCallback gets cuLaunchHostFunc.
 //!
 //! In a capture (custream's or joined) nothing is queued: the release is owned by a CUDA user
-//! object that the graph takes when the capture ends (src/driver/capture_guard.rs), as a
-//! captured host function's call is, and runs when the graph and its executables are gone (a
-//! capture no graph comes of releases it at once). In a capture custream does not know, the
-//! user object is never handed over and the references are kept for the life of the process.
+//! object (`driver::user_object_owning`) that the graph takes when the capture ends
+//! (src/driver/capture_guard.rs), as a captured host function's call is, and runs when the
+//! graph and its executables are gone (a capture no graph comes of releases it at once). In a
+//! capture custream does not know, the user object is never handed over and the references
+//! are kept for the life of the process.
 //!
 //! What is released where: Python references on custream's thread, attached; once the
 //! interpreter finalizes, or in a forked child, they are left to the process (never touched
@@ -24,18 +26,16 @@
 
 use std::ffi::c_void;
 
-use cudarc::driver::sys::CUstream;
 use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyTupleMethods};
 
+use crate::cpython::stream_object::StreamObject;
 use crate::driver::capture_guard;
 use crate::driver::gate;
-use crate::driver::libcuda::Status;
 use crate::driver::{self, CaptureStatus, StreamHandle};
 use crate::host::queue_depth::{self, Gil};
 use crate::host::thread::{self, After};
 use crate::object::lifecycle;
-use crate::cpython::stream_object::StreamObject;
 
 /// What a release lets go of.
 enum Kept {
@@ -77,6 +77,11 @@ impl Kept {
 /// only on custream's thread.
 struct Release(Option<Kept>);
 
+/// The graph's last reference is gone: dropped (handed to custream's thread).
+impl driver::UserObjectData for Release {
+    fn release(self: Box<Self>) {}
+}
+
 impl Drop for Release {
     /// Hand to custream's thread; from any thread, the driver's included (a post never waits
     /// for the GIL).
@@ -87,96 +92,33 @@ impl Drop for Release {
     }
 }
 
-/// The driver's callback (cuStreamAddCallback): the work before it is done, or the context
-/// faulted; either way the GPU no longer reads what was kept.
-unsafe extern "C" fn released(_stream: CUstream, _status: Status, user: *mut c_void) {
-    // SAFETY: `user` is the box `queue` leaked for this one callback, called once.
-    drop(unsafe { Box::from_raw(user.cast::<Release>()) });
-}
-
-/// The same, as a host function of cuLaunchHostFunc (a driver without cuStreamAddCallback).
-unsafe extern "C" fn released_host_fn(user: *mut c_void) {
-    // SAFETY: as for `released`.
-    drop(unsafe { Box::from_raw(user.cast::<Release>()) });
-}
-
-/// The destructor of a captured release's user object: after the graph's last launch.
-unsafe extern "C" fn released_with_graph(user: *mut c_void) {
-    // SAFETY: the user object owned this box; the driver calls its destructor once.
-    drop(unsafe { Box::from_raw(user.cast::<Release>()) });
-}
-
-/// A `Release` box's address, handed to the driver.
-struct KeptPtr(*mut c_void);
-// SAFETY: the pointee is a `Release`, which is Send; the pointer is used by one thread at a
-// time (the launch, then the driver's callback).
-unsafe impl Send for KeptPtr {}
-
-impl KeptPtr {
-    fn get(&self) -> *mut c_void {
-        self.0
-    }
-
-    /// The box back, when no callback took it (the launch failed).
-    fn reclaim(self) -> Box<Release> {
-        // SAFETY: the driver refused the callback, so nothing else will take the box.
-        unsafe { Box::from_raw(self.0.cast::<Release>()) }
-    }
-}
-
 /// Queue the release of `kept` behind the work queued so far on `stream`, or tie it to the
-/// graph its capture ends in. `what` names the call in errors.
+/// graph its capture ends in. `what` names the call in errors. A release the driver refused
+/// is dropped unmade: handed to custream's thread at once.
 fn queue(py: Python<'_>, stream: StreamObject<'_>, kept: Kept, what: &str) -> PyResult<()> {
-    let kept = Box::new(Release(Some(kept)));
+    let kept = Release(Some(kept));
     stream.use_handle_py(py, what, |h| {
         let capturing = driver::stream_capture_status(h)? != CaptureStatus::None;
         if capturing {
             return Ok(tie_to_graph(h, kept)?);
         }
-        let user = KeptPtr(Box::into_raw(kept).cast());
         queue_depth::run(
             py,
             stream,
             h,
             Gil::Brief,
             |_| true,
-            move || {
-                // SAFETY: `released` takes the box once, when the driver calls it; on failure the
-                // driver will not, and it is reclaimed below.
-                let launched = unsafe {
-                    if driver::has_stream_callbacks() {
-                        driver::stream_add_callback(h, released, user.get())
-                    } else {
-                        driver::launch_host_func(h, released_host_fn, user.get())
-                    }
-                };
-                if let Err(e) = launched {
-                    // Nothing of the stream's will read what was kept: released now, on
-                    // custream's thread (this may be a launcher thread, or hold the GIL).
-                    drop(user.reclaim());
-                    return Err(e);
-                }
-                Ok(())
-            },
+            move || driver::call_after(h, Box::new(move || drop(kept))),
         )
     })
 }
 
 /// In a capture: a user object owns the release, handed to the graph at the capture's end.
-fn tie_to_graph(h: StreamHandle, kept: Box<Release>) -> driver::Result<()> {
-    let ptr: *mut c_void = Box::into_raw(kept).cast();
-    // SAFETY: released_with_graph takes the box once, when the last reference is gone.
-    match unsafe { driver::user_object_create(ptr, released_with_graph) } {
-        Ok(owner) => {
-            capture_guard::keep_until_captured(h, owner);
-            Ok(())
-        }
-        Err(e) => {
-            // SAFETY: no user object took it; the box is still ours.
-            drop(unsafe { Box::from_raw(ptr.cast::<Release>()) });
-            Err(e)
-        }
-    }
+fn tie_to_graph(h: StreamHandle, kept: Release) -> driver::Result<()> {
+    // On an error the release comes back, and is dropped unmade.
+    let (owner, _) = driver::user_object_owning(Box::new(kept)).map_err(|(e, _)| e)?;
+    capture_guard::keep_until_captured(h, owner);
+    Ok(())
 }
 
 /// `s.keep_alive(*objs)`.
