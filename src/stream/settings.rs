@@ -23,10 +23,10 @@ use pyo3::types::{PyBool, PyString};
 use crate::cpython::args::{choice_arg, int_repr, is_int_not_bool, short_repr, Signature};
 use crate::cpython::gil;
 use crate::cpython::raw_call::Fastcall;
+use crate::cpython::stream_object::StreamObject;
 use crate::driver::{self, code, AccessPolicyWindow, AccessProperty, DriverError, MemSyncDomain, SyncPolicy};
 use crate::memops;
 use crate::object::make::DEFAULT_NAMES;
-use crate::cpython::stream_object::StreamObject;
 use crate::object::protocol;
 
 impl StreamObject<'_> {
@@ -163,7 +163,11 @@ pub fn get_mem_sync_domain(s: StreamObject<'_>, py: Python<'_>) -> PyResult<Py<P
     Ok(text(py, s.mem_sync_domain(py)?.name()))
 }
 
-pub fn set_mem_sync_domain(s: StreamObject<'_>, py: Python<'_>, value: Option<Borrowed<'_, '_, PyAny>>) -> PyResult<()> {
+pub fn set_mem_sync_domain(
+    s: StreamObject<'_>,
+    py: Python<'_>,
+    value: Option<Borrowed<'_, '_, PyAny>>,
+) -> PyResult<()> {
     const WHAT: &str = "Stream.mem_sync_domain";
     let v = value.ok_or_else(|| no_delete(WHAT))?;
     let domain = MemSyncDomain::ALL[choice_arg(&v, WHAT, &MemSyncDomain::NAMES)?];
@@ -216,8 +220,7 @@ static WINDOW_SIG: Signature = Signature {
 pub fn set_access_policy_window(s: StreamObject<'_>, py: Python<'_>, args: Fastcall<'_, '_>) -> PyResult<Py<PyAny>> {
     const F: &str = "set_access_policy_window()";
     let [address, nbytes, hit_ratio, hit, miss] = WINDOW_SIG.parse_fastcall::<5>(&args)?;
-    let address =
-        address.ok_or_else(|| PyTypeError::new_err(format!("{F} missing required argument 'address'")))?;
+    let address = address.ok_or_else(|| PyTypeError::new_err(format!("{F} missing required argument 'address'")))?;
     let nbytes = nbytes.ok_or_else(|| PyTypeError::new_err(format!("{F} missing required argument 'nbytes'")))?;
     let base = memops::address_of(&address, "set_access_policy_window")?;
     let bytes = nbytes_arg(&nbytes, F)?;
@@ -289,8 +292,7 @@ pub fn copy_settings_from(
     py: Python<'_>,
     other: Option<Borrowed<'_, '_, PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    let other =
-        other.ok_or_else(|| PyTypeError::new_err("copy_settings_from() missing required argument 'other'"))?;
+    let other = other.ok_or_else(|| PyTypeError::new_err("copy_settings_from() missing required argument 'other'"))?;
     let src = protocol::as_stream(&other).map_err(|e| {
         if e.is_instance_of::<PyTypeError>(py) {
             PyTypeError::new_err(format!(
