@@ -25,6 +25,7 @@ import pytest
 
 import custream
 from _capi_ctypes import capi
+from _threads import wait_until
 from custream import Stream
 
 LIBCUDA = pytest.mark.standin("libcuda.c")
@@ -40,21 +41,32 @@ class Released:
 
     def __init__(self):
         self.threads = []
-        self.event = threading.Event()
         self.expected = 0
 
-    def watch(self, obj):
+    def buffer(self, here=False):
+        """A new Buffer, watched. Made on a thread that has ended unless `here`: a
+        free-threaded CPython frees an object whose owner thread lives on that thread, at its
+        next check (biased reference counting), whoever drops the last reference, and these
+        tests look at where custream drops it."""
+        if here:
+            obj = Buffer()
+        else:
+            made = []
+            maker = threading.Thread(target=lambda: made.append(Buffer()))
+            maker.start()
+            maker.join()
+            obj = made.pop()
         self.expected += 1
         weakref.finalize(obj, self._dropped)
         return obj
 
     def _dropped(self):
         self.threads.append(threading.get_ident())
-        if len(self.threads) == self.expected:
-            self.event.set()
 
     def wait(self, timeout=10):
-        assert self.event.wait(timeout), f"{len(self.threads)} of {self.expected} released"
+        # Polled from Python: a free-threaded CPython's owner thread frees what it owns at its
+        # next check, which a blocking wait would not make.
+        wait_until(lambda: len(self.threads) == self.expected, f"{self.expected} released", timeout)
         return self.threads
 
 
@@ -72,7 +84,7 @@ def test_references_are_held_until_the_work_is_done_then_dropped_on_custreams_th
     s = Stream()
     released = Released()
     driver.standin_hold(1)  # the GPU has not reached the callback yet
-    a, b = released.watch(Buffer()), released.watch(Buffer())
+    a, b = released.buffer(), released.buffer()
     s.keep_alive(a, b, 7)
     del a, b
     gc.collect()
@@ -98,12 +110,12 @@ def test_a_fault_releases_what_was_kept(driver):
     s = Stream()
     released = Released()
     driver.standin_hold(1)
-    s.keep_alive(released.watch(Buffer()))
+    s.keep_alive(released.buffer())
     driver.standin_sticky(700)  # the driver calls the pending callback with the fault's status
     released.wait()
     later = Released()
     with pytest.raises(custream.CudaError, match="CUDA_ERROR_ILLEGAL_ADDRESS"):
-        s.keep_alive(later.watch(Buffer()))
+        s.keep_alive(later.buffer())
     later.wait()  # nothing was queued: released at once, on custream's thread
 
 
@@ -112,7 +124,7 @@ def test_without_stream_callbacks_a_host_function_releases(driver):
     s = Stream()
     released = Released()
     before = driver.standin_host_funcs()
-    s.keep_alive(released.watch(Buffer()))
+    s.keep_alive(released.buffer())
     released.wait()
     assert driver.standin_host_funcs() == before + 1
 
@@ -126,12 +138,12 @@ def _threads():
 def test_many_pending_cost_no_thread_each(driver):
     pool = custream.StreamPool(4)
     released = Released()
-    pool.get().keep_alive(released.watch(Buffer()))  # custream's host thread started
+    pool.get().keep_alive(released.buffer(here=True))  # custream's host thread started
     released.wait()
     threads = _threads()
     driver.standin_hold(1)
     for i in range(1000):
-        pool.get().keep_alive(released.watch(Buffer()))
+        pool.get().keep_alive(released.buffer(here=True))
     assert driver.standin_callbacks_pending() == 1000
     assert _threads() == threads
     driver.standin_hold(0)
@@ -213,7 +225,7 @@ def test_released_in_stream_order_behind_the_work(driver):
     s = Stream()
     s.wait_value(gate, 1)  # the stream's work waits until the test writes the word
     released = Released()
-    s.keep_alive(released.watch(Buffer()))
+    s.keep_alive(released.buffer())
     assert driver.fake_callbacks() == 1
     assert not s.query() and released.threads == [], "the work before it is pending"
     ctypes.c_uint32.from_address(gate).value = 1
@@ -227,7 +239,7 @@ def test_in_a_capture_the_graph_holds_them(driver):
     released = Released()
     callbacks = driver.fake_callbacks()
     s.begin_capture()
-    s.keep_alive(released.watch(Buffer()))
+    s.keep_alive(released.buffer())
     graph = s.end_capture()
     assert driver.fake_callbacks() == callbacks, "nothing queued in the capture (it would invalidate it)"
     graph.launch(s)
@@ -245,7 +257,7 @@ def test_a_capture_that_forms_no_graph_releases_them(driver):
     s = Stream()
     released = Released()
     s.begin_capture()
-    s.keep_alive(released.watch(Buffer()))
+    s.keep_alive(released.buffer())
     s.close()  # the capture can never end: custream discards it
     released.wait()
 

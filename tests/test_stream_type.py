@@ -78,7 +78,8 @@ def test_help_shows_new_with_its_signature():
     sig = inspect.signature(Stream.__new__)
     assert str(sig) == "(cls, /, *, device=None, non_blocking=True, priority=0, green_context=None, sync_policy=None)"
     text = pydoc.render_doc(Stream, renderer=pydoc.plaintext)
-    assert "__new__(cls, /, *, device=None" in text
+    # pydoc of 3.13 and later folds a long signature over lines: compared without the folding.
+    assert "__new__(cls,/,*,device=None,non_blocking=True" in re.sub(r"[\s|]+", "", text)
     assert "See help(type) for accurate signature" not in text
     assert "flags" in text
 
