@@ -28,7 +28,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -133,8 +133,9 @@ pub fn take(py: Python<'_>, ctx: Context) -> PyResult<Notifier> {
     }
 }
 
-/// Contexts (by id) whose notifiers `prepare` made, or is making.
+/// Contexts (by id) whose notifiers `prepare` made, or is making; the last one asked for.
 static PREPARED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+static LAST_PREPARED: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// Make the notifiers of the context `made` runs in (a stream custream has just made), each
 /// with its bell, unless that context's were made already: `SPREAD` of them, so that the
@@ -155,8 +156,13 @@ pub fn prepare(py: Python<'_>, made: &Bound<'_, PyAny>) {
     let (Some(ctx), id) = s.known_context() else {
         return;
     };
+    // Most streams are made in the context the last one was: no lock for those.
+    if LAST_PREPARED.load(Ordering::Relaxed) == id {
+        return;
+    }
     {
         let mut prepared = PREPARED.lock().unwrap_or_else(PoisonError::into_inner);
+        LAST_PREPARED.store(id, Ordering::Relaxed);
         if prepared.contains(&id) {
             return;
         }
