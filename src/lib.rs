@@ -61,6 +61,7 @@ fn _custream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Stream", stream_type)?;
     m.add_class::<event::Event>()?;
     m.add_class::<event::IpcEventHandle>()?;
+    cpython::stream_type::equality_only(&py.get_type::<event::IpcEventHandle>())?;
     m.add("AccessPolicyWindow", stream::settings::window_type(py)?)?;
     m.add_class::<pool::StreamPool>()?;
     m.add_class::<pool::Lease>()?;

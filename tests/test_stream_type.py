@@ -1,5 +1,5 @@
 """What the Stream type shows Python, with no driver: `s.flags` (custream.h's CUSTREAM_FLAG_*
-bits), equality without order, and `__new__`'s signature in help()."""
+bits), equality without order (and no ordering in help()), and the signatures help() gives."""
 
 import inspect
 import os
@@ -67,11 +67,34 @@ def test_streams_compare_equal_by_handle_and_have_no_order():
             compare()
 
 
-def test_the_orderings_help_lists_are_cpythons_for_any_comparable_type():
-    """CPython gives a type with a comparison slot all six wrappers (dict and range too, which
-    have no order either); Stream's docstring says it has no order."""
-    assert "__lt__" in dict.__dict__ and "__lt__" in Stream.__dict__
-    assert "no order" in Stream.__doc__
+ORDERINGS = ("__lt__", "__le__", "__gt__", "__ge__")
+
+
+@pytest.mark.parametrize("cls", [Stream, custream.IpcEventHandle])
+def test_help_lists_equality_and_no_ordering(cls):
+    """CPython gives a type with a comparison slot all six comparison wrappers; custream's
+    types with == and no order keep only __eq__ and __ne__, so help() lists no ordering."""
+    assert {"__eq__", "__ne__"} <= set(cls.__dict__)
+    assert not set(ORDERINGS) & set(cls.__dict__)
+    assert all(getattr(cls, name) is getattr(object, name) for name in ORDERINGS)
+    text = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+    assert "__eq__(self, value, /)" in text
+    assert not [name for name in ORDERINGS if name + "(" in text]
+
+
+def test_orderings_still_raise_and_equality_still_holds_once_taken_out_of_the_dict():
+    a, b = Stream.from_handle(0x7F00_1234_7000), Stream.from_handle(0x7F00_1234_7000)
+    assert a == b and Stream.__eq__(a, b) and Stream.__ne__(a, b) is False
+    assert Stream.__lt__(a, b) is NotImplemented  # object's, as for any unordered type
+    with pytest.raises(TypeError, match="'<=' not supported"):
+        a <= b  # noqa: B015 - the comparison is the test
+
+
+def test_help_gives_the_context_manager_and_pickle_methods_signatures():
+    assert str(inspect.signature(Stream.__enter__)) == "(self, /)"
+    assert str(inspect.signature(Stream.__exit__)) == "(self, exc_type, exc_value, traceback, /)"
+    assert str(inspect.signature(Stream.__reduce__)) == "(self, /)"
+    assert not re.search(r"^ \|  \w+\(\.\.\.\)$", pydoc.render_doc(Stream, renderer=pydoc.plaintext), re.M)
 
 
 def test_help_shows_new_with_its_signature():

@@ -16,7 +16,7 @@ use std::ptr::null_mut;
 
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyType;
+use pyo3::types::{PyDict, PyType};
 
 use crate::cpython::boundary::boundary;
 use crate::cpython::stream_object::{self, CustreamStream, STREAM_SIZE};
@@ -158,9 +158,37 @@ pub fn create<'py>(
     // to a type object, or null with an exception set.
     let tp: Bound<'py, PyType> =
         unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyType_FromSpec(spec))?.cast_into_unchecked() };
+    equality_only(&tp)?;
     // The type lives for the process: this reference is never given back.
     stream_object::set_stream_type(tp.clone());
     Ok(tp)
+}
+
+/// Take `<`, `<=`, `>` and `>=` out of the dict of `tp`, a type with `==` and `!=` only.
+///
+/// CPython gives a type with a comparison slot all six comparison wrappers, and help() lists
+/// them, although the four orderings only ever raise TypeError. They are deleted from the
+/// type's own dict (the mapping its read-only `__dict__` proxy holds: the limited API has no
+/// PyType_GetDict, and an immutable type refuses `delattr`), and the type's attribute cache is
+/// reset. The comparison slot itself is untouched: `==` stays a direct call, `a < b` still
+/// reaches it and raises TypeError, and `Stream.__lt__` is object's, which help() leaves out.
+pub fn equality_only(tp: &Bound<'_, PyType>) -> PyResult<()> {
+    let py = tp.py();
+    let proxy = tp.getattr("__dict__")?;
+    let referents = py.import("gc")?.call_method1("get_referents", (&proxy,))?;
+    let dict = referents.get_item(0)?.cast_into::<PyDict>()?;
+    if !dict.contains("__eq__")? {
+        return Err(pyo3::exceptions::PySystemError::new_err(
+            "custream: a type's __dict__ proxy did not lead to its dict",
+        ));
+    }
+    for name in ["__lt__", "__le__", "__gt__", "__ge__"] {
+        dict.del_item(name)?;
+    }
+    // SAFETY: `tp` is a live type object, held for the call; PyType_Modified only invalidates
+    // the attribute caches that hold its dict's old entries.
+    unsafe { ffi::PyType_Modified(tp.as_type_ptr()) };
+    Ok(())
 }
 
 /// One `unsafe extern "C"` shim of the Stream type: CPython's pointers made into the views of

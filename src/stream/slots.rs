@@ -148,9 +148,8 @@ fn hash(s: StreamObject<'_>, _: Python<'_>) -> isize {
 }
 
 /// `==` and `!=`: two Streams over one handle are equal. Streams have no order: the other
-/// comparisons return NotImplemented, so `a < b` raises TypeError (help() still lists
-/// `__lt__` and the others: CPython gives a type with a comparison slot all six wrappers, as
-/// it does `dict` and `range`).
+/// comparisons return NotImplemented, so `a < b` raises TypeError (and the type's dict holds
+/// no `__lt__` and others for help() to list: `stream_type::equality_only`).
 fn richcompare(a: StreamObject<'_>, py: Python<'_>, b: Option<Borrowed<'_, '_, PyAny>>, op: CompareOp) -> Py<PyAny> {
     let b = b.as_deref().and_then(StreamObject::cast);
     match (b, op) {
@@ -464,9 +463,9 @@ pub fn create(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
             (o, c"wait", wait, c"wait($self, other, /)\n--\n\nMake later work on this stream wait for ``other``: a custream.Event, or the\nwork queued so far on a custream.Stream or any ``__cuda_stream__`` object."),
             (fastcall, c"record", record, c"record($self, /, event=None)\n--\n\nRecord ``event`` (a new custream.Event if None) on this stream and return it."),
             (noargs, c"close", close, c"close($self, /)\n--\n\nDestroy an owned stream, or release a borrowed one's owner or deleter.\nIdempotent and thread-safe; afterwards every handle accessor raises ValueError.\nRefused (ValueError) for the module's default streams and for a StreamPool's streams."),
-            (noargs, c"__enter__", enter, c"Make the stream current (custream.current_stream()) until the block ends."),
-            (varargs, c"__exit__", exit, c"Make the stream that was current before the block current again; closes nothing."),
-            (noargs, c"__reduce__", reduce, c"Streams cannot be pickled."),
+            (noargs, c"__enter__", enter, c"__enter__($self, /)\n--\n\nMake the stream current (custream.current_stream()) until the block ends."),
+            (varargs, c"__exit__", exit, c"__exit__($self, exc_type, exc_value, traceback, /)\n--\n\nMake the stream that was current before the block current again; closes nothing."),
+            (noargs, c"__reduce__", reduce, c"__reduce__($self, /)\n--\n\nStreams cannot be pickled."),
             (positional, c"launch_host_func", launch_host_func, c"launch_host_func($self, fn, /, *args)\n--\n\nRun ``fn(*args)`` on custream's host-function thread once the work queued on\nthe stream before it is done; the work queued after it waits for it. Returns at once\n(unless about 1,000 are already pending on the stream: it then waits, GIL released).\n``fn`` and ``args`` are kept alive until the call ran. An exception in ``fn`` goes to\n``sys.unraisablehook``. ``fn`` must make no CUDA call (custream refuses one). In a\ncapture the call becomes a host node, run at each launch of the graph."),
             (fastcall, c"begin_capture", begin_capture, c"begin_capture($self, /, mode='thread_local')\n--\n\nBegin capturing the work queued on this stream into a CUDA graph; ``mode`` is\n'thread_local', 'global' or 'relaxed' (CUDA's capture modes). End it with\nend_capture(). While it is open, synchronize() and query() on the stream raise\nCudaError instead of invalidating the capture."),
             (noargs, c"end_capture", end_capture, c"end_capture($self, /)\n--\n\nEnd the capture begun on this stream and return the instantiated custream.Graph."),
