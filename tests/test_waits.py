@@ -19,6 +19,7 @@ import functools
 import math
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -552,6 +553,29 @@ def test_hundreds_of_awaits_take_no_thread_each_and_two_loops_await_at_once(kern
     for t in ts:
         t.join(60)
     assert not errors and len(results) == 2, errors
+    settle()
+
+
+@CAPTURE
+def test_a_burst_of_awaits_ending_together_wakes_the_loop_once(kernel):
+    """Awaits whose events are reached together (one kernel ends) ring the loop's bell once: only
+    the first token since the loop last took them writes its eventfd, so the loop takes them all
+    in one turn instead of a turn (and a write) for each. Here the loop is held while every host
+    function runs, so the eventfd's counter says how many wrote."""
+    s = Stream()
+
+    async def main(n):
+        kernel(s, 100)
+        waits = [asyncio.ensure_future(_await(s.record())) for _ in range(n)]
+        await until(lambda: pending_waits() >= n, f"{n} awaits armed")
+        ring = custream._waits._ring_of(asyncio.get_running_loop())
+        wait_until(lambda: pending_waits() == 0, "every host function ran")  # the loop held meanwhile
+        writes = int.from_bytes(os.read(ring.bell.fileno(), 8), sys.byteorder)
+        ring()  # what the loop would run for that one write
+        await asyncio.gather(*waits)
+        return writes
+
+    assert asyncio.run(main(200)) == 1
     settle()
 
 

@@ -1,8 +1,9 @@
 """A focused GPU workload for compute-sanitizer (scripts/sanitizer/sanitizer-check.sh): owned, borrowed
 and default streams, events, waits, real kernels from CuPy and/or PyTorch queued on custream
 streams, threads, close() racing an in-flight synchronize(), host functions (from several
-threads, raising, inside captures) and graph capture in the three modes with a forked and
-joined stream. Prints "workload ok".
+threads, raising, inside captures), graph capture in the three modes with a forked and
+joined stream, and (with CuPy) ``keep_alive`` holding a dropped pinned buffer through a copy.
+Prints "workload ok".
 """
 
 import os
@@ -156,6 +157,29 @@ def callbacks_and_capture(peer):
 T0 = time.monotonic()
 
 
+def keep_alive_pinned_copy():
+    """``keep_alive``: a pinned host buffer the caller dropped at once stays allocated until the
+    copy queued from it (behind a kernel) is done; the copy reads what was written. With CuPy."""
+    import cupy
+    import numpy
+
+    s = Stream(device=0)
+    for round_ in range(4):
+        dst = cupy.zeros(N, dtype=cupy.uint8)
+        pinned = cupy.cuda.alloc_pinned_memory(N)
+        host = numpy.frombuffer(pinned, dtype=numpy.uint8, count=N)
+        host[:] = round_ + 1
+        on_s = cupy.cuda.ExternalStream(s.handle)
+        with on_s:
+            (cupy.arange(1 << 16, dtype=cupy.int64) * 3).sum()  # queued ahead of the copy
+        dst.set(host, stream=on_s)
+        s.keep_alive(host)
+        del host, pinned  # custream's reference is the buffer's last
+        s.synchronize()
+        assert int((dst == round_ + 1).sum()) == N, round_
+    s.close()
+
+
 def step(name):
     # Progress in the tool's log, with the time taken: under memcheck each new kernel
     # loads slowly.
@@ -244,6 +268,9 @@ def main():
     step("close racing synchronize")
     callbacks_and_capture(peer)
     step("host functions and capture")
+    if peer == "cupy":
+        keep_alive_pinned_copy()
+        step("keep_alive of a pinned buffer behind a copy")
     for _ in range(200):
         Stream(device=0).close()
         Event(device=0).close()

@@ -49,11 +49,20 @@ struct Bell {
 
 impl Bell {
     fn ring(&self, token: u64) {
-        self.rung.lock().unwrap_or_else(PoisonError::into_inner).push(token);
-        // After the push: a loop that drains the fd and then takes the tokens sees this
-        // token now or is woken again by this write.
-        let one = 1u64.to_ne_bytes();
-        let _ = (&self.fd).write(&one);
+        let first = {
+            let mut rung = self.rung.lock().unwrap_or_else(PoisonError::into_inner);
+            rung.push(token);
+            rung.len() == 1
+        };
+        // Only the first token since the loop last took them writes: the rest of a burst (a
+        // wave of kernels ending together) rides on that one wake-up instead of one loop turn
+        // each. After the push: a loop that drains the fd and then takes the tokens sees this
+        // token now or is woken again by this write; a later token pushed before the take is
+        // taken with it, and one pushed after finds the list empty and writes.
+        if first {
+            let one = 1u64.to_ne_bytes();
+            let _ = (&self.fd).write(&one);
+        }
     }
 }
 

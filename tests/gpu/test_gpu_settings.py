@@ -39,6 +39,14 @@ def cpu_of(wait):
     wait()
     return time.process_time() - c, time.monotonic() - w
 
+def stream_attr(name):
+    # A stream attribute's id in cuda.bindings: 13.x names them only as the launch attributes
+    # they alias (CU_LAUNCH_ATTRIBUTE_*), as cuda.h's #defines do; 12.x as CU_STREAM_ATTRIBUTE_*.
+    import cuda.bindings.driver as drv
+    ids = drv.CUstreamAttrID
+    found = getattr(ids, "CU_STREAM_ATTRIBUTE_" + name, None)
+    return found if found is not None else getattr(ids, "CU_LAUNCH_ATTRIBUTE_" + name)
+
 class Marker:
     # Any object (bytearray and CuPy's pinned pointers take no weak reference).
     pass
@@ -82,7 +90,7 @@ for policy in ("blocking", "spin", "auto"):
     s = Stream(sync_policy=policy)
     ext[policy] = cupy.cuda.Stream.from_external(s)
     sleep(s, 0.05); s.synchronize()  # warm: the kernel loaded, custream's notifier made
-    err, value = drv.cuStreamGetAttribute(drv.CUstream(s.handle), drv.CUstreamAttrID.CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY)
+    err, value = drv.cuStreamGetAttribute(drv.CUstream(s.handle), stream_attr("SYNCHRONIZATION_POLICY"))
     assert err == drv.CUresult.CUDA_SUCCESS, err
     print(policy, "read back by cuda.bindings:", value.syncPolicy)
     figures = {}
@@ -143,7 +151,7 @@ hot_bytes = min(most, persisting or most) * 3 // 4
 hot = cupy.ones(hot_bytes // 4, dtype=cupy.float32)
 cold = cupy.ones(4 * l2 // 4, dtype=cupy.float32)
 s.set_access_policy_window(hot, hot.nbytes, hit_ratio=0.6, hit="persisting", miss="streaming")
-err, value = drv.cuStreamGetAttribute(drv.CUstream(s.handle), drv.CUstreamAttrID.CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW)
+err, value = drv.cuStreamGetAttribute(drv.CUstream(s.handle), stream_attr("ACCESS_POLICY_WINDOW"))
 assert err == drv.CUresult.CUDA_SUCCESS, err
 w = value.accessPolicyWindow
 assert int(w.base_ptr) == hot.data.ptr and w.num_bytes == hot.nbytes, (w.base_ptr, w.num_bytes)
@@ -153,7 +161,7 @@ assert w.missProp == drv.CUaccessProperty.CU_ACCESS_PROPERTY_STREAMING
 assert s.access_policy_window == custream.AccessPolicyWindow(hot.data.ptr, hot.nbytes, 0.6, "persisting", "streaming")
 # Another Stream over the handle and cuda.bindings agree; the domain too.
 s.mem_sync_domain = "remote"
-err, value = drv.cuStreamGetAttribute(drv.CUstream(s.handle), drv.CUstreamAttrID.CU_STREAM_ATTRIBUTE_MEM_SYNC_DOMAIN)
+err, value = drv.cuStreamGetAttribute(drv.CUstream(s.handle), stream_attr("MEM_SYNC_DOMAIN"))
 assert value.memSyncDomain == drv.CUlaunchMemSyncDomain.CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE, value.memSyncDomain
 s.mem_sync_domain = "default"
 READS = cupy.RawKernel(r'''
@@ -188,7 +196,7 @@ timed()
 with_window = sorted(timed() for _ in range(7))[3]
 s.clear_access_policy_window()
 assert s.access_policy_window is None
-err, value = drv.cuStreamGetAttribute(drv.CUstream(s.handle), drv.CUstreamAttrID.CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW)
+err, value = drv.cuStreamGetAttribute(drv.CUstream(s.handle), stream_attr("ACCESS_POLICY_WINDOW"))
 assert value.accessPolicyWindow.num_bytes == 0
 timed()
 without = sorted(timed() for _ in range(7))[3]
@@ -219,7 +227,7 @@ for name in ("DEFAULT_STREAM", "LEGACY_DEFAULT_STREAM", "PER_THREAD_DEFAULT_STRE
         raise AssertionError(name)
     value = drv.CUstreamAttrValue()
     value.syncPolicy = drv.CUsynchronizationPolicy.CU_SYNC_POLICY_AUTO
-    err, = drv.cuStreamSetAttribute(drv.CUstream(s.handle), drv.CUstreamAttrID.CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY, value)
+    err, = drv.cuStreamSetAttribute(drv.CUstream(s.handle), stream_attr("SYNCHRONIZATION_POLICY"), value)
     print(name, "cuStreamSetAttribute through cuda.bindings:", err)
 print("ok")
 """)
