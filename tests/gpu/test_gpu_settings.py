@@ -76,7 +76,9 @@ class Released:
 
 
 def run(body):
-    return run_watched(PRELUDE + body)
+    out = run_watched(PRELUDE + body)
+    print(out)  # the figures, for the report (pytest -rP, or -s)
+    return out
 
 
 def test_blocking_keeps_cpu_near_zero_while_cupy_and_custream_wait_and_spin_burns_it():
