@@ -153,7 +153,7 @@ if want tests; then
         t=$(budget 480)
         echo "time limit ${t}s"
         # -v: each test named as it runs, so a time-out shows where; the slowest listed at the end.
-        timeout -k 10 "$t" "$PY" -m pytest -m gpu "${dirs[@]}" -v -rfEs --durations=12 -p no:cacheprovider \
+        timeout -k 10 "$t" "$PY" -m pytest -m gpu "${dirs[@]}" -v -rfEsP --durations=12 -p no:cacheprovider \
             --continue-on-collection-errors --junitxml="$OUT/gpu-junit.xml" 2>&1 | tee "$OUT/gpu-tests.log"
         rc=${PIPESTATUS[0]}
         case $rc in
