@@ -63,6 +63,23 @@ static PyObject *floor_memop(PyObject *const *args, Py_ssize_t n, int wait) {
 static PyObject *floor_write(PyObject *m, PyObject *const *a, Py_ssize_t n) { return floor_memop(a, n, 0); }
 static PyObject *floor_wait(PyObject *m, PyObject *const *a, Py_ssize_t n) { return floor_memop(a, n, 1); }
 
+/* fpolicy(H) / fsetpolicy(H, v): the stream's CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY (3) as an int, read or set
+ * (the 64-byte CUstreamAttrValue), as `s.sync_policy` does less its names and checks. */
+static PyObject *floor_policy(PyObject *mod, PyObject *handle) {
+    STREAM(s, handle);
+    union { unsigned char pad[64]; int policy; } v = {{0}};
+    CUresult r = cuStreamGetAttribute(s, 3, &v);
+    return r ? FAILED("cuStreamGetAttribute", r) : PyLong_FromLong(v.policy);
+}
+static PyObject *floor_set_policy(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
+    if (n != 2) return PyErr_Format(PyExc_TypeError, "fsetpolicy(H, v) takes 2 arguments");
+    CUstream s = PyLong_AsVoidPtr(args[0]);
+    union { unsigned char pad[64]; int policy; } v = {{0}};
+    v.policy = (int)PyLong_AsLong(args[1]);
+    if (PyErr_Occurred()) return NULL;
+    return DONE("cuStreamSetAttribute", cuStreamSetAttribute(s, 3, &v));
+}
+
 /* FloorStream: its handle, an int, and the getset `handle` that returns it, no check. */
 typedef struct { PyObject_HEAD PyObject *handle; } FloorStream;
 static PyObject *fs_handle(PyObject *fs, void *closure) { return Py_NewRef(((FloorStream *)fs)->handle); }
@@ -86,7 +103,8 @@ static PyObject *floor_stream(PyObject *mod, PyObject *handle) {
 static PyMethodDef driver_methods[] = {{"fcreate", floor_create, METH_NOARGS, NULL},
     {"fdestroy", floor_destroy, METH_O, NULL}, {"fquery", floor_query, METH_O, NULL},
     {"fsync", floor_sync, METH_O, NULL}, {"flaunch", FASTCALL(floor_launch), NULL},
-    {"fwrite", FASTCALL(floor_write), NULL}, {"fwait", FASTCALL(floor_wait), NULL}, {NULL, NULL, 0, NULL}};
+    {"fwrite", FASTCALL(floor_write), NULL}, {"fwait", FASTCALL(floor_wait), NULL},
+    {"fpolicy", floor_policy, METH_O, NULL}, {"fsetpolicy", FASTCALL(floor_set_policy), NULL}, {NULL, NULL, 0, NULL}};
 static PyMethodDef methods[] = {{"fstream", floor_stream, METH_O, NULL}, {NULL, NULL, 0, NULL}};
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "floor_ext", NULL, -1, methods};
 

@@ -81,7 +81,8 @@ CUSTREAM = Lib(
 
 # The least a binding can add (floor_ext.c), in the primary context raw_driver.c (loaded first) leaves current
 LEAST = Lib("least binding", "", (), "H = fcreate()\n",
-            {"create_destroy": "fdestroy(fcreate())", "synchronize": "fsync(H)", "query": "fquery(H)"})
+            {"create_destroy": "fdestroy(fcreate())", "synchronize": "fsync(H)", "query": "fquery(H)",
+             "sync_policy_set": "fsetpolicy(H, 2)", "sync_policy_get": "fpolicy(H)"})
 
 DESTROYED_ON_DEALLOC = "the stream is destroyed when the object is deallocated"
 PEERS = [

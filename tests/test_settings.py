@@ -173,6 +173,22 @@ def test_sync_policy_travels_with_the_handle(driver):
 
 
 @LIBCUDA
+def test_a_name_made_at_run_time_sets_as_a_literal_does_and_reads_give_one_object(driver):
+    """The names a read returns are made once (interned); a setter finds a literal by identity
+    and any other str equal to a name by its text."""
+    s = Stream()
+    for name in ("spin", "blocking"):
+        built = "".join(list(name))  # equal, not the interned object
+        assert built is not name
+        s.sync_policy = built
+        assert s.sync_policy == name and s.sync_policy is s.sync_policy
+    s.mem_sync_domain = "".join(list("remote"))
+    assert s.mem_sync_domain is s.mem_sync_domain == "remote"
+    with pytest.raises(ValueError, match="must be 'auto', 'spin', 'yield' or 'blocking', got 'Spin'"):
+        s.sync_policy = "Spin"
+
+
+@LIBCUDA
 def test_a_pools_streams_are_made_with_its_policy(driver):
     pool = custream.StreamPool(3, sync_policy="blocking")
     assert {pool[i].sync_policy for i in range(len(pool))} == {"blocking"}

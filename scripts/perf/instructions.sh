@@ -28,7 +28,7 @@ sys.path.insert(0, sys.argv[3])
 cu, ctx = ctypes.CDLL("libcuda.so.1"), ctypes.c_void_p()
 assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0 and cu.cuCtxPushCurrent_v2(ctx) == 0
 import custream
-from floor_ext import fcreate, fdestroy, fquery, fsync, fstream, fwrite, fwait
+from floor_ext import fcreate, fdestroy, fpolicy, fquery, fsetpolicy, fsync, fstream, fwrite, fwait
 CS, s, Hf = custream.Stream, custream.Stream(), fcreate()
 S = s.handle
 if hasattr(cu, "fake_mem_alloc"):  # STANDIN=capture.c: a device word W for the memory operations' rows

@@ -143,8 +143,35 @@ fn text(py: Python<'_>, s: &str) -> Py<PyAny> {
     PyString::new(py, s).into_any().unbind()
 }
 
+/// `names` as Python strs, made once (interned): the getters hand out the same object every
+/// time (making a new str was a third of the getter's own work), and a setter given one of
+/// them (a name written in the code is interned too) finds it by identity.
+fn interned<'a, const N: usize>(
+    py: Python<'_>,
+    made: &'a PyOnceLock<[Py<PyString>; N]>,
+    names: [&'static str; N],
+) -> &'a [Py<PyString>; N] {
+    made.get_or_init(py, || names.map(|n| PyString::intern(py, n).unbind()))
+}
+
+/// `name`, one of `names`, as its interned str.
+fn named<const N: usize>(
+    py: Python<'_>,
+    made: &PyOnceLock<[Py<PyString>; N]>,
+    names: [&'static str; N],
+    name: &str,
+) -> Py<PyAny> {
+    let made = interned(py, made, names);
+    match names.iter().position(|n| *n == name) {
+        Some(i) => made[i].clone_ref(py).into_any(),
+        None => text(py, name),
+    }
+}
+
+static POLICY_NAMES: PyOnceLock<[Py<PyString>; 4]> = PyOnceLock::new();
+
 pub fn get_sync_policy(s: StreamObject<'_>, py: Python<'_>) -> PyResult<Py<PyAny>> {
-    Ok(text(py, s.sync_policy(py)?.name()))
+    Ok(named(py, &POLICY_NAMES, SyncPolicy::NAMES, s.sync_policy(py)?.name()))
 }
 
 /// `del s.sync_policy` is refused: a policy is set, never removed.
@@ -155,12 +182,17 @@ fn no_delete(what: &str) -> PyErr {
 pub fn set_sync_policy(s: StreamObject<'_>, py: Python<'_>, value: Option<Borrowed<'_, '_, PyAny>>) -> PyResult<()> {
     const WHAT: &str = "Stream.sync_policy";
     let v = value.ok_or_else(|| no_delete(WHAT))?;
-    let policy = SyncPolicy::ALL[choice_arg(&v, WHAT, &SyncPolicy::NAMES)?];
-    s.set_sync_policy(py, policy)
+    let made = interned(py, &POLICY_NAMES, SyncPolicy::NAMES);
+    let index = match made.iter().position(|n| n.as_ptr() == v.as_ptr()) {
+        Some(i) => i,
+        None => choice_arg(&v, WHAT, &SyncPolicy::NAMES)?,
+    };
+    s.set_sync_policy(py, SyncPolicy::ALL[index])
 }
 
 pub fn get_mem_sync_domain(s: StreamObject<'_>, py: Python<'_>) -> PyResult<Py<PyAny>> {
-    Ok(text(py, s.mem_sync_domain(py)?.name()))
+    static MADE: PyOnceLock<[Py<PyString>; 2]> = PyOnceLock::new();
+    Ok(named(py, &MADE, MemSyncDomain::NAMES, s.mem_sync_domain(py)?.name()))
 }
 
 pub fn set_mem_sync_domain(
