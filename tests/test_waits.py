@@ -673,6 +673,40 @@ def test_a_fault_ends_pending_waits_with_the_drivers_error(driver):
 
 
 @STICKY
+def test_the_loops_check_asks_one_event_per_context_and_a_fault_ends_them_all(driver):
+    """Pending awaits cost the loop's check (once a second) one driver query per context, not
+    one each: a sticky fault fails every call in its context, so that one answer ends all the
+    context's awaits with the driver's error."""
+    driver.standin_event_queries.restype = ctypes.c_int
+    s = Stream()
+    driver.standin_hold(1)
+    events = [s.record() for _ in range(300)]
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        waits = [asyncio.ensure_future(_await(e)) for e in events]
+        await asyncio.sleep(0)  # every task ran its first step: all armed
+        assert custream._waits.pending_futures() == 300
+        ring = custream._waits._ring_of(loop)
+        before = driver.standin_event_queries()
+        ring.check(loop)  # what the loop runs once a second
+        assert driver.standin_event_queries() - before == 1
+        assert not any(w.done() for w in waits)
+        driver.standin_sticky(700)
+        ring.check(loop)
+        return await asyncio.gather(*waits, return_exceptions=True)
+
+    try:
+        errors = asyncio.run(main())
+    finally:
+        driver.standin_sticky(0)
+        driver.standin_hold(0)
+    assert {type(e).__name__ for e in errors} == {"CudaError"}
+    assert {e.name for e in errors} == {"CUDA_ERROR_ILLEGAL_ADDRESS"}
+    assert custream._waits.pending_futures() == 0
+
+
+@STICKY
 def test_close_after_a_sticky_fault_does_not_raise(driver):
     s, e = Stream(), Event()
     alive = driver.standin_live_streams()

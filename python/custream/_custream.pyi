@@ -4,7 +4,7 @@ from collections.abc import Generator
 from concurrent.futures import Future
 from types import TracebackType
 from uuid import UUID
-from typing import Any, Callable, Final, Literal, NamedTuple, Protocol, Sequence, final
+from typing import Any, Callable, ClassVar, Final, Literal, NamedTuple, Protocol, Sequence, final
 
 __all__ = [
     "ABI_VERSION",
@@ -589,8 +589,10 @@ def live_stream_count() -> int:
 @final
 class _Bell:
     """An event loop's bell, for `python/custream/_waits.py`: ``fileno()`` for
-    ``loop.add_reader``, ``take()`` for the tokens of the awaits that rang since."""
+    ``loop.add_reader``, ``take()`` for the tokens of the awaits that rang since (a token
+    with ``ORPHANED`` set: that await's wait was abandoned)."""
 
+    ORPHANED: ClassVar[int]
     def __new__(cls) -> _Bell: ...
     def fileno(self) -> int: ...
     def take(self) -> list[int]:

@@ -7,6 +7,11 @@ the loop watches with ``add_reader``; the loop then runs ``_Ring.__call__`` here
 completes the futures whose tokens rang. A cancelled await forgets its token at once; the
 host function, already queued in the driver, still runs when the GPU passes the event, and
 finds nothing to complete.
+
+Once a second while awaits are pending the loop asks the driver about one event per context
+(a sticky fault fails every call in its context: that one answer ends all its awaits) and
+about each orphaned await's event (one whose wait custream abandoned: nothing will ring for
+it), so a pending await costs no CPU however many there are.
 """
 
 import asyncio
@@ -30,51 +35,66 @@ _tokens = itertools.count(1)
 
 
 class _Ring:
-    """A loop's bell and the futures waiting on it (with their events), by token; called by the
-    loop when the bell's eventfd is readable."""
+    """A loop's bell and the futures waiting on it (with their events and contexts), by token;
+    called by the loop when the bell's eventfd is readable."""
 
-    __slots__ = ("bell", "futures", "checking")
+    __slots__ = ("bell", "futures", "orphans", "checking")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.bell = _Bell()
-        self.futures: "dict[int, tuple[asyncio.Future[None], Event]]" = {}
+        self.futures: "dict[int, tuple[asyncio.Future[None], Event, int]]" = {}
+        self.orphans: "set[int]" = set()
         self.checking = False
         loop.add_reader(self.bell.fileno(), self)
 
     def __call__(self) -> None:
         for token in self.bell.take():
-            future, _ = self.futures.pop(token, (None, None))
-            if future is not None and not future.done():
+            if token & _Bell.ORPHANED:
+                self.orphans.add(token ^ _Bell.ORPHANED)  # nothing will ring for it: `check` asks
+                continue
+            self.end(token, None)
+
+    def end(self, token: int, error: "CudaError | None") -> None:
+        """The await of `token` is over: its future completes (or fails with `error`)."""
+        future, _, _ = self.futures.pop(token, (None, None, None))
+        self.orphans.discard(token)
+        if future is not None and not future.done():
+            if error is None:
                 future.set_result(None)
+            else:
+                future.set_exception(error)
 
     def forget_future(self, token: int, future: "asyncio.Future[None]") -> None:
         """The future's done callback: a cancelled await forgets its token."""
         self.futures.pop(token, None)
+        self.orphans.discard(token)
 
     def watch(self, loop: asyncio.AbstractEventLoop) -> None:
-        """While awaits are pending, ask the driver about their events every CHECK_S: after a
-        sticky fault the driver runs no host function, and the awaits end with its error; an
-        event reached without its ring (a notifier custream could not queue) ends its await."""
+        """While awaits are pending, ask the driver every CHECK_S: after a sticky fault it runs
+        no host function, and the awaits end with its error; an orphaned await whose event is
+        reached ends."""
         if not self.checking:
             self.checking = True
             loop.call_later(CHECK_S, self.check, loop)
 
     def check(self, loop: asyncio.AbstractEventLoop) -> None:
         self.checking = False
-        for token, (future, event) in list(self.futures.items()):
+        asked: "set[int]" = set()  # contexts an answer came from
+        for token, (_, event, context) in list(self.futures.items()):
+            if token not in self.futures or (context in asked and token not in self.orphans):
+                continue  # ended by a fault below, or its context answered for it
             try:
                 reached = event.query()
-            except CudaError as e:
-                self.futures.pop(token, None)
-                if not future.done():
-                    future.set_exception(e)
+            except CudaError as e:  # a sticky fault: every call in the context fails with it
+                for other, (_, _, where) in list(self.futures.items()):
+                    if where == context:
+                        self.end(other, e)
+                continue
             except ValueError:
-                pass  # closed meanwhile: the notifier still rings
-            else:
-                if reached:  # a notifier that could not be queued (a failed driver call) never rings
-                    self.futures.pop(token, None)
-                    if not future.done():
-                        future.set_result(None)
+                continue  # closed meanwhile: its notifier still rings; another event answers
+            asked.add(context)
+            if reached:  # early for a ringing await (its token then finds nothing); an orphan's end
+                self.end(token, None)
         if self.futures and not loop.is_closed():
             self.watch(loop)
 
@@ -93,14 +113,14 @@ def _ring_of(loop: asyncio.AbstractEventLoop) -> _Ring:
     return ring
 
 
-def prepare(event: Event) -> "tuple[_Bell, asyncio.Future[None], int]":
-    """For ``Event.__await__``: the running loop's bell, a new future of that loop and the
-    token the bell will ring for it."""
+def prepare(event: Event, context: int) -> "tuple[_Bell, asyncio.Future[None], int]":
+    """For ``Event.__await__`` of an event of the context whose id is `context`: the running
+    loop's bell, a new future of that loop and the token the bell will ring for it."""
     loop = asyncio.get_running_loop()
     ring = _ring_of(loop)
     future: "asyncio.Future[None]" = loop.create_future()
     token = next(_tokens)
-    ring.futures[token] = (future, event)
+    ring.futures[token] = (future, event, context)
     ring.watch(loop)
     future.add_done_callback(functools.partial(ring.forget_future, token))
     return ring.bell, future, token

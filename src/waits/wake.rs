@@ -66,8 +66,14 @@ impl Bell {
     }
 }
 
+/// The bit a token is rung with when its wait was abandoned (`Wake::abandon`): nothing will
+/// ring for that await, so the loop asks the driver about its event instead. The loop's tokens
+/// count up from 1 and never reach it.
+const ORPHANED: u64 = 1 << 63;
+
 /// An event loop's bell, for `python/custream/_waits.py`: ``fileno()`` for
-/// ``loop.add_reader``, ``take()`` for the tokens of the awaits that rang since.
+/// ``loop.add_reader``, ``take()`` for the tokens of the awaits that rang since (a token
+/// with ``ORPHANED`` set: that await's wait was abandoned).
 #[pyclass(module = "custream", frozen, name = "_Bell")]
 pub struct PyBell(Arc<Bell>);
 
@@ -86,6 +92,9 @@ impl PyBell {
             rung: Mutex::new(Vec::new()),
         })))
     }
+
+    #[classattr]
+    const ORPHANED: u64 = ORPHANED;
 
     fn fileno(&self) -> i32 {
         self.0.fd.as_raw_fd()
@@ -144,10 +153,13 @@ impl Wake {
     }
 
     /// Drop a signal that will never be given: attached (`py`), or without Python, where a
-    /// future's reference is forgotten (the interpreter is going).
+    /// future's reference is forgotten (the interpreter is going). An event loop's bell is
+    /// rung with the token marked `ORPHANED`: the loop then asks the driver about that
+    /// await's event once a second, as nothing else will tell it.
     pub fn abandon(self, py: Option<Python<'_>>) {
         match (self.0, py) {
             (Kind::Future(future), None) => std::mem::forget(future),
+            (Kind::Loop(bell, token), _) => bell.ring(token | ORPHANED),
             (other, _) => drop(other),
         }
     }

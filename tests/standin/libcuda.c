@@ -332,8 +332,12 @@ void standin_hold(int on) {
     if (!on) run_callbacks(OK);
 }
 CUresult cuEventSynchronize(CUevent e) { (void)e; return sticky; }
-/* STANDIN_IMPORTED_PENDING=1: the work an exporter recorded never completes here. */
+/* STANDIN_IMPORTED_PENDING=1: the work an exporter recorded never completes here;
+ * standin_event_queries() counts the queries. */
+static int event_queries;
+int standin_event_queries(void) { return READ(event_queries); }
 CUresult cuEventQuery(CUevent e) {
+    BUMP(event_queries, 1);
     if (sticky) return sticky;
     return hold || (e->imported && getenv("STANDIN_IMPORTED_PENDING")) ? NOT_READY : OK;
 }
