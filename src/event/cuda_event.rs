@@ -350,8 +350,10 @@ impl Event {
             let prepare = PREPARE.get_or_try_init(py, || {
                 Ok::<_, PyErr>(py.import("custream._waits")?.getattr("prepare")?.unbind())
             })?;
-            let (bell, future, token): (Bound<'py, PyBell>, Bound<'py, PyAny>, u64) =
-                prepare.bind(py).call1((slf, slf.get().event.home().context_id))?.extract()?;
+            let (bell, future, token): (Bound<'py, PyBell>, Bound<'py, PyAny>, u64) = prepare
+                .bind(py)
+                .call1((slf, slf.get().event.home().context_id))?
+                .extract()?;
             if let Err(e) = waits::arm(py, ev, ctx, slf.get().recorded(), Wake::bell(bell.get(), token)) {
                 future.call_method0("cancel")?;
                 return Err(e);
