@@ -168,7 +168,24 @@ fn named<const N: usize>(
     }
 }
 
+/// The index in `names` of `v`, a setter's value: found by identity when it is one of the
+/// interned strs (a name written in the code), else by its text (`choice_arg`, whose errors
+/// name `what`).
+fn chosen<const N: usize>(
+    py: Python<'_>,
+    made: &PyOnceLock<[Py<PyString>; N]>,
+    names: [&'static str; N],
+    v: &Bound<'_, PyAny>,
+    what: &str,
+) -> PyResult<usize> {
+    match interned(py, made, names).iter().position(|n| n.as_ptr() == v.as_ptr()) {
+        Some(i) => Ok(i),
+        None => choice_arg(v, what, &names),
+    }
+}
+
 static POLICY_NAMES: PyOnceLock<[Py<PyString>; 4]> = PyOnceLock::new();
+static DOMAIN_NAMES: PyOnceLock<[Py<PyString>; 2]> = PyOnceLock::new();
 
 pub fn get_sync_policy(s: StreamObject<'_>, py: Python<'_>) -> PyResult<Py<PyAny>> {
     Ok(named(py, &POLICY_NAMES, SyncPolicy::NAMES, s.sync_policy(py)?.name()))
@@ -182,17 +199,17 @@ fn no_delete(what: &str) -> PyErr {
 pub fn set_sync_policy(s: StreamObject<'_>, py: Python<'_>, value: Option<Borrowed<'_, '_, PyAny>>) -> PyResult<()> {
     const WHAT: &str = "Stream.sync_policy";
     let v = value.ok_or_else(|| no_delete(WHAT))?;
-    let made = interned(py, &POLICY_NAMES, SyncPolicy::NAMES);
-    let index = match made.iter().position(|n| n.as_ptr() == v.as_ptr()) {
-        Some(i) => i,
-        None => choice_arg(&v, WHAT, &SyncPolicy::NAMES)?,
-    };
+    let index = chosen(py, &POLICY_NAMES, SyncPolicy::NAMES, &v, WHAT)?;
     s.set_sync_policy(py, SyncPolicy::ALL[index])
 }
 
 pub fn get_mem_sync_domain(s: StreamObject<'_>, py: Python<'_>) -> PyResult<Py<PyAny>> {
-    static MADE: PyOnceLock<[Py<PyString>; 2]> = PyOnceLock::new();
-    Ok(named(py, &MADE, MemSyncDomain::NAMES, s.mem_sync_domain(py)?.name()))
+    Ok(named(
+        py,
+        &DOMAIN_NAMES,
+        MemSyncDomain::NAMES,
+        s.mem_sync_domain(py)?.name(),
+    ))
 }
 
 pub fn set_mem_sync_domain(
@@ -202,7 +219,7 @@ pub fn set_mem_sync_domain(
 ) -> PyResult<()> {
     const WHAT: &str = "Stream.mem_sync_domain";
     let v = value.ok_or_else(|| no_delete(WHAT))?;
-    let domain = MemSyncDomain::ALL[choice_arg(&v, WHAT, &MemSyncDomain::NAMES)?];
+    let domain = MemSyncDomain::ALL[chosen(py, &DOMAIN_NAMES, MemSyncDomain::NAMES, &v, WHAT)?];
     s.set_mem_sync_domain(py, domain)
 }
 
