@@ -1,5 +1,6 @@
 """Shared pieces of the gpu tests: guarded peer imports, the spin kernel, and "work"
-objects that launch it through one peer library onto any stream.
+objects that launch it through one peer library onto any stream; the sleep kernel (a kernel
+of a known duration, launched with CuPy on any stream).
 
 Ordering is always proven the same way: ``spin_then_mark`` runs a kernel that spins for
 about 100 ms on one stream and then writes 1 to ``out[0]``; ``copy_mark`` copies
@@ -158,6 +159,19 @@ def check_owner_lifetime(make_owner, wrap):
 # ---- work: one kernel launched through one peer onto any stream --------------------------
 
 
+def cupy_stream(stream):
+    """``stream`` (a custream.Stream or any protocol object) as a CuPy stream, to launch on
+    with ``with``: through the protocol where CuPy takes it (>= 14, keeping the stream alive),
+    else CuPy's ExternalStream of its handle."""
+    import cupy
+
+    s = custream.as_stream(stream)
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is not None:  # CuPy >= 14: the protocol, keeping s alive
+        return from_external(s)
+    return cupy.cuda.ExternalStream(s.handle, 0)
+
+
 class CupyWork:
     """Launches the spin kernel with CuPy (a RawModule) on any protocol stream."""
 
@@ -176,11 +190,7 @@ class CupyWork:
         cupy.cuda.Device(0).synchronize()
 
     def _stream(self, stream):
-        s = custream.as_stream(stream)
-        from_external = getattr(self.cp.cuda.Stream, "from_external", None)
-        if from_external is not None:  # CuPy >= 14: the protocol, keeping s alive
-            return from_external(s)
-        return self.cp.cuda.ExternalStream(s.handle, 0)
+        return cupy_stream(stream)
 
     def spin_then_mark(self, stream, cycles=SPIN_CYCLES):
         with self._stream(stream):
@@ -293,6 +303,39 @@ def first_work():
             return make_work(name)
         reasons.append(f"{name} unavailable")
     pytest.skip("no peer can launch a kernel: " + ", ".join(reasons))
+
+
+# ---- the sleep kernel: a kernel of a known duration ---------------------------------------
+
+# Spins on the GPU's nanosecond clock (%globaltimer) until `ns` have passed: the same duration
+# whatever the clock rate. The one definition: test_gpu_await_cpu.py's fresh interpreters
+# import it from here too.
+SLEEP_KERNEL = r"""
+extern "C" __global__ void sleep_ns(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+}
+"""
+
+
+@functools.cache
+def sleep_kernel():
+    """The sleep kernel as a CuPy RawKernel, made once per process (CuPy compiles and loads it
+    at its first launch): ``sleep_kernel()((1,), (1,), (cupy.uint64(ns),))`` inside a stream's
+    ``with``."""
+    import cupy
+
+    return cupy.RawKernel(SLEEP_KERNEL, "sleep_ns")
+
+
+def sleep_on(stream, seconds):
+    """Launch, with CuPy, a kernel that runs ``seconds`` on the GPU on ``stream`` (a
+    custream.Stream or any protocol object); the first launch compiles it."""
+    import cupy
+
+    with cupy_stream(stream):
+        sleep_kernel()((1,), (1,), (cupy.uint64(int(seconds * 1e9)),))
 
 
 # ---- a subprocess under a watchdog ------------------------------------------------------
