@@ -78,6 +78,15 @@ def driver():
 
 
 @pytest.fixture(scope="session")
+def watchdog_stderr(request):
+    """In a child (a test marked ``standin`` or ``isolated``): the copy of the real stderr that
+    the watchdog writes every thread's stack to, for whatever else a hang should show there
+    (tests/gpu/conftest.py's native stacks); the test's own stderr is captured, lost at the
+    watchdog's exit. None in this process."""
+    return request.config.stash[_stderr_key] if IN_CHILD else None
+
+
+@pytest.fixture(scope="session")
 def standin_lib(tmp_path_factory):
     """The path of tests/standin/libcuda.c built, for a check that runs a fresh interpreter
     itself (standin.script)."""

@@ -13,6 +13,7 @@ The module name is unique on purpose: tests/ has no __init__.py, so pytest impor
 folders by basename and a second ``helpers.py`` elsewhere would collide.
 """
 
+import atexit
 import ctypes
 import functools
 import gc
@@ -349,7 +350,9 @@ def native_stacks():
     cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         return None
-    lib = os.path.join(tempfile.mkdtemp(prefix="custream-stacks-"), "native_stacks.so")
+    folder = tempfile.mkdtemp(prefix="custream-stacks-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    lib = os.path.join(folder, "native_stacks.so")
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_stacks.c")
     subprocess.run([cc, "-O1", "-shared", "-fPIC", "-o", lib, src, "-lpthread"], check=True)
     return lib

@@ -3,7 +3,9 @@
  * needs no GIL, so it runs in a process hung on the GIL) that, after `seconds`, signals each
  * thread of the process in turn; each one writes its own backtrace (glibc's backtrace, warmed
  * up at arm time so the handler allocates nothing), headed by its thread id and name. A
- * driver thread shows as frames in libcuda.so, a thread waiting for the GIL as take_gil. */
+ * driver thread shows as frames in libcuda.so, a thread waiting for the GIL as take_gil.
+ * native_stacks_arm_fd(seconds, fd) writes to `fd` instead of 2 (a pytest process captures
+ * fd 2 into a file that an exit loses: tests/gpu/conftest.py passes a copy of the real one). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <execinfo.h>
@@ -16,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+static int out_fd = 2;
+
 static void dump_self(int sig) {
     (void)sig;
     void *frames[64];
@@ -23,14 +27,14 @@ static void dump_self(int sig) {
     char name[32] = "?";
     pthread_getname_np(pthread_self(), name, sizeof name);
     int n = snprintf(head, sizeof head, "\n--- native stack of thread %ld (%s) ---\n", (long)syscall(SYS_gettid), name);
-    write(2, head, (size_t)n);
-    backtrace_symbols_fd(frames, backtrace(frames, 64), 2);
+    write(out_fd, head, (size_t)n);
+    backtrace_symbols_fd(frames, backtrace(frames, 64), out_fd);
 }
 
 static void *watch(void *arg) {
     struct timespec t = {(time_t)(long)arg, 0};
     nanosleep(&t, NULL);
-    write(2, "\nnative_stacks: the watchdog fired\n", 35);
+    write(out_fd, "\nnative_stacks: the watchdog fired\n", 35);
     DIR *d = opendir("/proc/self/task");
     if (!d) return NULL;
     long me = (long)syscall(SYS_gettid);
@@ -45,7 +49,8 @@ static void *watch(void *arg) {
     return NULL;
 }
 
-int native_stacks_arm(long seconds) {
+int native_stacks_arm_fd(long seconds, int fd) {
+    out_fd = fd;
     void *warm[4];
     backtrace(warm, 4);  /* loads libgcc_s now, not in the handler */
     struct sigaction sa;
@@ -57,3 +62,5 @@ int native_stacks_arm(long seconds) {
     if (pthread_create(&t, NULL, watch, (void *)seconds) != 0) return -1;
     return pthread_detach(t);
 }
+
+int native_stacks_arm(long seconds) { return native_stacks_arm_fd(seconds, 2); }
