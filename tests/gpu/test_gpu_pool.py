@@ -18,6 +18,7 @@ import time
 import pytest
 
 import custream
+from _threads import blocked_at, wait_until
 
 pytestmark = pytest.mark.gpu
 
@@ -176,7 +177,7 @@ def test_a_waiting_lease_is_woken_by_close():
 
     t = threading.Thread(target=wait)
     t.start()
-    time.sleep(0.2)
+    wait_until(lambda: blocked_at(t, "pool.lease(timeout=30)"), "the second lease waits for the only stream")
     pool.close()
     t.join(10)
     assert errors == ["lease() on a closed custream.StreamPool"]
