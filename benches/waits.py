@@ -65,7 +65,8 @@ def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
         label = f"{kernel_ns / 1e6:g} ms kernel"
         out.update({f"{name}, {label}": {"ns": v, "ratio": v / ns[DRIVER]} for name, v in ns.items()})
     out[f"{AWAIT}, 5 ms kernel"]["target"] = 1.5
-    out.update(by_policy(latency, sleep, pool, cp))
+    if hasattr(custream.Stream, "sync_policy"):  # a wheel from before the settings has no policy rows
+        out.update(by_policy(latency, sleep, pool, cp))
     out.update(pending_cpu(loop, s, ext, sleep))
     out.update(fresh_process_cpu(FRESH))
     loop.close()
