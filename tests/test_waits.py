@@ -707,6 +707,39 @@ def test_the_loops_check_asks_one_event_per_context_and_a_fault_ends_them_all(dr
 
 
 @STICKY
+def test_the_futures_watch_asks_one_event_per_context_and_each_orphans(driver, monkeypatch):
+    """Pending ``Event.future()``s cost their watch (once a second) one driver query per
+    context, and one for each future whose wait custream abandoned (nothing else will complete
+    it); a sticky fault, answered once, fails every future of the context."""
+    driver.standin_event_queries.restype = ctypes.c_int
+    # The check is run here, by hand: the watch's own (its thread made with the first future)
+    # waits an hour, so no query of its own falls between the counts.
+    monkeypatch.setattr(custream._waits, "CHECK_S", 3600.0)
+    assert custream._waits._watcher is None
+    s = Stream()
+    driver.standin_hold(1)
+    try:
+        futures = [s.record().future() for _ in range(300)]
+        assert not any(f.done() for f in futures)
+        before = driver.standin_event_queries()
+        custream._waits.check_futures()  # what the watch runs once a second
+        assert driver.standin_event_queries() - before == 1
+        custream._waits.orphaned_future(futures[7])
+        before = driver.standin_event_queries()
+        custream._waits.check_futures()
+        assert driver.standin_event_queries() - before == 2
+        assert not any(f.done() for f in futures)  # held: nothing reached
+        driver.standin_sticky(700)
+        custream._waits.check_futures()
+    finally:
+        driver.standin_sticky(0)
+        driver.standin_hold(0)
+    errors = {f.exception(timeout=5).name for f in futures}
+    assert errors == {"CUDA_ERROR_ILLEGAL_ADDRESS"}
+    assert not custream._waits._watched and not custream._waits._orphans
+
+
+@STICKY
 def test_close_after_a_sticky_fault_does_not_raise(driver):
     s, e = Stream(), Event()
     alive = driver.standin_live_streams()

@@ -132,30 +132,41 @@ def pending_futures() -> int:
     return sum(len(r.futures) for r in rings)
 
 
-# Event.future()'s futures still pending, with their events, and the thread that watches them
-# (one, only while there are any).
-_watched: "dict[concurrent.futures.Future[None], Event]" = {}
+# Event.future()'s futures still pending, with their events and contexts; those whose wait
+# custream abandoned (nothing will complete them but the watch's question); and the thread that
+# watches them (one, only while there are any).
+_watched: "dict[concurrent.futures.Future[None], tuple[Event, int]]" = {}
+_orphans: "set[concurrent.futures.Future[None]]" = set()
 _watch_lock = threading.Lock()
 _watcher: "threading.Thread | None" = None
 
 
-def watch_future(future: "concurrent.futures.Future[None]", event: Event) -> None:
-    """For ``Event.future()``: while the future is pending, ask the driver about its event every
-    CHECK_S, so that a sticky fault (after which the driver runs no host function) fails it
-    with the driver's error instead of leaving it pending for ever, and an event reached
-    without its notifier ringing completes it."""
+def watch_future(future: "concurrent.futures.Future[None]", event: Event, context: int) -> None:
+    """For ``Event.future()`` of an event of the context whose id is `context`: while the
+    future is pending, ask the driver every CHECK_S about one event of its context, so that a
+    sticky fault (after which the driver runs no host function) fails it with the driver's
+    error instead of leaving it pending for ever."""
     global _watcher
     with _watch_lock:
-        _watched[future] = event
+        _watched[future] = (event, context)
         if _watcher is None:
             _watcher = threading.Thread(target=_watch, name="custream-future-watch", daemon=True)
             _watcher.start()
     future.add_done_callback(_unwatch)
 
 
+def orphaned_future(future: "concurrent.futures.Future[None]") -> None:
+    """Called by custream (its host thread) when the wait behind `future` was abandoned: no
+    host function will complete it, so the watch asks the driver about its own event."""
+    with _watch_lock:
+        if future in _watched:
+            _orphans.add(future)
+
+
 def _unwatch(future: "concurrent.futures.Future[None]") -> None:
     with _watch_lock:
         _watched.pop(future, None)
+        _orphans.discard(future)
 
 
 def _watch() -> None:
@@ -166,19 +177,42 @@ def _watch() -> None:
             if not _watched:
                 _watcher = None
                 return
-            pending = list(_watched.items())
-        for future, event in pending:
-            try:
-                reached = event.query()
-            except CudaError as e:
-                _unwatch(future)
-                _settle(future, e)
-            except ValueError:
-                pass  # closed meanwhile: the notifier still rings
-            else:
-                if reached:  # a notifier that could not be queued never rings
-                    _unwatch(future)
-                    _settle(future, None)
+        check_futures()
+
+
+def check_futures() -> None:
+    """What the watch does once a second: one query per context (a sticky fault fails every
+    call in it: that answer settles all its futures with the error), and one for each orphan
+    (reached: it completes)."""
+    with _watch_lock:
+        pending = list(_watched.items())
+        orphans = set(_orphans)
+    asked: "set[int]" = set()  # contexts an answer came from
+    failed: "dict[int, CudaError]" = {}
+    for future, (event, context) in pending:
+        if context in failed:
+            _unwatch(future)
+            _settle(future, failed[context])
+            continue
+        if context in asked and future not in orphans:
+            continue
+        try:
+            reached = event.query()
+        except CudaError as e:
+            failed[context] = e
+            _unwatch(future)
+            _settle(future, e)
+            continue
+        except ValueError:
+            continue  # closed meanwhile: its notifier still rings; another event answers
+        asked.add(context)
+        if reached and future in orphans:  # a ringing future's notifier completes it
+            _unwatch(future)
+            _settle(future, None)
+    for future, (_, context) in pending:  # those of a failed context seen before its fault
+        if context in failed:
+            _unwatch(future)
+            _settle(future, failed[context])
 
 
 def _settle(future: "concurrent.futures.Future[None]", error: "CudaError | None") -> None:
@@ -194,6 +228,7 @@ def _settle(future: "concurrent.futures.Future[None]", error: "CudaError | None"
 def _after_fork_in_child() -> None:
     global _watcher
     _watched.clear()
+    _orphans.clear()
     _watcher = None
 
 

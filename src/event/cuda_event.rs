@@ -378,7 +378,9 @@ impl Event {
             let watch = WATCH.get_or_try_init(py, || {
                 Ok::<_, PyErr>(py.import("custream._waits")?.getattr("watch_future")?.unbind())
             })?;
-            watch.bind(py).call1((&future, slf))?;
+            watch
+                .bind(py)
+                .call1((&future, slf, slf.get().event.home().context_id))?;
         }
         Ok(future)
     }

@@ -11,6 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::PyList;
 
 use crate::host;
@@ -154,14 +155,30 @@ impl Wake {
 
     /// Drop a signal that will never be given: attached (`py`), or without Python, where a
     /// future's reference is forgotten (the interpreter is going). An event loop's bell is
-    /// rung with the token marked `ORPHANED`: the loop then asks the driver about that
-    /// await's event once a second, as nothing else will tell it.
+    /// rung with the token marked `ORPHANED`, and a future is marked orphaned in
+    /// `custream._waits`: the loop, or the futures' watch, then asks the driver about that
+    /// wait's event once a second, as nothing else will tell it.
     pub fn abandon(self, py: Option<Python<'_>>) {
         match (self.0, py) {
             (Kind::Future(future), None) => std::mem::forget(future),
+            (Kind::Future(future), Some(py)) => orphan_future(py, future),
             (Kind::Loop(bell, token), _) => bell.ring(token | ORPHANED),
-            (other, _) => drop(other),
+            (Kind::Thread(done), _) => drop(done),
         }
+    }
+}
+
+/// Tell `custream._waits` that nothing will complete `future` but its watch's question.
+fn orphan_future(py: Python<'_>, future: Py<PyAny>) {
+    static ORPHANED_FUTURE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let marked = ORPHANED_FUTURE
+        .get_or_try_init(py, || {
+            Ok::<_, PyErr>(py.import("custream._waits")?.getattr("orphaned_future")?.unbind())
+        })
+        .and_then(|mark| mark.bind(py).call1((future,)));
+    if let Err(e) = marked {
+        // On custream's host thread, with no caller to raise to: shown as unraisable.
+        e.write_unraisable(py, None);
     }
 }
 
