@@ -7,7 +7,6 @@ without a driver call, and the current stream is custream's own bookkeeping.
 import asyncio
 import contextlib
 import os
-import subprocess
 import sys
 import threading
 
@@ -219,9 +218,14 @@ def test_a_task_inherits_the_current_stream_of_its_creator():
     assert asyncio.run(main()) is s
 
 
-@pytest.mark.parametrize("value,expected", [("1", "PER_THREAD_DEFAULT_STREAM"), ("0", "DEFAULT_STREAM"), ("", "DEFAULT_STREAM")])
+def _in_env(value, expected):
+    # A pytest process of its own with the variable set: custream reads it at import.
+    return pytest.param(value, expected, id=value or "empty",
+                        marks=pytest.mark.isolated(env={"CUSTREAM_PER_THREAD_DEFAULT_STREAM": value}))
+
+
+@pytest.mark.parametrize("value,expected", [_in_env("1", "PER_THREAD_DEFAULT_STREAM"), _in_env("0", "DEFAULT_STREAM"),
+                                            _in_env("", "DEFAULT_STREAM")])
 def test_the_environment_chooses_the_per_thread_default(value, expected):
-    env = dict(os.environ, CUSTREAM_PER_THREAD_DEFAULT_STREAM=value)
-    code = f"import custream; assert custream.current_stream() is custream.{expected}, custream.current_stream()"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
-    assert out.returncode == 0, out.stderr
+    assert os.environ["CUSTREAM_PER_THREAD_DEFAULT_STREAM"] == value
+    assert custream.current_stream() is getattr(custream, expected), custream.current_stream()
