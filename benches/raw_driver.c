@@ -1,6 +1,7 @@
 /* raw_driver.c: the driver calls timed in C loops (dlsym, no CUDA header), device 0's primary context current:
  * worker.py calls raw_init() once, then raw_time(op, n, ...) in turn with a Python loop. floor_ext.c includes it. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -144,3 +145,15 @@ double raw_watch(volatile int *flag, double limit_ns) {
         if ((t = now_ns()) - start > limit_ns) return -1;
     return now_ns();
 }
+
+/* raw_watch on a thread of its own, which never takes the GIL (a Python thread returning from it would, just as the
+ * waiter wakes, and the waiter would wait for it): raw_watch_start before the kernel, raw_watch_join for its time. */
+static volatile int *watched;
+static double watch_limit_ns, watched_at;
+static pthread_t watcher;
+static void *watch(void *arg) { watched_at = raw_watch(watched, watch_limit_ns); return arg; }
+int raw_watch_start(volatile int *flag, double limit_ns) {
+    watched = flag, watch_limit_ns = limit_ns;
+    return pthread_create(&watcher, NULL, watch, NULL);
+}
+double raw_watch_join(void) { return pthread_join(watcher, NULL) ? -1 : watched_at; }

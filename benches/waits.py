@@ -1,6 +1,6 @@
 """Waits beside the peers, once a GPU run (issue 38): from a kernel's end to the waiter running again, and the CPU that
 1,000 pending awaits cost; and by the stream's sync_policy (issue 51): a 'spin' stream's synchronize() beside the
-driver's own spinning wait, and the CPU a 'blocking' stream's waits cost per second waited. The kernel's end is seen by raw_driver.c's raw_watch spinning on mapped host memory that the
+driver's own spinning wait, and the CPU a 'blocking' stream's waits cost per second waited. The kernel's end is seen by raw_driver.c's raw_watch spinning, on a C thread, on mapped host memory that the
 kernel writes last; the waiter reads the same clock (CLOCK_MONOTONIC) when it runs again."""
 
 import asyncio, ctypes, json, math, os, statistics, subprocess, sys, time
@@ -38,19 +38,21 @@ def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
     flag, kernel = ctypes.c_int.from_address(host), cp.RawKernel(KERNEL, "sleep_then_flag")
     sleep = lambda ns: kernel((1,), (1,), (cp.uint64(ns), cp.intp(host)))  # noqa: E731 (then raises the flag)
     s = custream.Stream(device=0)
-    ext, loop, pool = cp.cuda.Stream.from_external(s), asyncio.new_event_loop(), ThreadPoolExecutor(2)
+    ext, loop, pool = cp.cuda.Stream.from_external(s), asyncio.new_event_loop(), ThreadPoolExecutor(1)
     samples = max(20, min(200, int(cfg["budget_s"] * 50)))
 
     def latency(wait, kernel_ns, on=ext) -> float:
-        """Median ns from the end of a `kernel_ns` kernel on `on` (raw_watch, on a thread of the pool) to `wait`
-        returning."""
+        """Median ns from the end of a `kernel_ns` kernel on `on` (raw_watch, on a C thread that takes no GIL) to
+        `wait` returning."""
         out = []
         for _ in range(samples if kernel_ns <= SHORT_NS else max(20, samples // 4)):  # 30 ms kernels: fewer
             flag.value = 0
-            seen = pool.submit(raw.raw_watch, host, 5e9)
+            if raw.raw_watch_start(host, 5e9):
+                raise RuntimeError("raw_watch_start: no thread")
             with on:
                 sleep(kernel_ns)
-            out.append(wait() - seen.result())
+            end = wait()
+            out.append(end - raw.raw_watch_join())
         return statistics.median(out)
     waits = {DRIVER: lambda: pool.submit(then(s.synchronize)).result(), MAIN: then(s.synchronize),
              "s.synchronize(timeout=10)": then(lambda: s.synchronize(timeout=10)),

@@ -71,6 +71,8 @@ def raw_driver(path: str):
     for f, args in ((raw.raw_time, [ctypes.c_char_p, ctypes.c_long, p, p, ctypes.c_long]), (raw.raw_hostfn, [p]),
                     (raw.raw_watch, [p, ctypes.c_double])):  # waits.py's: the host function's time, the kernel's end
         f.restype, f.argtypes = ctypes.c_double, args
+    raw.raw_watch_start.restype, raw.raw_watch_start.argtypes = ctypes.c_int, [p, ctypes.c_double]
+    raw.raw_watch_join.restype, raw.raw_watch_join.argtypes = ctypes.c_double, []
     if step := raw.raw_init():
         raise RuntimeError(f"raw_init failed at step {step} (1: no libcuda, 2: a symbol missing, 3: a driver call)")
 
