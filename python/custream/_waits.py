@@ -157,9 +157,10 @@ def watch_future(future: "concurrent.futures.Future[None]", event: Event, contex
 
 def orphaned_future(future: "concurrent.futures.Future[None]") -> None:
     """Called by custream (its host thread) when the wait behind `future` was abandoned: no
-    host function will complete it, so the watch asks the driver about its own event."""
+    host function will complete it, so the watch asks the driver about its own event. It may
+    come before ``watch_future`` registers the future (the GIL changes hands in between)."""
     with _watch_lock:
-        if future in _watched:
+        if not future.done():
             _orphans.add(future)
 
 
@@ -186,6 +187,7 @@ def check_futures() -> None:
     (reached: it completes)."""
     with _watch_lock:
         pending = list(_watched.items())
+        _orphans.difference_update([f for f in _orphans if f.done()])
         orphans = set(_orphans)
     asked: "set[int]" = set()  # contexts an answer came from
     failed: "dict[int, CudaError]" = {}
