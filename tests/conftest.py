@@ -14,7 +14,9 @@ The marker takes the model (a file in tests/standin/), then C compiler flags, an
 ``omit`` and ``also`` (entry points left out of or added to the generated stubs: see
 standin.build), ``source`` (C source compiled as the library instead, with no stubs: a
 driver that exports only what it says), ``env`` (more environment for the child) and
-``timeout`` (seconds, 60 by default). Past the timeout the child dumps every thread's stack and exits (faulthandler), so
+``timeout`` (seconds, 60 by default). ``env`` may be a function, called here before the child
+starts, that returns the mapping (to build what the child is to find); a value of None leaves
+that variable unset in the child. Past the timeout the child dumps every thread's stack and exits (faulthandler), so
 a hang fails instead of hanging the run; a Rust panic or a fatal Python error written to its
 stderr, in a test or at exit, fails the test even where it passed. ``isolated`` takes
 ``timeout`` and ``env`` too.
@@ -172,14 +174,18 @@ def _run_child(item, marker):
     timeout = marker.kwargs.get("timeout", 60)
     try:
         lib = _library(config, marker) if marker.name == "standin" else None
+        extra = marker.kwargs.get("env", {})
+        if callable(extra):  # made here, before the child starts (libraries it is to find, say)
+            extra = extra()
     except pytest.skip.Exception as e:
         return [_report(item, "setup", "skipped", (str(item.path), item.location[1], f"Skipped: {e.msg}"))]
     except Exception as e:  # noqa: BLE001 - the build's failure is the test's
-        return [_report(item, "setup", "failed", f"building the stand-in ({marker.args}) failed: {e!r}")]
+        return [_report(item, "setup", "failed", f"preparing the test's process ({marker.args}) failed: {e!r}")]
     with tempfile.TemporaryDirectory(prefix="custream-standin-run-") as folder:
         reports_file = os.path.join(folder, "reports.jsonl")
         env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
-        env.update(marker.kwargs.get("env", {}), **{REPORTS: reports_file})
+        env.update(extra, **{REPORTS: reports_file})
+        env = {k: v for k, v in env.items() if v is not None}  # None: left unset in the child
         if lib is not None:
             env["CUSTREAM_LIBCUDA"] = str(lib)
         cmd = [sys.executable, "-m", "pytest", item.nodeid, "-q", "-p", "no:cacheprovider",

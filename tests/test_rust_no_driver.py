@@ -11,12 +11,15 @@ libcuda.so of this test's own on the library path: one that lacks what cudarc ca
 whose cuInit says there is no device.
 """
 
+import atexit
 import ctypes.util
 import gc
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -156,15 +159,16 @@ def test_a_driver_cudarc_cannot_use_is_cuda_unavailable(tmp_path):
     assert "passes through: PanicException the closure's own panic" in out, out
 
 
-def test_a_failed_driver_call_is_custreams_cuda_error(tmp_path):
-    load_ext()
-    env = fake_driver(tmp_path / "lib", no_device=True)
-    out = run_python("""
-        import custream, custream_rust_ext as rx
-        try:
-            rx.cudarc_ordinal(0, False)
-        except custream.CudaError as e:
-            print(repr((e.code, e.name, e.message, str(e))))
-    """, env)
-    assert out.strip() == repr((100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected",
-                                "CUDA_ERROR_NO_DEVICE (100): no CUDA-capable device is detected")), out
+def _no_device():
+    folder = Path(tempfile.mkdtemp(prefix="custream-no-device-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return fake_driver(folder / "lib", no_device=True)
+
+
+@pytest.mark.isolated(env=_no_device)  # custream and cudarc open the library at import and first use
+def test_a_failed_driver_call_is_custreams_cuda_error(rx):
+    with pytest.raises(custream.CudaError) as e:
+        rx.cudarc_ordinal(0, False)
+    assert (e.value.code, e.value.name, e.value.message, str(e.value)) == (
+        100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected",
+        "CUDA_ERROR_NO_DEVICE (100): no CUDA-capable device is detected")
