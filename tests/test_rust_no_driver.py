@@ -6,7 +6,7 @@ as tests/test_rust_crate.py drives the rest of the crate.
 cudarc (the crate's ``cudarc`` feature) loads libcuda on its own, by its own list of names,
 and panics where it finds none or the one it finds lacks an entry point; ``with_cudarc``
 turns both into ``custream.CudaUnavailableError`` and a failed driver call into
-``custream.CudaError``. The last two cases run in a fresh interpreter against a small
+``custream.CudaError``. The last two cases run in a pytest process of their own against a small
 libcuda.so of this test's own on the library path: one that lacks what cudarc calls, and one
 whose cuInit says there is no device.
 """
@@ -17,10 +17,7 @@ import gc
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -129,43 +126,31 @@ def fake_driver(folder: Path, no_device: bool) -> dict:
     return {"LD_LIBRARY_PATH": str(folder), "CUSTREAM_LIBCUDA": str(folder / "libcuda.so")}
 
 
-def run_python(code: str, env: dict) -> str:
-    """`code` in a fresh interpreter with `env` added; its stdout (it must exit 0)."""
-    full = dict(os.environ, **env)
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full,
-                         timeout=120)
-    assert out.returncode == 0, out.stdout + out.stderr
-    return out.stdout
+def _driver(no_device):
+    """The environment of a test process whose cudarc finds a library of `fake_driver`'s."""
+    def environment():
+        load_ext()  # built (or skipped) here, not in the test's process under its timeout
+        folder = Path(tempfile.mkdtemp(prefix="custream-fake-libcuda-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        return fake_driver(folder / "lib", no_device=no_device)
+    return environment
 
 
-def test_a_driver_cudarc_cannot_use_is_cuda_unavailable(tmp_path):
+# cudarc's panic and the closure's are written to stderr as they are caught: the test is about them.
+@pytest.mark.isolated(env=_driver(no_device=False), allow=("panicked",))
+def test_a_driver_cudarc_cannot_use_is_cuda_unavailable(rx):
     """cudarc panics on an entry point the library lacks (here cuDeviceGet, its second call):
     the panic stays in Rust; a panic of the closure's own passes through as pyo3's."""
-    load_ext()
-    env = fake_driver(tmp_path / "lib", no_device=False)
-    out = run_python("""
-        import custream, custream_rust_ext as rx
-        try:
-            rx.cudarc_ordinal(0, False)
-        except custream.CudaUnavailableError as e:
-            print("unavailable:", e)
-        try:
-            rx.cudarc_ordinal(0, True)
-        except BaseException as e:
-            print("passes through:", type(e).__name__, e)
-    """, env)
-    assert "unavailable: the CUDA driver cudarc loaded cannot be used (Missing symbol cuDeviceGet" in out, out
-    assert "a driver for CUDA 12.0 or newer is needed" in out, out
-    assert "passes through: PanicException the closure's own panic" in out, out
+    with pytest.raises(custream.CudaUnavailableError) as e:
+        rx.cudarc_ordinal(0, False)
+    assert "the CUDA driver cudarc loaded cannot be used (Missing symbol cuDeviceGet" in str(e.value), e.value
+    assert "a driver for CUDA 12.0 or newer is needed" in str(e.value), e.value
+    with pytest.raises(BaseException) as e:
+        rx.cudarc_ordinal(0, True)
+    assert (type(e.value).__name__, str(e.value)) == ("PanicException", "the closure's own panic"), e.value
 
 
-def _no_device():
-    folder = Path(tempfile.mkdtemp(prefix="custream-no-device-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    return fake_driver(folder / "lib", no_device=True)
-
-
-@pytest.mark.isolated(env=_no_device)  # custream and cudarc open the library at import and first use
+@pytest.mark.isolated(env=_driver(no_device=True))  # custream and cudarc open the library at import and first use
 def test_a_failed_driver_call_is_custreams_cuda_error(rx):
     with pytest.raises(custream.CudaError) as e:
         rx.cudarc_ordinal(0, False)
