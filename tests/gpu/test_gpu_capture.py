@@ -4,8 +4,9 @@ Ordering is proven with the spin kernel: ``spin_then_mark`` spins ~100 ms and th
 to ``mark[0]``, here in pinned host memory, so a host function reads it with no CUDA call (a
 host function must make none). Capture is checked with real CuPy and PyTorch kernels queued
 on a custream stream, and every replayed graph is compared with the same work run eagerly.
-Exit and fork run in subprocesses. The same behaviour is checked without a GPU against a
-stand-in driver in tests/test_host_functions.py and tests/test_graph.py.
+Exit and fork run in subprocesses; closing a stream mid-capture, in a pytest process of its
+own (marked ``isolated``, tests/conftest.py). The same behaviour is checked without a GPU
+against a stand-in driver in tests/test_host_functions.py and tests/test_graph.py.
 """
 
 import ctypes
@@ -23,7 +24,7 @@ import pytest
 import custream
 from custream import Stream
 from _host_function_checks import check_call_lifetime
-from custream_gpu_helpers import KERNELS, SPIN_CYCLES, handle_of, peer, try_import
+from custream_gpu_helpers import KERNELS, SPIN_CYCLES, handle_of, peer, run_in_thread, try_import
 
 pytestmark = pytest.mark.gpu
 
@@ -269,46 +270,76 @@ def test_fork_with_callbacks_pending():
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
 
 
+@pytest.fixture
+def long_kernel():
+    """CHILD's ``long_kernel(s, cycles)`` in this process: a kernel that only spins, queued
+    with PyTorch (torch.cuda._sleep) where it is installed, else CuPy (SPIN_ONLY), loaded and
+    warmed up here, before any capture."""
+    torch = try_import("torch")
+    if torch is not None:
+        torch.cuda.init()
+        torch.cuda._sleep(1)
+
+        def launch(s, cycles):
+            with torch.cuda.stream(torch.cuda.ExternalStream(s.handle, device=0)):
+                torch.cuda._sleep(cycles)
+
+        return launch
+    cp = peer("cupy")
+    cp.cuda.Device(0).use()
+    spin_only = cp.RawModule(code=SPIN_ONLY).get_function("spin")
+    spin_only((1,), (1,), (cp.int64(1),))
+    cp.cuda.Device(0).synchronize()
+
+    def launch(s, cycles):
+        with on(cp, s):
+            spin_only((1,), (1,), (cp.int64(cycles),))
+
+    return launch
+
+
+# A pytest process of its own (isolated): a capture the close left open, or a crash, ends
+# with that process, not in the next test's calls.
+@pytest.mark.isolated(timeout=120)
 @pytest.mark.parametrize("mode", ["thread_local", "global", "relaxed"])
 @pytest.mark.parametrize("closer", ["this thread", "another thread"])
-def test_closing_a_stream_mid_capture_ends_the_capture(mode, closer):
-    out = run_child(f"""
-        import gc, threading, weakref
-        s = custream.Stream()
-        class Fn:
-            def __call__(self): pass
-        fn = Fn()
-        alive = weakref.ref(fn)
-        s.begin_capture({mode!r})
-        long_kernel(s, 1000)
-        s.launch_host_func(fn)
-        del fn
-        if {closer == "another thread"!r}:
-            t = threading.Thread(target=s.close)
-            t.start()
-            t.join()
-        else:
-            s.close()
-        end = time.monotonic() + 10
-        while alive() is not None:
-            assert time.monotonic() < end, "the closed stream's capture kept its host function"
-            gc.collect()
-            time.sleep(0.01)
-        # Nothing of it is left: a new stream runs work, synchronizes, and captures.
-        other = custream.Stream()
-        long_kernel(other, 1000)
-        other.synchronize()
-        assert other.query() is True
-        other.begin_capture({mode!r})
-        ran = []
-        other.launch_host_func(ran.append, 1)
-        g = other.end_capture()
-        g.launch(other)
-        other.synchronize()
-        assert ran == [1], ran
-        print("ok")
-    """)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
+def test_closing_a_stream_mid_capture_ends_the_capture(mode, closer, long_kernel, monkeypatch):
+    unraisable = []  # a host function's or a deallocation's error, which would print a traceback
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    s = custream.Stream()
+
+    class Fn:
+        def __call__(self):
+            pass
+
+    fn = Fn()
+    alive = weakref.ref(fn)
+    s.begin_capture(mode)
+    long_kernel(s, 1000)
+    s.launch_host_func(fn)
+    del fn
+    if closer == "another thread":
+        run_in_thread(s.close)  # its exception, if any, raised here
+    else:
+        s.close()
+    end = time.monotonic() + 10
+    while alive() is not None:
+        assert time.monotonic() < end, "the closed stream's capture kept its host function"
+        gc.collect()
+        time.sleep(0.01)  # a poll's interval
+    # Nothing of it is left: a new stream runs work, synchronizes, and captures.
+    other = custream.Stream()
+    long_kernel(other, 1000)
+    other.synchronize()
+    assert other.query() is True
+    other.begin_capture(mode)
+    ran = []
+    other.launch_host_func(ran.append, 1)
+    g = other.end_capture()
+    g.launch(other)
+    other.synchronize()
+    assert ran == [1], ran
+    assert not unraisable, [(u.exc_type, u.exc_value, u.object) for u in unraisable]
 
 
 # ---- capture ------------------------------------------------------------------------------
