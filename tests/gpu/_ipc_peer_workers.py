@@ -14,7 +14,7 @@ allocation of its own (runtime.ipcGetMemHandle; CUDA IPC opens whole allocations
 cuda.core, whose IPC buffers come only from IPC memory pools, the driver's cuIpcGetMemHandle
 through ctypes: the events are what is under test.
 
-A scenario returns a dict (printed as JSON by the test's watched subprocess), or
+A scenario returns a dict (to the test, which runs it in a pytest process of its own), or
 ``{"skip": reason}`` where a peer cannot do its part here. Every wait for the other process
 has a time limit, and a child's exception comes back to the parent as the error.
 """

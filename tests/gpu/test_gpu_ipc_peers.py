@@ -2,9 +2,9 @@
 (issue 52): a producer in one library, a consumer in another, the consumer's stream waiting on
 the producer's IPC event and then reading what the producer wrote before recording it.
 
-Each case runs in a subprocess under the watchdog (custream_gpu_helpers.run_watched): that
-process is the producer and spawns the consumer (tests/gpu/_ipc_peer_workers.py says what
-each does). What every case asserts:
+Each case runs in a pytest process of its own (marked ``isolated``, tests/conftest.py) under
+its watchdog: that process is the producer and spawns the consumer
+(tests/gpu/_ipc_peer_workers.py says what each does). What every case asserts:
 
 - the consumer read the value the producer's kernel wrote after a half-second sleep on the
   GPU, on a stream that waited on the producer's event (without the wait it reads 0);
@@ -17,30 +17,23 @@ A peer that is not installed skips its cases; so does a cuda.core that cannot co
 (no NVRTC) or make a descriptor from raw bytes.
 """
 
-import json
-import os
-
 import pytest
 
-from custream_gpu_helpers import run_watched, try_import
+from custream_gpu_helpers import try_import
 
 pytestmark = pytest.mark.gpu
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 PEERS = {"torch": "torch", "cupy": "cupy", "cuda.core": "cuda.core"}
+ISOLATED = pytest.mark.isolated(timeout=150)
 
 
 def scenario(peer, direction):
-    """Run one case in a watched subprocess; its result (the consumer's report)."""
+    """Run one case, this process the producer; its result (the consumer's report)."""
     if try_import(PEERS[peer]) is None:
         pytest.skip(f"{PEERS[peer]} is not installed")
-    out = run_watched(f"""
-import json, sys
-sys.path.insert(0, {HERE!r})
-import _ipc_peer_workers
-print(json.dumps(_ipc_peer_workers.run({peer!r}, {direction!r})))
-""")
-    result = json.loads(out.strip().splitlines()[-1])
+    import _ipc_peer_workers
+
+    result = _ipc_peer_workers.run(peer, direction)
     if "skip" in result:
         pytest.skip(result["skip"])
     print(peer, direction, result)  # for the record (pytest -s)
@@ -56,11 +49,13 @@ def check(result, consumer_is_custream):
         assert "ipc imported, no exporter to watch" in result["repr"], result
 
 
+@ISOLATED
 @pytest.mark.parametrize("peer", list(PEERS))
 def test_a_peers_ipc_event_orders_a_custream_consumer(peer):
     check(scenario(peer, "to custream"), consumer_is_custream=True)
 
 
+@ISOLATED
 @pytest.mark.parametrize("peer", list(PEERS))
 def test_a_custream_ipc_event_orders_a_peer_consumer(peer):
     check(scenario(peer, "from custream"), consumer_is_custream=False)
