@@ -10,9 +10,6 @@ custream_gpu_helpers); the current context is read with cuda.bindings.
 
 from contextlib import closing
 import gc
-import subprocess
-import sys
-import textwrap
 import threading
 import weakref
 
@@ -393,17 +390,24 @@ def test_closing_a_wrapper_never_destroys_a_borrowed_stream(driver):
     run_in_thread(body)
 
 
-DESTROY_SCRIPT = textwrap.dedent(
-    """
-    import gc, custream
-    from cuda.bindings import driver as d
+# A pytest process of its own (isolated) where custream is the device's only user: nothing
+# there before the test makes the context or uses the device (the conftests ask only for the
+# device count; this module imports no peer; the driver fixture calls cuInit alone), which
+# the first state read checks.
+@pytest.mark.isolated(timeout=120)
+def test_close_and_deallocation_release_everything_they_hold(driver):
+    """In a process where custream is the only user of the device, the primary context
+    stays active from the first Stream until exit (custream keeps one retain for the
+    process, as the CUDA runtime does), and close() and deallocation give back everything
+    a Stream or Event holds: once the exit hook gives back the process's retain, the
+    context goes."""
 
     def active():
-        err, dev = d.cuDeviceGet(0)
-        err, flags, on = d.cuDevicePrimaryCtxGetState(dev)
+        err, dev = driver.cuDeviceGet(0)
+        err, flags, on = driver.cuDevicePrimaryCtxGetState(dev)
         return bool(on)
 
-    d.cuInit(0)
+    driver.cuInit(0)
     states = [active()]
     s = custream.Stream()
     states.append(active())
@@ -418,19 +422,7 @@ DESTROY_SCRIPT = textwrap.dedent(
     custream._custream._finalize()  # what atexit runs: gives back the process's own retain
     states.append(active())
     print(states)
-    """
-)
-
-
-def test_close_and_deallocation_release_everything_they_hold(driver):
-    """In a process where custream is the only user of the device, the primary context
-    stays active from the first Stream until exit (custream keeps one retain for the
-    process, as the CUDA runtime does), and close() and deallocation give back everything
-    a Stream or Event holds: once the exit hook gives back the process's retain, the
-    context goes."""
-    out = subprocess.run([sys.executable, "-c", DESTROY_SCRIPT], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[False, True, True, True, True, False]", out.stdout + out.stderr
+    assert states == [False, True, True, True, True, False], states
 
 
 def test_weak_references_and_live_count_of_owned_streams():
