@@ -23,7 +23,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 import threading
 import weakref
 
@@ -309,8 +308,7 @@ def first_work():
 # ---- the sleep kernel: a kernel of a known duration ---------------------------------------
 
 # Spins on the GPU's nanosecond clock (%globaltimer) until `ns` have passed: the same duration
-# whatever the clock rate. The one definition: test_gpu_await_cpu.py's fresh interpreters
-# import it from here too.
+# whatever the clock rate. The one definition, for every test here.
 SLEEP_KERNEL = r"""
 extern "C" __global__ void sleep_ns(unsigned long long ns) {
     unsigned long long start, now;
@@ -339,9 +337,7 @@ def sleep_on(stream, seconds):
         sleep_kernel()((1,), (1,), (cupy.uint64(int(seconds * 1e9)),))
 
 
-# ---- a subprocess under a watchdog ------------------------------------------------------
-
-WATCHDOG_S = 150
+# ---- the watchdog's native stacks ---------------------------------------------------------
 
 
 @functools.cache
@@ -356,18 +352,3 @@ def native_stacks():
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_stacks.c")
     subprocess.run([cc, "-O1", "-shared", "-fPIC", "-o", lib, src, "-lpthread"], check=True)
     return lib
-
-
-def run_watched(script, timeout=WATCHDOG_S + 30):
-    """Run `script` in a subprocess under the watchdog; fail on a hang or a nonzero exit."""
-    # The watchdog: 5 s before faulthandler dumps every Python stack and exits, every
-    # thread's native stack (the driver's included, unless it blocks signals).
-    prelude = f"import faulthandler; faulthandler.dump_traceback_later({WATCHDOG_S}, exit=True)\n"
-    if native_stacks():
-        prelude += f"import ctypes; ctypes.CDLL({native_stacks()!r}).native_stacks_arm({WATCHDOG_S - 5})\n"
-    proc = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(script)], capture_output=True,
-                          text=True, timeout=timeout)
-    report = f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    assert proc.returncode == 0, report
-    assert "Timeout" not in proc.stderr and "Fatal Python error" not in proc.stderr, report
-    return proc.stdout
