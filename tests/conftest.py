@@ -16,11 +16,11 @@ standin.build), ``source`` (C source compiled as the library instead, with no st
 driver that exports only what it says), ``env`` (more environment for the child) and
 ``timeout`` (seconds, 60 by default). ``env`` may be a function, called here before the child
 starts, that returns the mapping (to build what the child is to find); a value of None leaves
-that variable unset in the child. Past the timeout the child dumps every thread's stack and exits (faulthandler), so
-a hang fails instead of hanging the run; a Rust panic or a fatal Python error written to its
-stderr, in a test or at exit, fails the test even where it passed, unless the marker's
-``allow`` names it (a test of that very output). ``isolated`` takes ``timeout``, ``env`` and
-``allow`` too.
+that variable unset in the child. Past the timeout the child dumps every thread's stack and
+exits (faulthandler), so a hang fails instead of hanging the run; a Rust panic or a fatal
+Python error written to its stderr, in a test or at exit, fails the test even where it passed,
+unless the marker's ``allow`` names it (a test of that very output). ``isolated`` takes
+``timeout``, ``env`` and ``allow`` too.
 """
 
 import ctypes
