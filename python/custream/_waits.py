@@ -79,24 +79,39 @@ class _Ring:
 
     def check(self, loop: asyncio.AbstractEventLoop) -> None:
         self.checking = False
-        asked: "set[int]" = set()  # contexts an answer came from
-        for token, (_, event, context) in list(self.futures.items()):
-            if token not in self.futures or (context in asked and token not in self.orphans):
-                continue  # ended by a fault below, or its context answered for it
-            try:
-                reached = event.query()
-            except CudaError as e:  # a sticky fault: every call in the context fails with it
-                for other, (_, _, where) in list(self.futures.items()):
-                    if where == context:
-                        self.end(other, e)
-                continue
-            except ValueError:
-                continue  # closed meanwhile: its notifier still rings; another event answers
-            asked.add(context)
-            if reached:  # early for a ringing await (its token then finds nothing); an orphan's end
-                self.end(token, None)
+        pending = [(token, event, context) for token, (_, event, context) in self.futures.items()]
+        reached, failed = _ask(pending, self.orphans)
+        for token in reached:  # early for a ringing await (its token then finds nothing); an orphan's end
+            self.end(token, None)
+        for token, _, context in pending:
+            if context in failed:
+                self.end(token, failed[context])
         if self.futures and not loop.is_closed():
             self.watch(loop)
+
+
+def _ask(pending: "list[tuple[object, Event, int]]", orphans: "set") -> "tuple[list, dict[int, CudaError]]":
+    """What the once-a-second checks ask of the driver about pending waits, each a (key, event,
+    context id): one event per context (a sticky fault fails every call in its context: that
+    answer stands for all its waits) and each orphan's (a wait custream abandoned: nothing else
+    will end it). The keys whose event was reached, and each failed context's error."""
+    asked: "set[int]" = set()  # contexts an answer came from
+    reached: list = []
+    failed: "dict[int, CudaError]" = {}
+    for key, event, context in pending:
+        if context in failed or (context in asked and key not in orphans):
+            continue
+        try:
+            done = event.query()
+        except CudaError as e:
+            failed[context] = e
+            continue
+        except ValueError:
+            continue  # closed meanwhile: its notifier still rings; another event answers
+        asked.add(context)
+        if done:
+            reached.append(key)
+    return reached, failed
 
 
 def _ring_of(loop: asyncio.AbstractEventLoop) -> _Ring:
@@ -182,36 +197,18 @@ def _watch() -> None:
 
 
 def check_futures() -> None:
-    """What the watch does once a second: one query per context (a sticky fault fails every
-    call in it: that answer settles all its futures with the error), and one for each orphan
-    (reached: it completes)."""
+    """What the watch does once a second (`_ask`): an orphan whose event was reached completes;
+    a failed context's futures fail with its error."""
     with _watch_lock:
-        pending = list(_watched.items())
+        pending = [(future, event, context) for future, (event, context) in _watched.items()]
         _orphans.difference_update([f for f in _orphans if f.done()])
         orphans = set(_orphans)
-    asked: "set[int]" = set()  # contexts an answer came from
-    failed: "dict[int, CudaError]" = {}
-    for future, (event, context) in pending:
-        if context in failed:
-            _unwatch(future)
-            _settle(future, failed[context])
-            continue
-        if context in asked and future not in orphans:
-            continue
-        try:
-            reached = event.query()
-        except CudaError as e:
-            failed[context] = e
-            _unwatch(future)
-            _settle(future, e)
-            continue
-        except ValueError:
-            continue  # closed meanwhile: its notifier still rings; another event answers
-        asked.add(context)
-        if reached and future in orphans:  # a ringing future's notifier completes it
+    reached, failed = _ask(pending, orphans)
+    for future in reached:
+        if future in orphans:  # a ringing future's notifier completes it
             _unwatch(future)
             _settle(future, None)
-    for future, (_, context) in pending:  # those of a failed context seen before its fault
+    for future, _, context in pending:
         if context in failed:
             _unwatch(future)
             _settle(future, failed[context])
