@@ -25,6 +25,13 @@ import weakref
 
 from custream._custream import CudaError, Event, _Bell
 
+TYPE_CHECKING = False  # without importing typing at run time (the import stays cheap)
+if TYPE_CHECKING:
+    from collections.abc import Sequence, Set
+    from typing import TypeVar
+
+    _Key = TypeVar("_Key")
+
 # How often pending awaits ask the driver whether their context died (a sticky fault).
 CHECK_S = 1.0
 
@@ -90,13 +97,13 @@ class _Ring:
             self.watch(loop)
 
 
-def _ask(pending: "list[tuple[object, Event, int]]", orphans: "set") -> "tuple[list, dict[int, CudaError]]":
+def _ask(pending: "Sequence[tuple[_Key, Event, int]]", orphans: "Set[_Key]") -> "tuple[list[_Key], dict[int, CudaError]]":
     """What the once-a-second checks ask of the driver about pending waits, each a (key, event,
     context id): one event per context (a sticky fault fails every call in its context: that
     answer stands for all its waits) and each orphan's (a wait custream abandoned: nothing else
     will end it). The keys whose event was reached, and each failed context's error."""
     asked: "set[int]" = set()  # contexts an answer came from
-    reached: list = []
+    reached: "list[_Key]" = []
     failed: "dict[int, CudaError]" = {}
     for key, event, context in pending:
         if context in failed or (context in asked and key not in orphans):
