@@ -280,18 +280,21 @@ print("exiting")
 
 def test_exit_waits_for_a_callback_inside_python(capture_lib, tmp_path):
     # The main thread exits once the host function is inside Python (an event: custream's
-    # host-function thread may be slow to start); exit must wait for it to finish, however
-    # long it takes (time is the point: the call is still running when the exit begins).
+    # host-function thread may be slow to start); the function goes on only once the exit has
+    # begun (an atexit hook registered after custream's runs before it), and exit must wait
+    # for it to finish.
     mark = tmp_path / "done"
     out = standin.script(capture_lib, PRELUDE + f"""
+import atexit
 s = Stream()
-started = threading.Event()
+started, exiting = threading.Event(), threading.Event()
 def slow():
     started.set()
-    time.sleep(0.3)  # time under test: still running when the exit begins
-    open({str(mark)!r}, "w").write("done")
+    went_on = exiting.wait(10)
+    open({str(mark)!r}, "w").write("done" if went_on else "the exit never began")
 s.launch_host_func(slow)
 assert started.wait(10), "the host function never started"
+atexit.register(exiting.set)
 """)
     assert out.stderr == ""
     assert mark.read_text() == "done"

@@ -18,7 +18,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import weakref
 
 import pytest
@@ -160,29 +159,20 @@ def test_the_c_face_calls_the_release_once_off_the_callers_thread(driver):
     assert table.release_after(s, release, None) == 0
     assert driver.standin_releases() == 0
     driver.standin_hold(0)
-    _wait_for(lambda: driver.standin_releases() == 1)
+    wait_until(lambda: driver.standin_releases() == 1, "custream's thread ran the release")
     assert driver.standin_release_thread() != driver.standin_this_thread()
     # An error: the exception is set and the release still runs, once.
     closed = Stream()
     closed.close()
     with pytest.raises(ValueError, match=r"Custream_ReleaseAfter\(\).*closed"):
         table.release_after(closed, release, None)
-    _wait_for(lambda: driver.standin_releases() == 2)
+    wait_until(lambda: driver.standin_releases() == 2, "custream's thread ran the release")
     with pytest.raises(TypeError, match=r"Custream_ReleaseAfter\(\).*custream.Stream"):
         table.release_after(object(), release, None)
-    _wait_for(lambda: driver.standin_releases() == 3)
+    wait_until(lambda: driver.standin_releases() == 3, "custream's thread ran the release")
     with pytest.raises(ValueError, match=r"Custream_ReleaseAfter\(\) fn is NULL"):
         table.release_after(s, None, None)
     assert driver.standin_releases() == 3
-
-
-def _wait_for(condition, timeout=10):
-    """Wait for custream's thread to make `condition` true (it runs the releases): a C release
-    function can tell nothing else."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "custream's thread did not get to it"
-        time.sleep(0.001)
 
 
 def test_the_rust_crate_runs_the_closure_once_on_custreams_thread_even_on_an_error():
@@ -196,7 +186,7 @@ def test_the_rust_crate_runs_the_closure_once_on_custreams_thread_even_on_an_err
     s.close()
     with pytest.raises(ValueError, match=r"^Custream_ReleaseAfter\(\) on a closed custream.Stream$"):
         rx.release_after(s, b"x" * 4096)
-    _wait_for(lambda: len(rx.release_runs()) == before + 1)
+    wait_until(lambda: len(rx.release_runs()) == before + 1, "custream's thread ran the release")
     assert rx.release_runs()[-1] == "custream-host"
 
 
@@ -210,7 +200,7 @@ def test_the_rust_crate_releases_in_stream_order(driver):
     rx.release_after(s, b"x" * 4096)
     assert rx.release_runs() == [], "held while the work before it is pending"
     driver.standin_hold(0)
-    _wait_for(lambda: rx.release_runs() == ["custream-host"])
+    wait_until(lambda: rx.release_runs() == ["custream-host"], "custream's thread ran the release")
 
 
 # ---- stream order and capture (capture.c) ------------------------------------------------------

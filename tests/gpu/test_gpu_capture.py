@@ -227,15 +227,16 @@ def test_exit_with_callbacks_queued_behind_a_long_kernel(cycles, tmp_path):
 def test_exit_waits_for_a_callback_already_in_python(tmp_path):
     mark = tmp_path / "done"
     out = run_child(f"""
-        import threading
+        import atexit, threading
         s = custream.Stream()
-        started = threading.Event()
+        started, exiting = threading.Event(), threading.Event()
         def slow():
             started.set()
-            time.sleep(0.5)
-            open({str(mark)!r}, "w").write("done")
+            went_on = exiting.wait(10)  # goes on once the exit began (the hook below runs before custream's)
+            open({str(mark)!r}, "w").write("done" if went_on else "the exit never began")
         s.launch_host_func(slow)
-        started.wait(10)
+        assert started.wait(10), "the host function never started"
+        atexit.register(exiting.set)
     """)
     assert out.returncode == 0, out.stderr
     assert mark.read_text() == "done"
@@ -257,7 +258,7 @@ def test_fork_with_callbacks_pending():
                 s.synchronize()
             except custream.CudaError as e:
                 assert e.name == "CUDA_ERROR_NOT_INITIALIZED", e.name
-            time.sleep(0.5)
+            time.sleep(0.5)  # time under test: none of the parent's host functions runs here meanwhile
             assert ran == [], ran
             s.close()
             sys.exit(5)  # a normal interpreter exit in the child

@@ -24,7 +24,7 @@ import custream
 from custream import Event, Stream, as_stream
 
 from _capi_ctypes import STATE_CLOSED, STATE_RELEASED, STATE_USERS, state_word
-from _threads import run_threads
+from _threads import THREADS, run_threads, wait_until
 from custream_gpu_helpers import try_import
 
 pytestmark = pytest.mark.gpu
@@ -190,10 +190,11 @@ def test_threads_create_wrap_sync_close(keeper):
 def test_threads_share_streams_while_one_closes_them():
     shared = [Stream(device=0) for _ in range(4)]
     closer_done = threading.Event()
+    turns = [0] * THREADS
 
     def work(k):
         if k == 0:
-            time.sleep(0.05)
+            wait_until(lambda: min(turns[1:]) >= 5, "every other thread used the streams")
             for s in shared:
                 s.close()
             closer_done.set()
@@ -210,6 +211,7 @@ def test_threads_share_streams_while_one_closes_them():
                 # The only documented failure: closed (this stream or the one waited on).
                 assert "closed custream.Stream" in str(e), e
             i += 1
+            turns[k] = i
 
     run_threads(work)
     for s in shared:

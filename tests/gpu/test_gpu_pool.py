@@ -133,13 +133,14 @@ def test_tiers_of_the_devices_priorities():
 
 def test_a_lease_given_back_lets_its_work_run_on_before_the_next_holders():
     pool = custream.StreamPool(1)
-    order = []
+    order, go = [], threading.Event()
     with pool.lease() as s:
-        s.launch_host_func(lambda: (time.sleep(0.3), order.append("first")))
-    # Given back at once, the work still queued.
+        s.launch_host_func(lambda: (go.wait(30), order.append("first")))
+    # Given back at once, its work held until the next holder queued its own.
     with pool.lease(timeout=1) as t:
         assert t is s
         t.launch_host_func(order.append, "second")
+        go.set()
         t.synchronize()
     assert order == ["first", "second"]
     pool.close()
