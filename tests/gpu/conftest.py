@@ -30,3 +30,11 @@ def native_stacks_before_the_watchdog(request):
     lib = native_stacks()
     if lib is not None:
         ctypes.CDLL(lib).native_stacks_arm_fd(max(1, marker.kwargs.get("timeout", 60) - 5), out.fileno())
+
+
+@pytest.fixture
+def cupy_on_device_0():
+    """CuPy works on device 0 (a module's tests take it with ``usefixtures``)."""
+    import cupy
+
+    cupy.cuda.Device(0).use()

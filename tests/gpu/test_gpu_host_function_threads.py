@@ -18,18 +18,12 @@ import custream
 from custream import Stream, StreamPool
 from custream_gpu_helpers import peer
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cupy_on_device_0")]
 
 cupy = peer("cupy")
 torch = peer("torch")
 
 ISOLATED = pytest.mark.isolated(timeout=150)
-
-
-@pytest.fixture(autouse=True)
-def on_device_0():
-    """CuPy works on device 0 in every test here."""
-    cupy.cuda.Device(0).use()
 
 
 @ISOLATED

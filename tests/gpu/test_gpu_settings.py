@@ -19,18 +19,12 @@ import custream
 from custream import Stream
 from custream_gpu_helpers import peer, sleep_on
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cupy_on_device_0")]
 
 cupy = peer("cupy")
 numpy = peer("numpy")
 
 ISOLATED = pytest.mark.isolated(timeout=150)
-
-
-@pytest.fixture(autouse=True)
-def on_device_0():
-    """CuPy works on device 0 in every test here."""
-    cupy.cuda.Device(0).use()
 
 
 def cpu_of(wait):
