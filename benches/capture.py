@@ -1,6 +1,6 @@
 """Rows measured once a GPU run, each timed in turn with what it names: host functions, keep_alive, graph launch and
-capture beside raw_driver.c's C loops and CuPy; a write_value + wait_value round trip beside the C loop of the same driver calls; an
-IPC event handed from another process, opened (and closed) and waited on there, beside PyTorch's."""
+capture beside raw_driver.c's C loops and CuPy; a write_value + wait_value round trip beside the C loop of the same
+driver calls; an IPC event handed from another process, opened (and closed) and waited on there, beside PyTorch's."""
 
 import subprocess, sys
 
@@ -47,8 +47,8 @@ def ipc_rows(ns: dict, exporter) -> list:
 
 def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
     s = custream.Stream(device=0)
-    ns = {**cupy_on(s), "custream": custream, "noop": lambda *_: None, "obj": object(), "flaunch": floor and floor.flaunch,
-          "fwrite": floor and floor.fwrite, "fwait": floor and floor.fwait}
+    ns = {**cupy_on(s), "custream": custream, "noop": lambda *_: None, "obj": object(),
+          **{f: getattr(floor, f, None) for f in ("flaunch", "fwrite", "fwait")}}
     kernels = lambda n: f"\n    for _ in range({n}):\n        cp.add(x, 1, out=x)\n"  # noqa: E731 (in `with ext:`)
     exec(f"s.begin_capture('relaxed')\nwith ext:{kernels(10)}g = s.end_capture()", ns)  # a graph of 10 kernels
     g, W = ns["g"], ns["x"].data.ptr  # W: a device word (CuPy's array), given as an int: the fast path
@@ -60,6 +60,8 @@ def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
     # Before each, custream checks the stream's context was not reset (cuCtxGetId) and asks the driver about the address
     # (cuPointerGetAttributes: a freed or unmapped buffer is a ValueError, not a GPU fault): against C making those same
     # driver calls, and the two operations alone.
+    checked = (raw.loop("memops_checked", s.handle, W, 100),
+               "C: cuCtxGetId, cuPointerGetAttributes, the operation; twice")
     memops = batches("s.write_value(W, 1); s.wait_value(W, 1)")
     keep = batches("s.keep_alive(obj)")  # a driver callback each, posting the release to custream's thread
     rows = [  # name, target, the loop timed, the C loop (or a peer's) it is timed in turn with, what that is
@@ -74,11 +76,9 @@ def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
         ("capture 100 CuPy kernels (custream)", None,
          timer(f"s.begin_capture('relaxed')\nwith ext:{kernels(100)}s.end_capture().close()"),
          timer(f"cs.begin_capture(mode=relaxed)\nwith cs:{kernels(100)}cs.end_capture()"), "CuPy begin/end_capture"),
-        ("write_value + wait_value", 1.15, memops, raw.loop("memops_checked", s.handle, W, 100),
-         "C: cuCtxGetId, cuPointerGetAttributes, the operation; twice"),
+        ("write_value + wait_value", 1.15, memops, *checked),
         *[("  least binding fwrite(S, W, 1); fwait(S, W, 1)", None, batches("fwrite(S, W, 1); fwait(S, W, 1)"),
-           raw.loop("memops_checked", s.handle, W, 100), "C: cuCtxGetId, cuPointerGetAttributes, the operation; twice")]
-        * bool(floor),
+           *checked)] * bool(floor),
         ("  the same, beside the two operations alone", None, memops, raw.loop("memops", s.handle, W, 100),
          "C cuStreamWriteValue32_v2 + cuStreamWaitValue32_v2")]
     out, exporter = {}, subprocess.Popen([sys.executable, "-u", "-c", EXPORTER], stdin=subprocess.PIPE,
@@ -89,8 +89,8 @@ def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
         out["IPC rows"] = {"error": f"{type(e).__name__}: {e}"[:300]}
         exporter.stdin.close()  # no rows of its to time: it ends now
     for name, target, mine, theirs, vs in rows:
-        r = timing.paired(mine, theirs, **cfg)
-        out[name] = {"ns": r["ns"], "vs_ns": r["raw_ns"], "ratio": r["ratio"], "vs": vs, "target": target}
+        (ns_, vs_ns), ratio = timing.medians_and_ratios([mine, theirs], **cfg)
+        out[name] = {"ns": ns_, "vs_ns": vs_ns, "ratio": ratio(0, 1), "vs": vs, "target": target}
     exporter.stdin.close()
     exporter.wait(30)
     g.close()

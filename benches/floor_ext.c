@@ -63,21 +63,21 @@ static PyObject *floor_memop(PyObject *const *args, Py_ssize_t n, int wait) {
 static PyObject *floor_write(PyObject *m, PyObject *const *a, Py_ssize_t n) { return floor_memop(a, n, 0); }
 static PyObject *floor_wait(PyObject *m, PyObject *const *a, Py_ssize_t n) { return floor_memop(a, n, 1); }
 
-/* fpolicy(H) / fsetpolicy(H, v): the stream's CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY (3) as an int, read or set
- * (the 64-byte CUstreamAttrValue), as `s.sync_policy` does less its names and checks. */
+/* fpolicy(H) / fsetpolicy(H, v): the stream's synchronization policy as an int, read or set, as `s.sync_policy` does
+ * less its names and checks. */
 static PyObject *floor_policy(PyObject *mod, PyObject *handle) {
     STREAM(s, handle);
-    union { unsigned char pad[64]; int policy; } v = {{0}};
-    CUresult r = cuStreamGetAttribute(s, 3, &v);
+    AttrValue v = {{0}};
+    CUresult r = cuStreamGetAttribute(s, SYNC_POLICY, &v);
     return r ? FAILED("cuStreamGetAttribute", r) : PyLong_FromLong(v.policy);
 }
 static PyObject *floor_set_policy(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
     if (n != 2) return PyErr_Format(PyExc_TypeError, "fsetpolicy(H, v) takes 2 arguments");
     CUstream s = PyLong_AsVoidPtr(args[0]);
-    union { unsigned char pad[64]; int policy; } v = {{0}};
+    AttrValue v = {{0}};
     v.policy = (int)PyLong_AsLong(args[1]);
     if (PyErr_Occurred()) return NULL;
-    return DONE("cuStreamSetAttribute", cuStreamSetAttribute(s, 3, &v));
+    return DONE("cuStreamSetAttribute", cuStreamSetAttribute(s, SYNC_POLICY, &v));
 }
 
 /* FloorStream: its handle, an int, and the getset `handle` that returns it, no check. */

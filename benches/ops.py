@@ -54,9 +54,10 @@ NA = namedtuple("NA", "reason")  # an operation the library has not, and why
 Lib = namedtuple("Lib", "name import_stmt dists setup ops notes not_best cpu_setup", defaults=({}, (), None))
 NOT_APPLICABLE, NEEDS_GPU = {"na": "not applicable"}, "needs a GPU (run with --gpu)"
 NO_CURRENT, NO_POOL = NA("no current-stream notion"), NA("no stream pool")
+POLICY = ("sync_policy_set", "sync_policy_get")
 NO_SETTINGS = NA("no stream-level settings: cuStreamSetAttribute on the raw handle (cuda.bindings)")
 NEITHER = {"current_stream": NO_CURRENT, "with_stream": NO_CURRENT, "pool_get": NO_POOL,
-           "sync_policy_set": NO_SETTINGS, "sync_policy_get": NO_SETTINGS}
+           **dict.fromkeys(POLICY, NO_SETTINGS)}
 FAKE_H = 0x7F3A2C001230  # the handle the CPU run wraps: nothing calls the driver
 # The least producer the protocol allows (what `wrap_protocol` wraps); `with_(cm)` enters and leaves a block.
 PRODUCER = ("class Producer:\n    __slots__ = ('_t',)\n    def __init__(self, h):\n        self._t = (0, h)\n"
@@ -93,8 +94,8 @@ PEERS = [
         {"cuda_stream": "s.__cuda_stream__()", "handle_int": "int(s.handle)", "wrap_protocol": "dev.create_stream(p)",
          "wrap_int": "CoreStream.from_handle(H)", "create_destroy": "dev.create_stream().close()",
          "synchronize": "s.sync()", "query": NA("cuda.core's Stream has no query()"), **NEITHER,
-         "sync_policy_set": NA("cuda.core's Stream has no sync policy (its work on one, cuda-python #2637, was closed)"),
-         "sync_policy_get": NA("cuda.core's Stream has no sync policy (its work on one, cuda-python #2637, was closed)")}),
+         **dict.fromkeys(POLICY, NA("cuda.core's Stream has no sync policy (its work on one, cuda-python #2637, was "
+                                    "closed)"))}),
     Lib("CuPy", "import cupy", ("cupy-cuda13x", "cupy-cuda12x", "cupy"),
         "s = cupy.cuda.Stream(non_blocking=True)\nH = s.ptr\n",
         {"cuda_stream": "s.__cuda_stream__()", "handle_int": "s.ptr", "wrap_int": "cupy.cuda.ExternalStream(H)",
@@ -111,7 +112,7 @@ PEERS = [
          "pool_get": NA("torch's stream pool is internal (torch.cuda.Stream() draws from it: see create + destroy)"),
          "pool_get_priority": "torch.cuda.Stream(priority=-1)",
          "pool_lease": NA("torch's pool only hands out round-robin"),
-         "sync_policy_set": NO_SETTINGS, "sync_policy_get": NO_SETTINGS,
+         **dict.fromkeys(POLICY, NO_SETTINGS),
          "cpp_stream_ref": "nb.handle_of(s)", "rust_stream_ref": "rx.handle_of(s)"},
         notes={"create_destroy": "torch.cuda.Stream() hands out a stream from a fixed pool and never destroys it: "
                                  "not a create + destroy, kept out of 'best peer'"}, not_best=("create_destroy",)),

@@ -8,6 +8,9 @@
 
 typedef int CUresult;
 typedef void *CUstream;
+/* A CUstreamAttrValue (64 bytes) as CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY (SYNC_POLICY) reads and sets it. */
+typedef union { unsigned char pad[64]; int policy; } AttrValue;
+#define SYNC_POLICY 3
 
 #define ENTRY_POINTS(X) X(cuInit, (unsigned)) X(cuDeviceGet, (int *, int)) X(cuCtxSetCurrent, (void *)) \
     X(cuDevicePrimaryCtxRetain, (void **, int)) X(cuStreamCreate, (CUstream *, unsigned)) \
@@ -52,9 +55,9 @@ static double now_ns(void) {
 static void nothing(void *user) { (void)user; }
 
 /* What custream checks before a memory operation (the "memops_checked" loop, floor_ext.c's fwrite/fwait): that the
- * stream's context was not reset since custream learned it (src/stream/methods.rs's check_context: one cuCtxGetId, the context
- * learned once per stream), and what the driver knows of the address (src/driver/memops.rs's pointer_info: the memory
- * type, managed, the device pointer, the ordinal, each in a zeroed word). */
+ * stream's context was not reset since custream learned it (src/stream/methods.rs's check_context: one cuCtxGetId, the
+ * context learned once per stream), and what the driver knows of the address (src/driver/memops.rs's pointer_info: the
+ * memory type, managed, the device pointer, the ordinal, each in a zeroed word). */
 static void ask(CUstream s, unsigned long long word) {
     static CUstream known;
     static void *ctx;
@@ -91,13 +94,12 @@ double raw_time(const char *key, long n, CUstream s, void *g, long batch) {
         for (long i = 0; i < n; i++) CALL(cuStreamSynchronize(idle));
     else if (strcmp(key, "query") == 0)
         for (long i = 0; i < n; i++) CALL(cuStreamQuery(idle));
-    else if (strncmp(key, "sync_policy_", 12) == 0) {
-        /* s.sync_policy = 'spin' and s.sync_policy: CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY (3) in the 64-byte
-         * CUstreamAttrValue, CU_SYNC_POLICY_SPIN (2). */
-        union { unsigned char pad[64]; int policy; } v = {{0}};
+    else if (strncmp(key, "sync_policy_", 12) == 0) { /* s.sync_policy = 'spin' (CU_SYNC_POLICY_SPIN), s.sync_policy */
+        AttrValue v = {{0}};
         v.policy = 2;
         int set = strcmp(key, "sync_policy_set") == 0;
-        for (long i = 0; i < n; i++) CALL(set ? cuStreamSetAttribute(idle, 3, &v) : cuStreamGetAttribute(idle, 3, &v));
+        for (long i = 0; i < n; i++)
+            CALL(set ? cuStreamSetAttribute(idle, SYNC_POLICY, &v) : cuStreamGetAttribute(idle, SYNC_POLICY, &v));
     }
     else if (strcmp(key, "host_func") == 0)
         for (long i = 0; i < n; i++) {

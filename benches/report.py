@@ -9,7 +9,6 @@ import ops
 
 LIBRARIES = ["raw", *(p.name for p in ops.PEERS), "custream"]
 PEERS, LEAST, NOT_APPLICABLE = LIBRARIES[1:-1], ops.LEAST.name, ops.NOT_APPLICABLE
-NOT_BEST = " (not a create + destroy: kept out of best peer)"
 
 def _fig(entry, unit: str = "ns") -> float | None:
     return entry.get(unit) if isinstance(entry, dict) else None
@@ -87,41 +86,63 @@ def fmt(v: float | None) -> str:
 def times(r: float) -> str:
     return f"{r:.2f}x" if r >= 0.1 else f"{r:.2g}x"
 
-def table(results: dict) -> str:
-    names, opsd, m = results["libraries"], results["operations"], results.get("machine", {})
-    head = ["operation", *names, "floor", "/best", "/raw", "target", ""]
-    rows = [[o["title"] + (" [ms]" if o["unit"] == "ms" else ""),
-             *["—" if (r := o["results"].get(n)) == NOT_APPLICABLE else fmt(_fig(r, o["unit"])) for n in names],
-             fmt(o["floors"][-1]["ns"]) if o["floors"] else "",
-             *[times(r) if r else "" for r in (o["ratio_best_peer"], o["ratio_raw"])], o["target"], o["status"]]
-            for o in opsd.values()]
-    widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
-    out = [f"custream benchmarks{' (quick)' if results.get('settings', {}).get('quick') else ''}: median ns per call "
-           "unless marked; '—' not applicable, 'n/a' see notes",
-           f"{results['mode'].upper()} run: {m.get('gpu') or 'no GPU'}, driver {m.get('driver_version') or '—'}; "
-           f"{m.get('cpu')}; Python {m.get('python')}; {m.get('date')}",
-           ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if v), "empty timing loop (in every figure): "
-           + ", ".join(f"{k} {fmt(v)}" for k, v in results.get("empty_loop_ns", {}).items()), ""]
-    out += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-            for r in [head, ["-" * w for w in widths], *rows]]
-    for o in opsd.values():  # the least binding's statement, timed in turn in custream's worker (ops.IN_TURN)
-        for f in [f for f in o["floors"] if f.get("lib") == LEAST]:
-            out += ["", f"{o['title']}: {f['label']}, {f['stmt']}: {fmt(f['ns'])} ns; custream over it, per round: "
-                    + " ".join(f"{r:.2f}" for r in f["ratios"]) + f"  median {f['ratio_median']:.2f}x"]
-        if p := o.get("compared_to", {}).get("in_turn"):  # ops.PAIRED
-            out += ["", f"{o['title']}: in turn with {p['stmt']}, per round: "
-                    + " ".join(f"{r:.2f}" for r in p["ratios"]) + f"  median {p['ratio']:.2f}x; {o['target']}"
-                    + (f"; the least binding's, the same way: median {p['floor_ratio']:.2f}x" if "floor_ratio" in p
-                       else "")]
-    cap, waits, groups = results.get("capture", {}), results.get("waits") or {}, ratio_groups(results)
-    out += ["", "ratio to a C loop of the same driver calls (raw_driver.c), timed in turn",
-            *(f"{label}: {note}" + "".join(f"\n    {x}" for x in lines) for label, note, lines in groups)] * bool(groups)
-    for rows, title in ((cap, "capture.py: each row beside what it names, timed in turn (an indented row: a peer's)"),
-                        (waits, "waits.py: median from a kernel's end to the waiter running again, and CPU used while "
-                         "awaits are pending; ratio: to the driver's own wait (on another thread), same kernel")):
-        out += ["", title, *once_lines(rows)] if rows and "error" not in rows and "na" not in rows else []
-    notes = [f"  {x}" for x in notes_of(results)]
-    return "\n".join(out + (["", "notes:", *notes] if notes else []))
+def heading(results: dict) -> list[str]:
+    m, settings = results.get("machine", {}), results.get("settings", {})
+    drv = m.get("driver_version")
+    return [f"custream benchmarks, {results['mode'].upper()} run{' (quick)' * bool(settings.get('quick'))}: "
+            + (m.get("gpu") or "no GPU") + (f", CUDA driver API {drv // 1000}.{drv % 1000 // 10}" if drv else "")
+            + f"; {m.get('cpu')}; Python {m.get('python')}; {m.get('date')}; "
+            + ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if v) + ".",
+            f"Median over {settings.get('rounds', 'n/a')} rounds of fresh workers, ns per call unless marked; "
+            "a ratio row (raw: a C loop of the same driver calls, raw_driver.c): each library's figure and, in "
+            "parentheses, its median ratio to the C loop timed in turn with it; '—': not applicable; 'n/a': see the "
+            "notes; *: kept out of best peer; the empty timing loop, in every figure: "
+            + ", ".join(f"{k} {fmt(v)}" for k, v in results.get("empty_loop_ns", {}).items()) + "."]
+
+def op_rows(results: dict) -> list[list[str]]:
+    """A row per operation: each library's figure (a ratio row's: and, in parentheses, its median ratio to the C loop
+    timed in turn with it), the floor (a ratio row's: the least binding's ratio), custream over the best peer, the
+    target and its verdict."""
+    def cell(r, unit: str) -> str:
+        ratio = _fig(r, "ratio")
+        return "—" if r == NOT_APPLICABLE else (fmt(_fig(r, unit)) + (f" ({times(ratio)})" if ratio else "")
+                                                + "*" * bool(r and r.get("not_best")))
+    names = results["libraries"]
+    rows = [["operation", *names, "floor", "/best peer", "target", ""]]
+    for key, o in results["operations"].items():
+        least = results.get("paired", {}).get(key, {}).get("floor", {}).get("ratio_median")  # to the C loop
+        rows.append([o["title"] + " [ms]" * (o["unit"] == "ms"), *[cell(o["results"].get(n), o["unit"]) for n in names],
+                     times(least) if least else fmt(o["floors"][-1]["ns"]) if o["floors"] else "",
+                     f"{times(o['ratio_best_peer'])} {o['best_peer']}" if o["ratio_best_peer"] else "", o["target"],
+                     o["status"]])
+    return rows
+
+def in_turn_lines(results: dict) -> list[str]:
+    """The rows timed in turn in custream's worker: beside the least binding (ops.IN_TURN), beside another row of
+    custream's that their target names (ops.PAIRED)."""
+    out, each = [], lambda ratios: " ".join(f"{r:.2f}" for r in ratios)  # noqa: E731
+    for o in results["operations"].values():
+        out += [f"{o['title']}: {f['label']}, {f['stmt']}: {fmt(f['ns'])} ns; custream over it, per round: "
+                f"{each(f['ratios'])}  median {f['ratio_median']:.2f}x" for f in o["floors"] if f.get("lib") == LEAST]
+        if p := o.get("compared_to", {}).get("in_turn"):
+            out.append(f"{o['title']}: in turn with {p['stmt']}, per round: {each(p['ratios'])}"
+                       f"  median {p['ratio']:.2f}x; {o['target']}"
+                       + (f"; the least binding's, the same way: median {p['floor_ratio']:.2f}x" if "floor_ratio" in p
+                          else ""))
+    return out
+
+def once_rows(rows: dict) -> list[list[str]]:
+    """capture.py's or waits.py's rows: the figure, its ratio and what to, the target (a ratio or ms) and verdict."""
+    out = [["row", "figure", "ratio", "to", "target", ""]]
+    for name, r in rows.items():
+        if isinstance(r, dict) and "ns" in r:
+            limit, value, unit = ((r["target"], r["ratio"], "x") if r.get("target")
+                                  else (r.get("target_ms"), r["ns"] / 1e6, " ms"))
+            out.append([name, f"{r['ns'] / 1e6:.1f} ms" if r.get("unit") == "ms" else fmt(r["ns"]),
+                        times(r["ratio"]) if "ratio" in r else "",
+                        f"{r['vs']} ({fmt(r['vs_ns'])})" if "vs" in r else "",
+                        f"<= {limit}{unit}" if limit else "", ("pass" if value <= limit else "MISS") if limit else ""])
+    return out if len(out) > 1 else []
 
 def notes_of(results: dict) -> list[str]:
     """Why a figure is missing or what it means: a worker's error, a library's, a row's n/a or note."""
@@ -134,30 +155,38 @@ def notes_of(results: dict) -> list[str]:
                     for n, r in o["results"].items() if n not in errors
                     for what in (r.get("na") not in quiet and f"n/a: {r['na']}", r.get("note")) if what]
 
-def ratio_groups(results: dict) -> list:
-    """(label, note, a line a library) per ratio row (to a C loop, timed in turn)."""
-    out = []
-    for key, o in results["operations"].items():
-        if key not in ops.RATIO_KEYS or (mine := _fig(o["results"].get("custream"), "ratio")) is None:
-            continue
-        least = results.get("paired", {}).get(key, {}).get("floor", {}).get("ratio_median")  # to the C loop
-        label = (f": {times(o['ratio_best_peer'])} {o['best_peer']} (best peer)" if o.get("ratio_best_peer") else "") \
-            + (f", {mine / least:.2f}x least binding" if least else "")
-        lines = [f"{times(least)}  least binding (floor_ext.c)"] if least else []
-        lines += [f"{times(v)}  {n}" + (label if n == "custream" else NOT_BEST * bool(r.get("not_best")))
-                  for n, r in o["results"].items() if (v := _fig(r, "ratio")) is not None]
-        target = f"{o['target']}: {o['status']}" if o["target"] else ""
-        out.append((o["title"], f"C loop {fmt(_fig(o['results']['raw']))} ns; {target}", lines))
-    return out
+def _md(text: str) -> str:
+    """Text for Markdown: \\, *, _ and | escaped."""
+    return re.sub(r"([\\*_|])", r"\\\1", text)
 
-def once_lines(rows: dict) -> list:
-    """capture.py's and waits.py's rows, a line each: the figure, its ratio and what to, the target."""
-    return [f"  {name}: " + (f"{r['ns'] / 1e6:.1f} ms" if r.get("unit") == "ms" else f"{fmt(r['ns'])} ns")
-            + (f"  {times(r['ratio'])}" if "ratio" in r else "")
-            + (f" against {r['vs']} ({fmt(r['vs_ns'])} ns)" if "vs" in r else "")
-            + (f"  (<= {r['target']}x: {'pass' if r['ratio'] <= r['target'] else 'MISS'})" if r.get("target") else "")
-            + (f"  (target < {r['target_ms']} ms)" if "target_ms" in r else "")
-            for name, r in rows.items() if "ns" in r]
+def render(results: dict, md: bool = False) -> str:
+    """The run as the terminal shows it (columns aligned), or as Markdown (docs/benchmarks.md's): the machine, a row
+    per operation, the ratio rows' libraries, the rows timed in turn, capture's and the waits' rows (each beside what
+    it names), the rows the bench has that the run lacks, and the notes."""
+    missing = ", ".join(op.title for op in ops.OPERATIONS if op.key not in results["operations"])
+    sections = [
+        ("", op_rows(results)),
+        ("rows timed in turn with another statement, each round", in_turn_lines(results)),
+        ("capture.py: each row beside what it names, timed in turn (an indented row: a peer's)",
+         once_rows(results.get("capture") or {})),
+        ("waits.py: median from a kernel's end to the waiter running again, and CPU used while waits are pending; "
+         "ratio: to the driver's own wait (on another thread), same kernel", once_rows(results.get("waits") or {})),
+        ("rows of the bench that this run predates", [missing] * bool(missing)),
+        ("notes", notes_of(results))]
+    esc = _md if md else str
+    out = [esc(x) for x in heading(results)]
+    for caption, rows in [s for s in sections if s[1]]:
+        out += ["", f"{esc(caption)}:", *[""] * md] if caption else [""]  # Markdown: a table is a block of its own
+        if isinstance(rows[0], str):  # lines
+            out += [f"- {_md(x)}" if md else f"  {x}" for x in rows]
+        elif md:
+            out += ["| " + " | ".join(_md(c.strip()) for c in r) + " |"
+                    for r in [rows[0], ["---"] * len(rows[0]), *rows[1:]]]
+        else:
+            widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+            out += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+                    for r in [rows[0], ["-" * w for w in widths], *rows[1:]]]
+    return "\n".join(out)
 
 # docs/benchmarks.md's table: the newest stored run (benches/results/*.json), written between these markers by
 # `python3 benches/report.py` (tests/test_bench_smoke.py fails while the page holds anything else there).
@@ -165,61 +194,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE, RESULTS = ROOT / "docs" / "benchmarks.md", ROOT / "benches" / "results"
 BEGIN = "<!-- written by python3 benches/report.py from the newest benches/results/*.json: edit neither by hand -->"
 END = "<!-- end of the written table -->"
-
-def _md(text: str) -> str:
-    """Text for a Markdown table cell: *, _ and | escaped outside `code` (where a backslash is kept as written)."""
-    return "".join(part.replace("|", "\\|") if i % 2 else re.sub(r"([\\*_|])", r"\\\1", part)
-                   for i, part in enumerate(re.split(r"(`[^`]*`)", text)))
-
-def _cells(key: str, o: dict, results: dict) -> list[str]:
-    """One row: the C loop, the best peer, the floor (the least binding or the loop alone), custream."""
-    res, unit, best = o["results"], o["unit"], o.get("best_peer")
-    mine, raw, code = res.get("custream", {}), _fig(res.get("raw")), lambda r: f" `{r['stmt']}`" if "stmt" in r else ""
-    if raw is not None:  # a ratio row: each library's ratio to the C loop, timed in turn with it
-        least = results.get("paired", {}).get(key, {}).get("floor", {}).get("ratio_median")
-        peer = f"{times(_fig(res[best], 'ratio'))} raw ({best})" if best else ""
-        ratio = o.get("ratio_raw")
-        me = f"{times(ratio)} raw" + (f" ({ratio / least:.2f}x the least)" if ratio and least else "") if ratio else ""
-        return [fmt(raw), peer, f"{times(least)} raw" if least else "", me]
-    value, suffix = _fig(mine, unit), " ms" * (unit == "ms")
-    peer = f"{fmt(_fig(res[best], unit))}{suffix} ({best}{code(res[best])})" if best else ""
-    floor = "; ".join(f"{fmt(f['ns'])} ({'`' + f['stmt'] + '`' if f.get('lib') == LEAST else f.get('label')})"
-                      for f in o["floors"])
-    extra = [f"{f['ratio_median']:.2f}x `{f['stmt']}`, in turn" for f in o["floors"] if "ratio_median" in f]
-    if c := o.get("compared_to"):
-        if p := c.get("in_turn"):
-            extra.append(f"{p['ratio']:.2f}x `{p['stmt']}`, in turn")
-        elif c.get(unit) is not None:
-            name = results["operations"][c["op"]]["title"] if c["lib"] == "custream" else c["lib"]
-            extra.append(f"{name}: {fmt(c[unit])}")
-    me = f"{fmt(value)}{suffix}" + (f" ({'; '.join(extra)})" if extra else "") if value is not None else "n/a"
-    return ["—", peer, floor, me]
-
-def markdown(results: dict) -> str:
-    """A stored run as docs/benchmarks.md shows it: the machine, a row per operation, capture's and the waits' rows
-    (each beside what it names), the rows the bench has that the run lacks, and the notes."""
-    m, opsd, settings = results.get("machine", {}), results["operations"], results.get("settings", {})
-    drv, loop = m.get("driver_version"), results.get("empty_loop_ns", {}).get("custream")
-    out = [f"{m.get('gpu') or 'No GPU'}" + (f", CUDA driver API {drv // 1000}.{drv % 1000 // 10}" if drv else "")
-           + f"; {m.get('cpu')}; Python {m.get('python')}; "
-           + ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if v) + ". "
-           + f"Median over {settings.get('rounds', 'n/a')} rounds of fresh workers, ns per call unless marked"
-           + (f"; the empty timing loop, in every figure: {fmt(loop)} ns." if loop else "."), "",
-           "| operation | raw (C loop) | best peer | floor | custream | target | |", "| --- " * 7 + "|"]
-    out += [f"| {_md(o['title'])} | " + " | ".join(_md(c) for c in [*_cells(k, o, results), o["target"], o["status"]])
-            + " |" for k, o in opsd.items()]
-    for title, rows in (("capture.py", results.get("capture") or {}), ("waits.py", results.get("waits") or {})):
-        rows = {n: r for n, r in rows.items() if isinstance(r, dict) and "ns" in r}
-        if rows:
-            out += ["", f"| {title}: row | figure | ratio | to | target |", "| --- " * 5 + "|"]
-            out += [f"| {_md(n.strip())} | " + (f"{r['ns'] / 1e6:.1f} ms" if r.get("unit") == "ms" else fmt(r["ns"]))
-                    + f" | {times(r['ratio']) if 'ratio' in r else ''} | "
-                    + (f"{_md(r['vs'])} ({fmt(r['vs_ns'])})" if "vs" in r else "") + " | "
-                    + (f"<= {r['target']}x: {'pass' if r['ratio'] <= r['target'] else 'MISS'}" if r.get("target")
-                       else f"< {r['target_ms']} ms" if "target_ms" in r else "") + " |" for n, r in rows.items()]
-    if missing := [op.title for op in ops.OPERATIONS if op.key not in opsd]:
-        out += ["", "Rows of the bench that this run predates: " + ", ".join(f"`{t}`" for t in missing) + "."]
-    return "\n".join(out + ["", "Notes:", "", *(f"- {_md(n)}" for n in notes_of(results))] * bool(notes_of(results)))
 
 def newest(paths) -> dict:
     """The stored run to show: the newest GPU run, by its date."""
@@ -231,7 +205,8 @@ def page(text: str) -> str:
     head, sep, rest = text.partition(BEGIN)
     if not sep or END not in rest:
         raise ValueError(f"{PAGE.name} has no {BEGIN!r} ... {END!r} block")
-    return f"{head}{BEGIN}\n\n{markdown(newest(sorted(RESULTS.glob('*.json'))))}\n\n{END}{rest.partition(END)[2]}"
+    table = render(newest(sorted(RESULTS.glob("*.json"))), md=True)
+    return f"{head}{BEGIN}\n\n{table}\n\n{END}{rest.partition(END)[2]}"
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="Write docs/benchmarks.md's table from benches/results/*.json.")

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--from-json", metavar="PATH", help="measure nothing: print an earlier --json's table")
     args = ap.parse_args(argv)
     results = json.loads(pathlib.Path(args.from_json).read_text()) if args.from_json else measure(args)
-    print(report.table(results))
+    print(report.render(results))
     if args.json and not args.from_json:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=1))
         print(f"wrote {args.json}")

@@ -26,9 +26,7 @@ def in_turn(runs: list, repeats: int = 15, target_ms: float = 20.0, budget_s: fl
             samples[i].append(runs[i](sizes[i]) / sizes[i])
     return samples
 
-def measure(stmt: str, namespace: dict, ref=None, **cfg) -> dict:  # with `ref` (a runner): paired with it
-    if ref:
-        return paired(timer(stmt, namespace), ref, **cfg)
+def measure(stmt: str, namespace: dict, **cfg) -> dict:
     return {"ns": statistics.median(in_turn([timer(stmt, namespace)], **cfg)[0])}
 
 def medians_and_ratios(runs: list, **cfg):
@@ -37,8 +35,3 @@ def medians_and_ratios(runs: list, **cfg):
     samples = in_turn(runs, **cfg)
     return ([statistics.median(s) for s in samples],
             lambda i, j: statistics.median(x / y for x, y in zip(samples[i], samples[j])))
-
-def paired(mine, theirs, **cfg) -> dict:
-    """Two runners timed in turn; `ratio`: the median over pairs of mine / theirs."""
-    (a, b), ratio = medians_and_ratios([mine, theirs], **cfg)
-    return {"ns": a, "raw_ns": b, "ratio": ratio(0, 1)}

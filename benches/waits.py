@@ -1,9 +1,10 @@
 """Waits beside the peers, once a GPU run (issue 38): from a kernel's end to the waiter running again, and the CPU that
 1,000 pending awaits cost; and by the stream's sync_policy (issue 51): a 'spin' stream's synchronize() beside the
-driver's own spinning wait, and the CPU a 'blocking' stream's waits cost per second waited. The kernel's end is seen by raw_driver.c's raw_watch spinning, on a C thread, on mapped host memory that the
-kernel writes last; the waiter reads the same clock (CLOCK_MONOTONIC) when it runs again."""
+driver's own spinning wait, and the CPU a 'blocking' stream's waits cost per second waited. The kernel's end is seen
+by raw_driver.c's raw_watch spinning, on a C thread, on mapped host memory that the kernel writes last; the waiter
+reads the same clock (CLOCK_MONOTONIC) when it runs again."""
 
-import asyncio, ctypes, json, math, os, statistics, subprocess, sys, time
+import asyncio, ctypes, math, os, statistics, subprocess, sys, time
 from concurrent.futures import ThreadPoolExecutor
 
 import custream
@@ -17,10 +18,12 @@ extern "C" __global__ void sleep_then_flag(unsigned long long ns, volatile int *
     *flag = 1;
     __threadfence_system();
 }'''
-# A wait longer than the 20 ms a thread's wait polls for before it sleeps on a notifier (src/waits/for_gpu.rs), and a shorter.
-LONG_NS, SHORT_NS, PENDING = 30_000_000, 5_000_000, 1_000
+# A wait longer than the 20 ms a thread's wait polls for before it sleeps on a notifier (src/waits/for_gpu.rs), and a
+# shorter; the awaits pending at once; the streams awaited in a fresh process.
+LONG_NS, SHORT_NS, PENDING, FRESH = 30_000_000, 5_000_000, 1_000, 200
 DRIVER, MAIN = "s.synchronize(), another thread (the driver's wait)", "s.synchronize(), the main thread (interruptible)"
-AWAIT = "await s.record()"
+AWAIT, SPIN = "await s.record()", "s.synchronize(), a 'spin' stream, "
+SPIN_DRIVER, SPIN_MAIN = SPIN + "another thread (the driver's spinning wait)", SPIN + "the main thread"
 
 def then(fn):  # fn(), then the clock (raw_watch's: CLOCK_MONOTONIC)
     return lambda: (fn(), time.monotonic_ns())[1]
@@ -29,19 +32,27 @@ async def after(awaitable) -> int:
     await awaitable
     return time.monotonic_ns()
 
+def on_gpu():
+    """CuPy on device 0, 4 bytes of mapped host memory (with unified addressing the device sees them at this address),
+    and sleep(ns, on): KERNEL on the CuPy stream `on`, raising that flag after `ns`."""
+    import cupy as cp
+    cp.cuda.Device(0).use()
+    host, kernel = cp.cuda.runtime.hostAlloc(4, 2), cp.RawKernel(KERNEL, "sleep_then_flag")
+
+    def sleep(ns: int, on) -> None:
+        with on:
+            kernel((1,), (1,), (cp.uint64(ns), cp.intp(host)))
+    return cp, host, sleep
+
 def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
     if not gpu or raw is None:
         return {"na": "needs a GPU and raw_driver.c"}
-    import cupy as cp
-    cp.cuda.Device(0).use()
-    host = cp.cuda.runtime.hostAlloc(4, 2)  # mapped; with unified addressing the device sees it at this address
-    flag, kernel = ctypes.c_int.from_address(host), cp.RawKernel(KERNEL, "sleep_then_flag")
-    sleep = lambda ns: kernel((1,), (1,), (cp.uint64(ns), cp.intp(host)))  # noqa: E731 (then raises the flag)
-    s = custream.Stream(device=0)
+    cp, host, sleep = on_gpu()
+    flag, s = ctypes.c_int.from_address(host), custream.Stream(device=0)
     ext, loop, pool = cp.cuda.Stream.from_external(s), asyncio.new_event_loop(), ThreadPoolExecutor(1)
     samples = max(20, min(200, int(cfg["budget_s"] * 50)))
 
-    def latency(wait, kernel_ns, on=ext) -> float:
+    def latency(wait, kernel_ns, on) -> float:
         """Median ns from the end of a `kernel_ns` kernel on `on` (raw_watch, on a C thread that takes no GIL) to
         `wait` returning."""
         out = []
@@ -49,8 +60,7 @@ def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
             flag.value = 0
             if raw.raw_watch_start(host, 5e9):
                 raise RuntimeError("raw_watch_start: no thread")
-            with on:
-                sleep(kernel_ns)
+            sleep(kernel_ns, on)
             end = wait()
             out.append(end - raw.raw_watch_join())
         return statistics.median(out)
@@ -62,63 +72,67 @@ def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
              "CuPy stream.synchronize()": then(ext.synchronize),
              "a host function runs (C: the floor of a wait that does not spin)": lambda: raw.raw_hostfn(s.handle)}
     out = {}
-    for kernel_ns, names in ((LONG_NS, waits), (SHORT_NS, (DRIVER, MAIN, AWAIT))):
-        ns = {name: latency(waits[name], kernel_ns) for name in names}
-        label = f"{kernel_ns / 1e6:g} ms kernel"
-        out.update({f"{name}, {label}": {"ns": v, "ratio": v / ns[DRIVER]} for name, v in ns.items()})
+
+    def rows(kernel_ns: int, names: list, on) -> None:  # each wait's latency, and its ratio to the first's
+        ns = {name: latency(waits[name], kernel_ns, on) for name in names}
+        out.update({f"{name}, {kernel_ns / 1e6:g} ms kernel": {"ns": v, "ratio": v / ns[names[0]]}
+                    for name, v in ns.items()})
+    rows(LONG_NS, list(waits), ext)
+    rows(SHORT_NS, [DRIVER, MAIN, AWAIT], ext)
     out[f"{AWAIT}, 5 ms kernel"]["target"] = 1.5
     if hasattr(custream.Stream, "sync_policy"):  # a wheel from before the settings has no policy rows
-        out.update(by_policy(latency, sleep, pool, cp))
+        # A 'spin' stream's synchronize() on the main thread (custream's own wait, which then polls to the end)
+        # beside the driver's spinning wait (cuStreamSynchronize on another thread, the same stream).
+        spin = custream.Stream(device=0, sync_policy="spin")
+        waits.update({SPIN_DRIVER: lambda: pool.submit(then(spin.synchronize)).result(),
+                      SPIN_MAIN: then(spin.synchronize)})
+        rows(SHORT_NS, [SPIN_DRIVER, SPIN_MAIN], cp.cuda.Stream.from_external(spin))
+        out[f"{SPIN_MAIN}, 5 ms kernel"]["target"] = 1.1
+        spin.close()
+        out.update(by_policy(sleep, cp))
     out.update(pending_cpu(loop, s, ext, sleep))
-    out.update(fresh_process_cpu(FRESH))
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), str(FRESH)], capture_output=True, text=True,
+                       timeout=120)  # issue 52: making notifiers while the GPU is busy spun
+    out[f"CPU ms per second waited, {FRESH} streams' awaits in a fresh process"] = {
+        "ns": float(p.stdout.split()[-1]) if p.returncode == 0 else math.nan, "unit": "ms", "target_ms": 20}
     loop.close()
     pool.shutdown()
     s.close()
     cp.cuda.runtime.freeHost(host)
     return out
 
-def by_policy(latency, sleep, pool, cp) -> dict:
-    """A 'spin' stream's synchronize() on the main thread (custream's own wait, which then polls to the end) beside the
-    driver's spinning wait (cuStreamSynchronize on another thread, the same stream); and the process's CPU per second
-    that 1 s kernels are waited for on a 'blocking' stream (custream's wait, CuPy's), beside an 'auto' stream's."""
-    spin = custream.Stream(device=0, sync_policy="spin")
-    on = cp.cuda.Stream.from_external(spin)
-    driver = latency(lambda: pool.submit(then(spin.synchronize)).result(), SHORT_NS, on)
-    main = latency(then(spin.synchronize), SHORT_NS, on)
-    out = {"s.synchronize(), a 'spin' stream, another thread (the driver's spinning wait), 5 ms kernel": {"ns": driver},
-           "s.synchronize(), a 'spin' stream, the main thread, 5 ms kernel":
-               {"ns": main, "ratio": main / driver, "target": 1.1}}
-    spin.close()
+def cpu_per_second(start, wait, times: int = 1) -> float:
+    """CPU ns the process spends per second of `wait()`, each of `times` after `start()` (untimed) queued kernels."""
+    used = waited = 0.0
+    for _ in range(times):
+        start()
+        c, w = time.process_time(), time.monotonic()
+        wait()
+        used, waited = used + time.process_time() - c, waited + time.monotonic() - w
+    return used / waited * 1e9
 
-    def cpu_per_second(policy, wait_of) -> float:
-        """CPU ns the process spends per second of waiting for a 1 s kernel, over three waits."""
+def by_policy(sleep, cp) -> dict:
+    """The CPU per second that 1 s kernels are waited for (three waits) on a 'blocking' stream (custream's wait,
+    CuPy's), beside an 'auto' stream's."""
+    out = {}
+    for policy, which, target in (("blocking", "a 'blocking' stream, s.synchronize()", 5),
+                                  ("blocking", "a 'blocking' stream, CuPy's synchronize()", 5),
+                                  ("auto", "an 'auto' stream, s.synchronize()", None)):
         s = custream.Stream(device=0, sync_policy=policy)
-        ext, used, waited = cp.cuda.Stream.from_external(s), 0.0, 0.0
-        with ext:
-            sleep(1_000_000)
+        ext = cp.cuda.Stream.from_external(s)
+        sleep(1_000_000, ext)
         s.synchronize()  # warm: custream's notifier made
-        for _ in range(3):
-            with ext:
-                sleep(1_000_000_000)
-            c, w = time.process_time(), time.monotonic()
-            wait_of(s, ext)()
-            used, waited = used + time.process_time() - c, waited + time.monotonic() - w
+        ns = cpu_per_second(lambda: sleep(1_000_000_000, ext), (ext if "CuPy" in which else s).synchronize, 3)
         s.close()
-        return used / waited * 1e9
-    out["CPU ms per second waited, a 'blocking' stream, s.synchronize()"] = {
-        "ns": cpu_per_second("blocking", lambda s, ext: s.synchronize), "unit": "ms", "target_ms": 5}
-    out["CPU ms per second waited, a 'blocking' stream, CuPy's synchronize()"] = {
-        "ns": cpu_per_second("blocking", lambda s, ext: ext.synchronize), "unit": "ms", "target_ms": 5}
-    out["CPU ms per second waited, an 'auto' stream, s.synchronize()"] = {
-        "ns": cpu_per_second("auto", lambda s, ext: s.synchronize), "unit": "ms"}
+        out[f"CPU ms per second waited, {which}"] = {"ns": ns, "unit": "ms",
+                                                     **({"target_ms": target} if target else {})}
     return out
 
 def pending_cpu(loop, s, ext, sleep) -> dict:
     """CPU seconds (process time) spent in one second while PENDING waits are pending, each way."""
     async def used(wait) -> float:
         """CPU of one second with PENDING `wait(event)`s pending behind a 1.2 s kernel."""
-        with ext:
-            sleep(1_200_000_000)
+        sleep(1_200_000_000, ext)
         waits = [asyncio.ensure_future(wait(s.record())) for _ in range(PENDING)]
         await asyncio.sleep(0.1)
         t = time.process_time()
@@ -133,32 +147,15 @@ def pending_cpu(loop, s, ext, sleep) -> dict:
             f"CPU ms in 1 s with {PENDING:,} asyncio.to_thread(e.synchronize) pending":
                 {"ns": cpu(lambda e: asyncio.to_thread(e.synchronize)), "unit": "ms"}}
 
-FRESH = 200
-# A process of its own: FRESH custream streams, each behind a 1 s kernel (KERNEL, its flag unread), awaited together
-# before custream made any notifier there but those its first stream's context got.
-FRESH_SCRIPT = r"""
-import asyncio, json, sys, time
-sys.path.insert(0, sys.argv[2])
-import cupy, custream
-from waits import KERNEL
-n, flag = int(sys.argv[1]), cupy.cuda.runtime.hostAlloc(4, 2)
-k, streams = cupy.RawKernel(KERNEL, "sleep_then_flag"), [custream.Stream(device=0) for _ in range(n)]
-def sleep(s, ns):
-    with cupy.cuda.Stream.from_external(s):
-        k((1,), (1,), (cupy.uint64(ns), cupy.intp(flag)))
-sleep(streams[0], 1000); streams[0].synchronize()
-for s in streams:
-    sleep(s, 1_000_000_000)
-async def main():
-    await asyncio.gather(*(s.record() for s in streams))
-c, w = time.process_time(), time.monotonic()
-asyncio.run(main())
-print(json.dumps((time.process_time() - c) / (time.monotonic() - w)))
-"""
+async def gather(awaitables) -> None:
+    await asyncio.gather(*awaitables)
 
-def fresh_process_cpu(n) -> dict:
-    """CPU per second waited by FRESH awaits in a fresh process (issue 52: making notifiers while the GPU is busy spun)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    out = subprocess.run([sys.executable, "-c", FRESH_SCRIPT, str(n), here], capture_output=True, text=True, timeout=120)
-    per_s = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else math.nan
-    return {f"CPU ms per second waited, {n} streams' awaits in a fresh process": {"ns": per_s * 1e9, "unit": "ms", "target_ms": 20}}
+if __name__ == "__main__":  # run()'s fresh process: the CPU per second waited by FRESH streams' awaits, each stream
+    # behind a 1 s kernel (its flag unread), awaited together before custream made any notifier but those its first
+    # stream's context got
+    cp, _, sleep = on_gpu()
+    streams = [custream.Stream(device=0) for _ in range(int(sys.argv[1]))]
+    sleep(1000, cp.cuda.Stream.from_external(streams[0]))
+    streams[0].synchronize()
+    print(cpu_per_second(lambda: [sleep(1_000_000_000, cp.cuda.Stream.from_external(st)) for st in streams],
+                         lambda: asyncio.run(gather(st.record() for st in streams))))

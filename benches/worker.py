@@ -47,32 +47,32 @@ def time_op(lib: ops.Lib, key: str, ns: dict, cfg: dict, gpu: bool, raw) -> dict
     else:
         return {"na": f"no spelling worked ({why})"}
     least = "fs" in ns and ops.IN_TURN.get(key)  # the least binding's statement, timed in turn in this process
-    try:
-        if key in ops.PAIRED and lib.name == ops.CUSTREAM.name:  # in turn with the row its target names, and least
-            mate = lib.ops[ops.OPS[key].times[2]]
-            fig, ratio = timing.medians_and_ratios([timing.timer(x, ns) for x in (stmt, mate, least) if x], **cfg)
-            timed = {"ns": fig[0], "paired": {"stmt": mate, "ratio": ratio(0, 1),
-                                              **({"floor_ratio": ratio(2, 1)} if least else {})},
-                     **({"raw_ns": fig[2], "ratio": ratio(0, 2)} if least else {})}
-        else:
-            ref = (timing.timer(least, ns) if least else raw.loop(key, None, getattr(ns.get("gc"), "handle", None))
-                   if raw and key in ops.RATIO_KEYS else None)  # gc: custream's green context, for its row's C loop
-            timed = timing.measure(stmt, ns, ref, **cfg)
+    # custream's ops.PAIRED rows: in turn with the row their target names too
+    mate = key in ops.PAIRED and lib is ops.CUSTREAM and lib.ops[ops.OPS[key].times[2]]
+    try:  # with the reference: the least binding's statement, or raw_driver.c's loop (a ratio row's)
+        ref = (timing.timer(least, ns) if least else raw.loop(key, None, getattr(ns.get("gc"), "handle", None))
+               if raw and key in ops.RATIO_KEYS else None)  # gc: custream's green context, for its row's C loop
+        runs = [timing.timer(x, ns) for x in (stmt, mate) if x] + [ref] * bool(ref)
+        fig, ratio = timing.medians_and_ratios(runs, **cfg)
     except Exception as e:
         return {"na": f"{stmt} failed while timed: {type(e).__name__}: {e}"}
-    if least:  # its figure and custream's ratio to it (a ratio row's are to raw_driver.c's loop)
-        timed["least"] = {"stmt": least, "ns": timed.pop("raw_ns"), "ratio": timed.pop("ratio")}
+    timed = {"ns": fig[0]}
+    if mate:
+        timed["paired"] = {"stmt": mate, "ratio": ratio(0, 1), **({"floor_ratio": ratio(2, 1)} if least else {})}
+    if least:  # its figure and custream's ratio to it
+        timed["least"] = {"stmt": least, "ns": fig[-1], "ratio": ratio(0, len(runs) - 1)}
+    elif ref:  # the C loop's
+        timed.update(raw_ns=fig[-1], ratio=ratio(0, len(runs) - 1))
     return {**timed, "stmt": stmt, **({"note": lib.notes[key]} if key in lib.notes else {}),
             **({"not_best": True} if key in lib.not_best else {})}
 
 def raw_driver(path: str):
     """raw_driver.c, initialized (the primary context left current); `.loop(key, *args)`: run(n) of a C loop."""
-    raw, p = ctypes.CDLL(path), ctypes.c_void_p
-    for f, args in ((raw.raw_time, [ctypes.c_char_p, ctypes.c_long, p, p, ctypes.c_long]), (raw.raw_hostfn, [p]),
-                    (raw.raw_watch, [p, ctypes.c_double])):  # waits.py's: the host function's time, the kernel's end
-        f.restype, f.argtypes = ctypes.c_double, args
-    raw.raw_watch_start.restype, raw.raw_watch_start.argtypes = ctypes.c_int, [p, ctypes.c_double]
-    raw.raw_watch_join.restype, raw.raw_watch_join.argtypes = ctypes.c_double, []
+    raw, p, d = ctypes.CDLL(path), ctypes.c_void_p, ctypes.c_double
+    for f, res, args in ((raw.raw_time, d, [ctypes.c_char_p, ctypes.c_long, p, p, ctypes.c_long]),
+                         (raw.raw_hostfn, d, [p]),  # waits.py's: the host function's time, and the kernel's end
+                         (raw.raw_watch_start, ctypes.c_int, [p, d]), (raw.raw_watch_join, d, [])):
+        f.restype, f.argtypes = res, args
     if step := raw.raw_init():
         raise RuntimeError(f"raw_init failed at step {step} (1: no libcuda, 2: a symbol missing, 3: a driver call)")
 

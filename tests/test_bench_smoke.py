@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -66,25 +67,28 @@ def _report():
 
 
 def test_the_once_a_run_rows_get_their_targets_verdict():
-    """capture.py's and waits.py's rows, in the printed table and the page's: a ratio at its
-    target passes, one above it misses, a row without a target gets no verdict, and a row that
-    failed is reported with its error."""
+    """capture.py's and waits.py's rows, in the printed table and the page's: a ratio (or CPU
+    ms) at its target passes, one above it misses, a row without a target gets no verdict, and
+    a row that failed is reported with its error."""
     report = _report()
     results = json.loads((BENCHES / "results" / "h200.json").read_text())
     results["capture"] = {
         "write_value + wait_value": {"ns": 2300.0, "vs_ns": 2000.0, "ratio": 1.15, "vs": "C", "target": 1.15},
         "  least binding fwrite": {"ns": 2100.0, "vs_ns": 2000.0, "ratio": 1.05, "vs": "C", "target": None},
         "IPC rows": {"error": "RuntimeError: no torch IPC event to compare with"}}
-    results["waits"] = {"await s.record(), 5 ms kernel": {"ns": 211705.0, "ratio": 7.32, "target": 1.5}}
-    for render in (report.table, report.markdown):
-        text = render(results).replace("\\_", "_")  # the page's Markdown escapes _
+    results["waits"] = {"await s.record(), 5 ms kernel": {"ns": 211705.0, "ratio": 7.32, "target": 1.5},
+                        "CPU ms in 1 s with 1,000 awaits pending": {"ns": 3e6, "unit": "ms", "target_ms": 20}}
+    for md in (False, True):
+        text = report.render(results, md).replace("\\_", "_")  # the page's Markdown escapes _
         line = {name: [ln for ln in text.splitlines() if name in ln] for name in
-                ("write_value + wait_value", "least binding fwrite", "await s.record(), 5 ms kernel")}
-        assert all(len(found) == 1 for found in line.values()), (render.__name__, line)
-        assert "pass" in line["write_value + wait_value"][0], render.__name__
-        assert "MISS" in line["await s.record(), 5 ms kernel"][0], render.__name__
-        assert not {"pass", "MISS"} & set(line["least binding fwrite"][0].replace("|", " ").split()), render.__name__
-        assert "no torch IPC event to compare with" in text, render.__name__
+                ("write_value + wait_value", "least binding fwrite", "await s.record(), 5 ms kernel",
+                 "CPU ms in 1 s with 1,000 awaits pending")}
+        assert all(len(found) == 1 for found in line.values()), (md, line)
+        assert "pass" in line["write_value + wait_value"][0], md
+        assert "MISS" in line["await s.record(), 5 ms kernel"][0], md
+        assert "pass" in line["CPU ms in 1 s with 1,000 awaits pending"][0], md
+        assert not {"pass", "MISS"} & set(line["least binding fwrite"][0].replace("|", " ").split()), md
+        assert "no torch IPC event to compare with" in text, md
 
 
 def test_the_page_shows_the_newest_gpu_run(tmp_path):
@@ -109,8 +113,8 @@ def test_the_benchmarks_page_holds_the_table_of_the_stored_runs():
 
 
 def test_paired_timing_takes_the_ratio_within_each_pair():
-    """timing.paired: the two runners go in turn, first one then the other first, and the
-    figure is the median of the per-pair ratios. Runners here report made-up elapsed times
+    """timing.medians_and_ratios: the two runners go in turn, first one then the other first,
+    and the ratio is the median of the per-pair ratios. Runners here report made-up elapsed times
     (no clock), so the statistic is checked exactly: a drift that moves both alike between
     pairs leaves the ratio alone."""
     spec = importlib.util.spec_from_file_location("bench_timing", BENCHES / "timing.py")
@@ -127,12 +131,13 @@ def test_paired_timing_takes_the_ratio_within_each_pair():
 
         return run
 
-    out = timing.paired(runner("mine", 3.0), runner("theirs", 2.0), repeats=6, target_ms=1.0, budget_s=1.0)
+    _, ratio = timing.medians_and_ratios([runner("mine", 3.0), runner("theirs", 2.0)], repeats=6, target_ms=1.0,
+                                         budget_s=1.0)
     assert len(calls) == 2 * 2 + 12  # each runner sized (an untimed call, then one), then 6 pairs
     timed = calls[-12:]
     assert [timed[i:i + 2] for i in range(0, 12, 2)] == [["mine", "theirs"], ["theirs", "mine"]] * 3
     # Within a pair the later runner saw 5 % more drift: ratios 1.5/1.05 and 1.5*1.05, alternately.
-    assert abs(out["ratio"] - 1.5 * (1.05 + 1 / 1.05) / 2) < 1e-9
+    assert abs(ratio(0, 1) - 1.5 * (1.05 + 1 / 1.05) / 2) < 1e-9
 
 
 def test_rounds_summary_keeps_the_floor_binding_beside_custream():
@@ -177,7 +182,7 @@ def test_a_row_timed_in_turn_with_its_reference_row_takes_its_verdict_from_the_p
     assert abs(row["compared_to"]["in_turn"]["ratio"] - 2.85) < 1e-12 and row["status"] == "pass"
     results["machine"] = {}
     assert ("pool.lease() enter + exit: in turn with pool.get(), per round: 2.90 2.80  median 2.85x; "
-            "<= 3x pool.get(); the least binding's, the same way: median 2.35x") in report.table(results)
+            "<= 3x pool.get(); the least binding's, the same way: median 2.35x") in report.render(results)
     rounds = {"custream": [round_(160.0, 50.0, 3.1)]}
     assert report.assemble("gpu", rounds, {})["operations"]["pool_lease"]["status"] == "MISS"
 
@@ -210,6 +215,10 @@ def test_paired_peers_give_the_ratio_rows_their_best_peer():
     assert q["best_peer"] == "CuPy" and q["results"]["CuPy"]["ratio"] == 1.5
     assert abs(q["ratio_best_peer"] - 1.25 / 1.5) < 1e-12
     assert q["results"]["custream"]["ns"] == 130.0, "the median of the rounds"
-    text = report.table(results)
-    assert "    1.50x  CuPy\n    1.25x  custream: 0.83x CuPy (best peer)" in text
+    head, *rows = report.op_rows(results)  # a column a library: its figure and its ratio to the C loop
+    row = dict(zip(head, next(r for r in rows if r[0] == "query, idle stream")))
+    assert (row["raw"], row["CuPy"], row["custream"], row["rmm"]) == ("100", "160 (1.50x)", "130 (1.25x)", "n/a"), row
+    assert row["/best peer"] == "0.83x CuPy", row
+    text = report.render(results)
+    assert re.search(r"^query, idle stream +100 .* 160 \(1\.50x\) .* 130 \(1\.25x\) +0\.83x CuPy ", text, re.M), text
     assert "rmm: ImportError: no rmm" in text
