@@ -10,7 +10,12 @@
 //    operation; then a second held stream), and that cuLaunchHostFunc has no such cap;
 // 4. what one more hand-off costs the launching thread behind N commands, 1,000 a held stream
 //    (the bench's pending row; run with CUDA_DEVICE_MAX_CONNECTIONS=16, as its worker is);
-// 5. a lock-prefixed read-modify-write, which custream's use counts and exit protocol make.
+// 5. a lock-prefixed read-modify-write, which custream's use counts and exit protocol make;
+// 6. create + destroy with K other streams alive in the context (custream keeps 16 notifier
+//    streams and their 16 bells per context once it made a stream there), by their priority;
+// 7. a spinning wait's latency, from a host thread releasing a held stream to the waiter
+//    returning: cuStreamSynchronize on a "spin" stream, and polls of cuStreamQuery and
+//    cuEventQuery (what custream's "spin" wait does), each median of 200.
 #include <cuda.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -47,6 +52,14 @@ static void *watcher(void *arg) {  // custream's thread, without Python
     return arg;
 }
 static void *release_later(void *arg) { sleep(2); atomic_store(hold, 1); return arg; }
+static _Atomic double released_at;
+static void *release_soon(void *arg) {  // 2 ms on, spinning (a sleep's wake-up would blur the time), then release
+    double until = now() + 0.002;
+    while (now() < until) {}
+    released_at = now();
+    atomic_store(hold, 1);
+    return arg;
+}
 
 static int held_cap(CUstream a, CUstream b, CUdeviceptr word, CUdeviceptr buf, int kind) {
     atomic_store(hold, 0);
@@ -139,5 +152,47 @@ int main(void) {
     printf("5. custream's own bookkeeping\n");
     static _Atomic unsigned long counter;
     TIME("atomic_fetch_add (a lock-prefixed read-modify-write)", 2000000, atomic_fetch_add(&counter, 1));
+
+    printf("6. cuStreamCreate + cuStreamDestroy with K other streams alive\n");
+    int lo, hi;
+    CK(cuCtxGetStreamPriorityRange(&lo, &hi));
+    CUstream alive[64];
+    const int ks[] = {0, 8, 16, 32, 64, -32}; /* -32: 32 of the greatest priority */
+    for (int k = 0; k < 6; k++) {
+        int n = ks[k] < 0 ? -ks[k] : ks[k];
+        for (int i = 0; i < n; i++) CK(cuStreamCreateWithPriority(&alive[i], CU_STREAM_NON_BLOCKING, ks[k] < 0 ? hi : 0));
+        char label[64];
+        snprintf(label, sizeof label, "%d streams alive%s", n, ks[k] < 0 ? ", greatest priority" : "");
+        TIME(label, 2000, CK(cuStreamCreate(&t, CU_STREAM_NON_BLOCKING)); CK(cuStreamDestroy(t)));
+        for (int i = 0; i < n; i++) CK(cuStreamDestroy(alive[i]));
+    }
+
+    printf("7. a spinning wait's latency after a host thread releases the stream (median of 200)\n");
+    CUstream spin; CK(cuStreamCreate(&spin, CU_STREAM_NON_BLOCKING));
+    CUstreamAttrValue policy = {0};
+    policy.syncPolicy = CU_SYNC_POLICY_SPIN;
+    CK(cuStreamSetAttribute(spin, CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY, &policy));
+    CUevent ev; CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+    const char *how[] = {"cuStreamSynchronize, a 'spin' stream", "poll cuStreamQuery", "poll cuEventQuery"};
+    for (int m = 0; m < 3; m++) {
+        double lat[200];
+        for (int i = 0; i < 200; i++) {
+            atomic_store(hold, 0);
+            CK(cuStreamWaitValue32(spin, dp + 128, 1, CU_STREAM_WAIT_VALUE_GEQ));
+            CK(cuEventRecord(ev, spin));
+            pthread_t r;
+            pthread_create(&r, NULL, release_soon, NULL);
+            CUresult q = CUDA_SUCCESS;
+            if (m == 0) CK(cuStreamSynchronize(spin));
+            else while ((q = m == 1 ? cuStreamQuery(spin) : cuEventQuery(ev)) == CUDA_ERROR_NOT_READY) {}
+            CK(q);
+            double end = now();
+            pthread_join(r, NULL);
+            lat[i] = (end - released_at) * 1e9;
+        }
+        for (int i = 1; i < 200; i++)
+            for (int j = i; j > 0 && lat[j] < lat[j - 1]; j--) { double x = lat[j]; lat[j] = lat[j - 1]; lat[j - 1] = x; }
+        printf("%-52s %9.0f ns (p10 %.0f, p90 %.0f)\n", how[m], lat[100], lat[20], lat[180]);
+    }
     return 0;
 }
