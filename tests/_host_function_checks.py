@@ -41,3 +41,21 @@ def check_call_lifetime(s, queue_work):
     assert alive() is None, "the argument outlived the call"
     assert sys.getrefcount(fn) == before
 
+
+def watched_function():
+    """A host function that does nothing, and a weak reference to it: a test drops its own
+    reference once the function is queued, and ``released`` then says whether custream let it
+    go."""
+
+    class Fn:
+        def __call__(self):
+            pass
+
+    fn = Fn()
+    return fn, weakref.ref(fn)
+
+
+def released(alive):
+    """Whether the object behind the weak reference ``alive`` is gone, after a collection."""
+    gc.collect()
+    return alive() is None

@@ -20,6 +20,7 @@ import weakref
 import pytest
 
 import custream
+from _host_function_checks import released, watched_function
 from _threads import wait_until
 from custream import Stream
 
@@ -87,11 +88,6 @@ def fake(driver):
     return driver
 
 
-def collected(ref):
-    gc.collect()
-    return ref() is None
-
-
 @CAPTURE
 @pytest.mark.parametrize("mode", MODES)
 def test_the_first_host_function_of_a_process_can_be_queued_in_a_capture(fake, mode):
@@ -131,13 +127,7 @@ def test_events_pools_and_graphs_refuse_pickling_by_name():
 @pytest.mark.parametrize("mode", ["thread_local", "relaxed"])
 def test_closing_a_stream_mid_capture_ends_the_capture_and_releases_it(fake, mode):
     s, side, other = Stream(), Stream(), Stream()
-
-    class Fn:
-        def __call__(self):
-            pass
-
-    fn = Fn()
-    alive = weakref.ref(fn)
+    fn, alive = watched_function()
     s.begin_capture(mode)
     side.wait(s.record())  # joined into it
     side.close()  # a joined stream leaves the capture: s's stays as it was
@@ -147,7 +137,7 @@ def test_closing_a_stream_mid_capture_ends_the_capture_and_releases_it(fake, mod
     del fn
     s.close()
     assert fake.fake_invalidations() == 0
-    wait_until(lambda: collected(alive), "a closed stream's capture let its host function go")
+    wait_until(lambda: released(alive), "a closed stream's capture let its host function go")
     before = fake.fake_exchanges()
     assert other.query() is True
     other.synchronize()
@@ -274,19 +264,13 @@ def test_host_functions_in_a_capture_run_at_each_launch_and_live_with_the_graph(
     s.synchronize()
     assert alive() is not None and alive().n == 3
     g.close()  # the payload goes with the graph's last executable and its launches
-    wait_until(lambda: collected(alive), "the graph's host function went with it")
+    wait_until(lambda: released(alive), "the graph's host function went with it")
 
 
 @CAPTURE
 def test_an_invalidated_capture_releases_its_host_functions(fake):
     s = Stream()
-
-    class Fn:
-        def __call__(self):
-            pass
-
-    fn = Fn()
-    alive = weakref.ref(fn)
+    fn, alive = watched_function()
     s.begin_capture("global")
     s.launch_host_func(fn)
     del fn
@@ -294,7 +278,7 @@ def test_an_invalidated_capture_releases_its_host_functions(fake):
     with pytest.raises(custream.CudaError) as e:
         s.end_capture()
     assert e.value.name == "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"
-    wait_until(lambda: collected(alive), "an invalidated capture let its host function go")
+    wait_until(lambda: released(alive), "an invalidated capture let its host function go")
     assert s.is_capturing is False and s.query() is True
 
 

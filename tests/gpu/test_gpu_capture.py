@@ -10,7 +10,6 @@ against a stand-in driver in tests/test_host_functions.py and tests/test_graph.p
 """
 
 import ctypes
-import gc
 import os
 import subprocess
 import sys
@@ -23,7 +22,8 @@ import pytest
 
 import custream
 from custream import Stream
-from _host_function_checks import check_call_lifetime
+from _host_function_checks import check_call_lifetime, released, watched_function
+from _threads import wait_until
 from custream_gpu_helpers import KERNELS, SPIN_CYCLES, handle_of, peer, run_in_thread, try_import
 
 pytestmark = pytest.mark.gpu
@@ -308,13 +308,7 @@ def test_closing_a_stream_mid_capture_ends_the_capture(mode, closer, long_kernel
     unraisable = []  # a host function's or a deallocation's error, which would print a traceback
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
     s = custream.Stream()
-
-    class Fn:
-        def __call__(self):
-            pass
-
-    fn = Fn()
-    alive = weakref.ref(fn)
+    fn, alive = watched_function()
     s.begin_capture(mode)
     long_kernel(s, 1000)
     s.launch_host_func(fn)
@@ -323,11 +317,7 @@ def test_closing_a_stream_mid_capture_ends_the_capture(mode, closer, long_kernel
         run_in_thread(s.close)  # its exception, if any, raised here
     else:
         s.close()
-    end = time.monotonic() + 10
-    while alive() is not None:
-        assert time.monotonic() < end, "the closed stream's capture kept its host function"
-        gc.collect()
-        time.sleep(0.01)  # a poll's interval
+    wait_until(lambda: released(alive), "the closed stream's capture let its host function go")
     # Nothing of it is left: a new stream runs work, synchronizes, and captures.
     other = custream.Stream()
     long_kernel(other, 1000)
@@ -478,11 +468,7 @@ def test_host_functions_in_a_capture_run_at_every_launch(spin):
         assert alive() is not None
         g.close()
         s.synchronize()
-        deadline = time.monotonic() + 10
-        while alive() is not None and time.monotonic() < deadline:
-            gc.collect()
-            time.sleep(0.01)
-        assert alive() is None, "the graph's host function outlived it"
+        wait_until(lambda: released(alive), "the closed graph let its host function go")
 
 
 def test_is_capturing_sees_a_capture_another_library_began(cp, arrays):
