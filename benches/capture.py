@@ -23,15 +23,6 @@ except Exception as err:
 sys.stdin.read()
 """
 
-def cupy_on(s) -> dict:
-    """CuPy on device 0 with custream's stream `s` (`ext`), its kernel loaded outside any capture."""
-    import cupy as cp
-    cp.cuda.Device(0).use()
-    x = cp.zeros(16, dtype=cp.float32)
-    cp.add(x, 1, out=x)
-    cp.cuda.Device(0).synchronize()
-    return {"s": s, "ext": cp.cuda.Stream.from_external(s), "x": x, "cp": cp}
-
 def ipc_rows(ns: dict, exporter) -> list:
     ours, theirs = exporter.stdout.readline().strip(), exporter.stdout.readline().strip()
     if not ours or not theirs or theirs.startswith("none"):
@@ -46,20 +37,23 @@ def ipc_rows(ns: dict, exporter) -> list:
              timing.batches("tev.wait(ts)", ns, ns["ts"].synchronize), "torch Event.wait(stream)")]
 
 def run(cfg: dict, gpu: bool, raw, floor=None) -> dict:
+    import cupy as cp
     s = custream.Stream(device=0)
-    ns = {**cupy_on(s), "custream": custream, "noop": lambda *_: None, "obj": object(),
-          **{f: getattr(floor, f, None) for f in ("flaunch", "fwrite", "fwait")}}
+    cp.cuda.Device(0).use()
+    x = cp.zeros(16, dtype=cp.float32)
+    cp.add(x, 1, out=x)  # its kernel loaded outside any capture
+    cp.cuda.Device(0).synchronize()
+    ns = {"s": s, "ext": cp.cuda.Stream.from_external(s), "x": x, "cp": cp, "custream": custream, "obj": object(),
+          "noop": lambda *_: None, **{f: getattr(floor, f, None) for f in ("flaunch", "fwrite", "fwait")}}
     kernels = lambda n: f"\n    for _ in range({n}):\n        cp.add(x, 1, out=x)\n"  # noqa: E731 (in `with ext:`)
     exec(f"s.begin_capture('relaxed')\nwith ext:{kernels(10)}g = s.end_capture()", ns)  # a graph of 10 kernels
-    g, W = ns["g"], ns["x"].data.ptr  # W: a device word (CuPy's array), given as an int: the fast path
-    ns.update(cs=ns["cp"].cuda.Stream(non_blocking=True), G=g.handle, S=s.handle, W=W,
-              relaxed=ns["cp"].cuda.runtime.streamCaptureModeRelaxed)
+    g, W = ns["g"], x.data.ptr  # W: a device word (CuPy's array), given as an int: the fast path
+    ns.update(cs=cp.cuda.Stream(non_blocking=True), G=g.handle, S=s.handle, W=W,
+              relaxed=cp.cuda.runtime.streamCaptureModeRelaxed)
     timer, batches = lambda stmt: timing.timer(stmt, ns), lambda stmt: timing.batches(stmt, ns, s.synchronize)
     host = raw.loop("host_func", s.handle), "C cuLaunchHostFunc + sync"
     launch = raw.loop("graph_launch", s.handle, g.handle, 100), "C cuGraphLaunch"
-    # Before each, custream checks the stream's context was not reset (cuCtxGetId) and asks the driver about the address
-    # (cuPointerGetAttributes: a freed or unmapped buffer is a ValueError, not a GPU fault): against C making those same
-    # driver calls, and the two operations alone.
+    # in turn with the C loop making the checks custream makes before each (raw_driver.c's ask()), or the two alone
     checked = (raw.loop("memops_checked", s.handle, W, 100),
                "C: cuCtxGetId, cuPointerGetAttributes, the operation; twice")
     memops = batches("s.write_value(W, 1); s.wait_value(W, 1)")

@@ -1,7 +1,6 @@
 /* floor_ext.c: the least a Python binding can add to the driver (docs/benchmarks.md): a function per driver call, no
  * object, no check, the GIL let go where custream does, in the current context; fstream(H).handle, the least a C type
- * can do for a handle attribute (a getset, no driver call); `with fs.lease(): pass`, CPython's own floor for `with
- * pool.lease(): pass` (a method returning self, __enter__ METH_NOARGS returning self, __exit__ METH_FASTCALL None). */
+ * can do for a handle attribute (a getset, no driver call); `with fs.lease(): pass`, CPython's own `with` floor. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include "raw_driver.c" /* the driver's entry points: raw_load() */

@@ -40,7 +40,6 @@ OPERATIONS = [
     Op("rust_stream_ref", "Rust f(pyo3_custream::StreamRef)", times=(1.3, "custream", "rust_usize")),
 ]
 OPS = {op.key: op for op in OPERATIONS}
-RATIO_KEYS = [op.key for op in OPERATIONS if op.raw is not None]  # timed in turn with raw_driver.c's loops
 # Timed in turn with the least binding's statement, in custream's worker (no driver). `with` statements are timed as
 # written (no `with_` call): beside the same `with` over floor_ext.c's least context manager, CPython's own floor.
 IN_TURN = {"handle_int": "fs.handle", "pool_lease": "with fs.lease(): pass"}

@@ -55,9 +55,9 @@ static double now_ns(void) {
 static void nothing(void *user) { (void)user; }
 
 /* What custream checks before a memory operation (the "memops_checked" loop, floor_ext.c's fwrite/fwait): that the
- * stream's context was not reset since custream learned it (src/stream/methods.rs's check_context: one cuCtxGetId, the
- * context learned once per stream), and what the driver knows of the address (src/driver/memops.rs's pointer_info: the
- * memory type, managed, the device pointer, the ordinal, each in a zeroed word). */
+ * stream's context was not reset (src/stream/methods.rs's check_context: one cuCtxGetId, the context learned once per
+ * stream), and what the driver knows of the address, so a freed buffer is a ValueError, not a GPU fault
+ * (src/driver/memops.rs's pointer_info: the memory type, managed, the device pointer, the ordinal, in zeroed words). */
 static void ask(CUstream s, unsigned long long word) {
     static CUstream known;
     static void *ctx;

@@ -1,7 +1,7 @@
 """The workers' rounds as one results dict (what --json writes), and the table; run, it writes
 docs/benchmarks.md's table from the stored runs (benches/results/*.json)."""
 
-import argparse, json, re, sys
+import json, re
 from pathlib import Path
 from statistics import median
 
@@ -100,9 +100,8 @@ def heading(results: dict) -> list[str]:
             + ", ".join(f"{k} {fmt(v)}" for k, v in results.get("empty_loop_ns", {}).items()) + "."]
 
 def op_rows(results: dict) -> list[list[str]]:
-    """A row per operation: each library's figure (a ratio row's: and, in parentheses, its median ratio to the C loop
-    timed in turn with it), the floor (a ratio row's: the least binding's ratio), custream over the best peer, the
-    target and its verdict."""
+    """A row per operation (heading()'s legend): each library's figure, the floor (a ratio row's: the least binding's
+    ratio), custream over the best peer, the target and its verdict."""
     def cell(r, unit: str) -> str:
         ratio = _fig(r, "ratio")
         return "—" if r == NOT_APPLICABLE else (fmt(_fig(r, unit)) + (f" ({times(ratio)})" if ratio else "")
@@ -160,9 +159,8 @@ def _md(text: str) -> str:
     return re.sub(r"([\\*_|])", r"\\\1", text)
 
 def render(results: dict, md: bool = False) -> str:
-    """The run as the terminal shows it (columns aligned), or as Markdown (docs/benchmarks.md's): the machine, a row
-    per operation, the ratio rows' libraries, the rows timed in turn, capture's and the waits' rows (each beside what
-    it names), the rows the bench has that the run lacks, and the notes."""
+    """The run as the terminal shows it (columns aligned), or as Markdown (docs/benchmarks.md's): the heading, then
+    each of these sections that has rows."""
     missing = ", ".join(op.title for op in ops.OPERATIONS if op.key not in results["operations"])
     sections = [
         ("", op_rows(results)),
@@ -209,9 +207,4 @@ def page(text: str) -> str:
     return f"{head}{BEGIN}\n\n{table}\n\n{END}{rest.partition(END)[2]}"
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description="Write docs/benchmarks.md's table from benches/results/*.json.")
-    ap.add_argument("--check", action="store_true", help="write nothing: exit 1 if the page's table is stale")
-    old = PAGE.read_text()
-    if ap.parse_args().check:
-        sys.exit(0 if page(old) == old else f"{PAGE} is stale: run python3 benches/report.py")
-    PAGE.write_text(page(old))
+    PAGE.write_text(page(PAGE.read_text()))

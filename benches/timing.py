@@ -17,21 +17,17 @@ def loop_size(run, target_ms: float, max_number: int = 2_000_000) -> int:
         number *= 10
     return int(min(max_number, max(1, target_ms * 1e6 / max(elapsed / number, 0.01))))
 
-def in_turn(runs: list, repeats: int = 15, target_ms: float = 20.0, budget_s: float = 3.0) -> list:
-    """Per runner (run(n) -> ns) its ns per execution, repeats in turn, alternately first, within `budget_s` each."""
+def medians_and_ratios(runs: list, repeats: int = 15, target_ms: float = 20.0, budget_s: float = 3.0):
+    """Runners (run(n) -> ns) timed in turn, alternately first, `repeats` times (within `budget_s` each, at least 3):
+    each one's median ns per execution, and ratio(i, j), the median over rounds of i's time over j's, which the CPU's
+    drift spares."""
     sizes, samples = [loop_size(run, target_ms) for run in runs], [[] for _ in runs]
     deadline = time.perf_counter() + len(runs) * budget_s
     while len(samples[0]) < repeats and (len(samples[0]) < 3 or time.perf_counter() < deadline):
         for i in range(len(runs))[::-1 if len(samples[0]) % 2 else 1]:
             samples[i].append(runs[i](sizes[i]) / sizes[i])
-    return samples
-
-def measure(stmt: str, namespace: dict, **cfg) -> dict:
-    return {"ns": statistics.median(in_turn([timer(stmt, namespace)], **cfg)[0])}
-
-def medians_and_ratios(runs: list, **cfg):
-    """Runners timed in turn: each one's median ns, and ratio(i, j), the median over rounds of i's time over j's,
-    which the CPU's drift spares."""
-    samples = in_turn(runs, **cfg)
     return ([statistics.median(s) for s in samples],
             lambda i, j: statistics.median(x / y for x, y in zip(samples[i], samples[j])))
+
+def median_ns(stmt: str, namespace: dict, **cfg) -> float:
+    return medians_and_ratios([timer(stmt, namespace)], **cfg)[0][0]

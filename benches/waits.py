@@ -1,8 +1,6 @@
-"""Waits beside the peers, once a GPU run (issue 38): from a kernel's end to the waiter running again, and the CPU that
-1,000 pending awaits cost; and by the stream's sync_policy (issue 51): a 'spin' stream's synchronize() beside the
-driver's own spinning wait, and the CPU a 'blocking' stream's waits cost per second waited. The kernel's end is seen
-by raw_driver.c's raw_watch spinning, on a C thread, on mapped host memory that the kernel writes last; the waiter
-reads the same clock (CLOCK_MONOTONIC) when it runs again."""
+"""Waits beside the peers, once a GPU run (issues 38, 51): from a kernel's end, seen by raw_driver.c's raw_watch on a C
+thread, to the waiter running again (both read CLOCK_MONOTONIC); the CPU 1,000 pending awaits cost; a 'spin' stream's
+synchronize() beside the driver's spinning wait; the CPU per second waited on a 'blocking' stream."""
 
 import asyncio, ctypes, math, os, statistics, subprocess, sys, time
 from concurrent.futures import ThreadPoolExecutor
@@ -129,9 +127,8 @@ def by_policy(sleep, cp) -> dict:
     return out
 
 def pending_cpu(loop, s, ext, sleep) -> dict:
-    """CPU seconds (process time) spent in one second while PENDING waits are pending, each way."""
+    """CPU (process time) of one second with PENDING `wait(event)`s pending behind a 1.2 s kernel, each way."""
     async def used(wait) -> float:
-        """CPU of one second with PENDING `wait(event)`s pending behind a 1.2 s kernel."""
         sleep(1_200_000_000, ext)
         waits = [asyncio.ensure_future(wait(s.record())) for _ in range(PENDING)]
         await asyncio.sleep(0.1)

@@ -33,12 +33,11 @@ def time_op(lib: ops.Lib, key: str, ns: dict, cfg: dict, gpu: bool, raw) -> dict
         return {"na": spec.reason if isinstance(spec, ops.NA) else ops.NEEDS_GPU}
     expect = {"handle_int": ns["H"], "cuda_stream": (0, ns["H"])}.get(key)
     for stmt in (spec,) if isinstance(spec, str) else spec:
-        try:  # a statement (`with`, an assignment) is run once, its value None
-            try:
-                code = compile(stmt, "<bench>", "eval")
+        try:
+            try:  # a statement (`with`, an assignment) is run once, its value None
+                value = eval(stmt, ns)
             except SyntaxError:
-                code = compile(stmt, "<bench>", "exec")
-            value = eval(code, ns)
+                value = exec(stmt, ns)
             if value == expect or expect is None:
                 break
             why = f"{stmt} gave {value!r}, expected {expect!r}"
@@ -46,22 +45,22 @@ def time_op(lib: ops.Lib, key: str, ns: dict, cfg: dict, gpu: bool, raw) -> dict
             why = f"{stmt}: {type(e).__name__}: {e}"
     else:
         return {"na": f"no spelling worked ({why})"}
-    least = "fs" in ns and ops.IN_TURN.get(key)  # the least binding's statement, timed in turn in this process
-    # custream's ops.PAIRED rows: in turn with the row their target names too
-    mate = key in ops.PAIRED and lib is ops.CUSTREAM and lib.ops[ops.OPS[key].times[2]]
-    try:  # with the reference: the least binding's statement, or raw_driver.c's loop (a ratio row's)
-        ref = (timing.timer(least, ns) if least else raw.loop(key, None, getattr(ns.get("gc"), "handle", None))
-               if raw and key in ops.RATIO_KEYS else None)  # gc: custream's green context, for its row's C loop
-        runs = [timing.timer(x, ns) for x in (stmt, mate) if x] + [ref] * bool(ref)
+    mate = key in ops.PAIRED and lib is ops.CUSTREAM and lib.ops[ops.OPS[key].times[2]]  # the row its target names
+    least = "fs" in ns and ops.IN_TURN.get(key)  # the least binding's statement, in custream's worker
+    c_loop = raw and ops.OPS[key].raw is not None and not least
+    try:  # in turn with those, or with raw_driver.c's loop (gc: custream's green context, for its row's)
+        runs = [timing.timer(x, ns) for x in (stmt, mate, least) if x]
+        if c_loop:
+            runs.append(raw.loop(key, None, getattr(ns.get("gc"), "handle", None)))
         fig, ratio = timing.medians_and_ratios(runs, **cfg)
     except Exception as e:
         return {"na": f"{stmt} failed while timed: {type(e).__name__}: {e}"}
     timed = {"ns": fig[0]}
     if mate:
         timed["paired"] = {"stmt": mate, "ratio": ratio(0, 1), **({"floor_ratio": ratio(2, 1)} if least else {})}
-    if least:  # its figure and custream's ratio to it
+    if least:
         timed["least"] = {"stmt": least, "ns": fig[-1], "ratio": ratio(0, len(runs) - 1)}
-    elif ref:  # the C loop's
+    elif c_loop:
         timed.update(raw_ns=fig[-1], ratio=ratio(0, len(runs) - 1))
     return {**timed, "stmt": stmt, **({"note": lib.notes[key]} if key in lib.notes else {}),
             **({"not_best": True} if key in lib.not_best else {})}
@@ -101,7 +100,7 @@ def built(module):  # a cython_tests/_cy_build Module, built against the install
     return importlib.import_module(module.name)
 
 def extension(name: str):
-    """`nb`: cpp_tests/casters.cpp built with nanobind; `rx`: tests/rust_ext (scripts/build/build-rust-ext.sh builds it)."""
+    """`nb`: cpp_tests/casters.cpp built with nanobind; `rx`: tests/rust_ext (scripts/build/build-rust-ext.sh)."""
     try:
         if name == "rx":
             return importlib.import_module("custream_rust_ext")
@@ -120,14 +119,14 @@ def cython(cfg: dict, gpu: bool, *_) -> dict:
     import custream
     from _cy_build import Module
     (pyx := pathlib.Path(tempfile.gettempdir(), "bench_custream_read.pyx")).write_text(PYX)  # a fixed path: cached
-    try:  # the generated C, to check; then the module
+    try:  # the C that Cython generates, checked below, built
         subprocess.run([sys.executable, "-m", "cython", "-3", pyx, "-o", f"{pyx}.c"], check=True, capture_output=True,
                        text=True)
-        mod = built(Module("bench_custream_read", str(pyx), cflags=("-O2", "-w")))
+        mod = built(Module("bench_custream_read", f"{pyx}.c", cflags=("-O2", "-w")))
     except (subprocess.CalledProcessError, RuntimeError, ImportError) as e:
         return {"custream": {"na": f"build failed: {getattr(e, 'stderr', None) or e}"[-600:]}}
     ns = {"mod": mod, "N": N, "s": custream.Stream() if gpu else custream.Stream.from_handle(ops.FAKE_H)}
-    per = lambda stmt, label: {"ns": timing.measure(stmt, ns, **cfg)["ns"] / N, "stmt": stmt, "label": label}  # noqa
+    per = lambda stmt, label: {"ns": timing.median_ns(stmt, ns, **cfg) / N, "stmt": stmt, "label": label}  # noqa
     return {"version": version(["Cython"]), "rmm": {"na": "not built by the bench (its .pxd needs the CUDA toolkit)"},
             "generated_c_reads_field": "__pyx_v_s->handle" in pathlib.Path(f"{pyx}.c").read_text(),
             "floor": per("mod.floor(N)", "same loop, no load"), "custream": per("mod.field(s, N)", "s.handle")}
@@ -144,7 +143,7 @@ def measure(args, lib: ops.Lib, cfg: dict) -> dict:
     # p: what wrap_protocol wraps; fs: the least getset on this library's handle (ops.IN_TURN)
     exec((lib.setup if args.gpu else lib.cpu_setup) + "p = Producer(H)\n" + "fs = fstream(H)\n" * ("fstream" in ns), ns)
     ns.update({x: extension(x) for x, key in (("nb", "cpp_stream_ref"), ("rx", "rust_stream_ref")) if key in lib.ops})
-    out: dict = {"version": version(lib.dists), "empty_loop": timing.measure("pass", ns, **cfg)}
+    out: dict = {"version": version(lib.dists), "empty_loop": {"ns": timing.median_ns("pass", ns, **cfg)}}
     timed = {key: time_op(lib, key, ns, cfg, args.gpu, raw) for key in lib.ops}
     if lib is ops.CUSTREAM and args.gpu:  # the machine as custream sees it; a create + destroy alone
         out["machine"] = {"gpu": ns["custream"].device_info(0)[0], "driver_version": ns["custream"].driver_version()}
